@@ -1,0 +1,110 @@
+"""The enumerator side of a connector and the context the coordinator gives it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from sluicegate.api.split import SplitT
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class ReaderInfo(Generic[SplitT]):
+    """A live reader attempt as the enumerator sees it."""
+
+    subtask: int
+    attempt: int
+    location: str
+    reported_splits: tuple[SplitT, ...] = ()
+    owned_split_count: int = 0
+    """Splits the coordinator currently attributes to this subtask (not finished)."""
+
+
+@dataclass
+class SplitsAssignment(Generic[SplitT]):
+    assignment: dict[int, list[SplitT]] = field(default_factory=dict)
+
+
+class EnumeratorMetrics(ABC):
+    """Connector metrics; the coordinator host exports them."""
+
+    @abstractmethod
+    def counter(self, name: str, amount: float = 1.0) -> None: ...
+
+    @abstractmethod
+    def gauge(self, name: str, value: float) -> None: ...
+
+
+class SplitEnumeratorContext(ABC, Generic[SplitT]):
+    """What an enumerator may do. Every call runs on the coordinator's single loop."""
+
+    @abstractmethod
+    def current_parallelism(self) -> int:
+        """The number of reader subtasks of the source (its max_parallelism)."""
+
+    @abstractmethod
+    def registered_readers(self) -> Mapping[int, ReaderInfo[SplitT]]: ...
+
+    @abstractmethod
+    def assign_splits(self, assignment: SplitsAssignment[SplitT] | Mapping[int, Sequence[SplitT]]) -> None:
+        """Assign splits. Raises NoLiveReaderError, assigning nothing, if any
+        named subtask has no live attempt."""
+
+    def assign_split(self, split: SplitT, subtask: int) -> None:
+        self.assign_splits({subtask: [split]})
+
+    @abstractmethod
+    def signal_no_more_splits(self, subtask: int) -> None: ...
+
+    @abstractmethod
+    def send_event_to_source_reader(self, subtask: int, event: Any, attempt: int | None = None) -> None:
+        """Send a connector event. Dropped and counted if the subtask has no live attempt."""
+
+    @abstractmethod
+    def call_async(
+        self,
+        callable_: Callable[[], R],
+        handler: Callable[[R | None, BaseException | None], None],
+        initial_delay_ms: int = 0,
+        period_ms: int = 0,
+    ) -> None:
+        """Run ``callable_`` off the coordinator loop (a worker thread) and then
+        ``handler(result, error)`` on it. With ``period_ms`` > 0 it repeats."""
+
+    @property
+    @abstractmethod
+    def metrics(self) -> EnumeratorMetrics: ...
+
+
+class SplitEnumerator(ABC, Generic[SplitT]):
+    """Discovers splits and decides which reader gets which (FLIP-27)."""
+
+    def start(self) -> None:  # noqa: B027 - optional hook
+        """Called once before any other method."""
+
+    @abstractmethod
+    def handle_split_request(self, subtask: int, hostname: str | None) -> None: ...
+
+    @abstractmethod
+    def add_splits_back(self, splits: list[SplitT], subtask: int) -> None:
+        """Splits return from a subtask (failure, departure, recovery, leaving)."""
+
+    @abstractmethod
+    def add_reader(self, subtask: int) -> None: ...
+
+    @abstractmethod
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        """JSON-compatible state from which ``Source.restore_enumerator`` rebuilds it."""
+
+    def handle_source_event(self, subtask: int, event: Any) -> None:  # noqa: B027
+        """A connector event from a reader."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:  # noqa: B027
+        """The coordinator state up to ``checkpoint_id`` is durable."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release resources."""

@@ -1,0 +1,74 @@
+"""The reader side of a connector: reads the splits it is given."""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic
+
+from sluicegate.api.split import SplitT
+
+
+class InputStatus(enum.Enum):
+    MORE_AVAILABLE = "more_available"
+    NOTHING_AVAILABLE = "nothing_available"
+    END_OF_INPUT = "end_of_input"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    split_id: str
+    value: Any
+    event_time_ms: int | None = None
+
+
+@dataclass
+class ReadResult:
+    records: list[Record] = field(default_factory=list)
+    finished_split_ids: list[str] = field(default_factory=list)
+    status: InputStatus = InputStatus.NOTHING_AVAILABLE
+
+
+@dataclass(frozen=True)
+class SourceReaderContext:
+    subtask: int
+    attempt: int
+    location: str
+
+    def send_source_event(self, event: Any) -> None:  # overridden by hosts
+        raise NotImplementedError("this reader host does not carry source events")
+
+
+class SourceReader(ABC, Generic[SplitT]):
+    """Flink's SourceReader, pull style: the host calls ``next_batch`` in a loop."""
+
+    def start(self) -> None:  # noqa: B027
+        """Called once before the first batch."""
+
+    @abstractmethod
+    def add_splits(self, splits: Sequence[SplitT]) -> None: ...
+
+    @abstractmethod
+    def next_batch(self, max_records: int) -> ReadResult:
+        """Up to ``max_records`` records; never blocks for long."""
+
+    @abstractmethod
+    def snapshot_state(self, checkpoint_id: int) -> list[SplitT]:
+        """The unfinished splits with their current positions."""
+
+    def notify_no_more_splits(self) -> None:  # noqa: B027
+        """No further splits will come to this subtask."""
+
+    def handle_source_event(self, event: Any) -> None:  # noqa: B027
+        """A connector event from the enumerator."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:  # noqa: B027
+        """The host's checkpoint ``checkpoint_id`` is durable."""
+
+    def pause_or_resume_splits(self, to_pause: Sequence[str], to_resume: Sequence[str]) -> None:  # noqa: B027
+        """Watermark alignment: stop or restart reading some splits."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release resources."""

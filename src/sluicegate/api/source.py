@@ -1,0 +1,63 @@
+"""The Source: a factory for the enumerator and the readers of one connector."""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Generic
+
+from sluicegate.api.split import JsonStateCodec, SplitCodec, SplitT, StateCodec
+
+if TYPE_CHECKING:
+    from sluicegate.api.enumerator import SplitEnumerator, SplitEnumeratorContext
+    from sluicegate.api.reader import SourceReader, SourceReaderContext
+
+
+class Boundedness(enum.Enum):
+    BOUNDED = "bounded"
+    CONTINUOUS_UNBOUNDED = "continuous_unbounded"
+
+
+class Source(ABC, Generic[SplitT]):
+    """A connector. Built from string options; raises ConfigError naming a bad option.
+
+    Splits cross the wire through ``split_codec``; the enumerator checkpoint
+    through ``enumerator_state_codec`` (by default the state already is JSON data).
+    """
+
+    @classmethod
+    @abstractmethod
+    def from_options(cls, options: Mapping[str, str]) -> Source[SplitT]: ...
+
+    @property
+    @abstractmethod
+    def boundedness(self) -> Boundedness: ...
+
+    @property
+    @abstractmethod
+    def split_codec(self) -> SplitCodec[SplitT]: ...
+
+    @property
+    def enumerator_state_codec(self) -> StateCodec[Any]:
+        return JsonStateCodec()
+
+    @abstractmethod
+    def create_enumerator(self, context: SplitEnumeratorContext[SplitT]) -> SplitEnumerator[SplitT]: ...
+
+    @abstractmethod
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[SplitT], checkpoint: Any
+    ) -> SplitEnumerator[SplitT]: ...
+
+    @abstractmethod
+    def create_reader(self, context: SourceReaderContext) -> SourceReader[SplitT]: ...
+
+
+class SupportsSplitReassignmentOnRecovery:
+    """Mix-in for a Source (FLIP-537).
+
+    A reader of such a source does not keep the splits of its restored state: it
+    reports them in ReaderRegistration, the coordinator hands them to the
+    enumerator, and the enumerator may give them to any reader.
+    """

@@ -1,0 +1,116 @@
+"""orjson encoding and schema-checked decoding of control records.
+
+The JSON Schemas in topics/schemas are the single source of truth for what a
+valid record is; this module compiles them once and checks every decoded record.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import json
+from importlib import resources
+from dataclasses import fields
+from typing import Any
+
+import orjson
+from jsonschema import Draft202012Validator
+
+from sluicegate.protocol.messages import (
+    ACCEPTED_VERSIONS,
+    BODY_TYPES,
+    Body,
+    Direction,
+    Envelope,
+)
+
+
+class DecodeErrorKind(enum.StrEnum):
+    MALFORMED = "malformed"
+    UNKNOWN_VERSION = "unknown-version"
+    UNKNOWN_TYPE = "unknown-type"
+    SCHEMA = "schema"
+
+
+class DecodeError(ValueError):
+    """A record that is not a valid control message. Never fatal: dead-lettered and skipped."""
+
+    def __init__(self, kind: DecodeErrorKind, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+def encode(env: Envelope) -> bytes:
+    return orjson.dumps(env.to_json())
+
+
+def encode_key(subtask: int) -> bytes:
+    """Records are keyed by the subtask as a decimal string (docs/protocol.md, Topics)."""
+    return str(subtask).encode()
+
+
+def _load_schema(relative: str) -> dict[str, Any]:
+    text = resources.files("sluicegate_topics").joinpath("schemas", relative).read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@functools.cache
+def _envelope_validator() -> Draft202012Validator:
+    return Draft202012Validator(_load_schema("envelope.schema.json"))
+
+
+@functools.cache
+def _body_validator(direction: Direction, type_: str) -> Draft202012Validator:
+    return Draft202012Validator(_load_schema(f"{direction.value}/{type_}.schema.json"))
+
+
+def _first_error(validator: Draft202012Validator, instance: Any, where: str) -> str | None:
+    error = next(iter(validator.iter_errors(instance)), None)
+    if error is None:
+        return None
+    path = "/".join(str(p) for p in error.absolute_path)
+    return f"{where}{'/' + path if path else ''}: {error.message}"
+
+
+def decode(raw: bytes | None, direction: Direction) -> Envelope:
+    """Decode one record value sent in ``direction``; raises DecodeError."""
+    if raw is None:
+        raise DecodeError(DecodeErrorKind.MALFORMED, "record has no value")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(DecodeErrorKind.MALFORMED, f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise DecodeError(DecodeErrorKind.MALFORMED, "not a JSON object")
+    v = data.get("v")
+    if type(v) is not int or v not in ACCEPTED_VERSIONS:
+        raise DecodeError(DecodeErrorKind.UNKNOWN_VERSION, f"protocol version {v!r} is not one of {sorted(ACCEPTED_VERSIONS)}")
+    type_ = data.get("type")
+    body_cls = BODY_TYPES.get((direction, type_)) if isinstance(type_, str) else None
+    if body_cls is None:
+        raise DecodeError(DecodeErrorKind.UNKNOWN_TYPE, f"unknown message type {type_!r} for {direction.value}")
+    problem = _first_error(_envelope_validator(), data, "envelope")
+    if problem is None:
+        problem = _first_error(_body_validator(direction, type_), data["body"], "body")
+    if problem is not None:
+        raise DecodeError(DecodeErrorKind.SCHEMA, f"{type_}: {problem}")
+    body_data: dict[str, Any] = data["body"]
+    body = body_cls(**{name: body_data[name] for name in _field_names(body_cls)})
+    return Envelope(
+        type=type_,
+        source=data["source"],
+        subtask=data["subtask"],
+        attempt=data["attempt"],
+        epoch=data["epoch"],
+        ts=data["ts"],
+        body=body,
+        v=v,
+        inbox_offset=data.get("inbox_offset"),
+    )
+
+
+@functools.cache
+def _field_names(body_cls: type[Body]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(body_cls))

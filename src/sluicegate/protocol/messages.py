@@ -1,0 +1,224 @@
+"""Typed control-plane messages (docs/protocol.md): an envelope and one body class per type."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from sluicegate.api.split import WireSplit
+
+PROTOCOL_VERSION = 2
+"""Version this code sends. v2 added SplitsReleased and the envelope's inbox_offset."""
+ACCEPTED_VERSIONS = frozenset({1, 2})
+
+
+class Direction(enum.Enum):
+    TO_COORDINATOR = "to-coordinator"
+    TO_READER = "to-reader"
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    TYPE: ClassVar[str]
+    DIRECTION: ClassVar[Direction]
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# --- reader -> coordinator -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderRegistration(Body):
+    TYPE = "ReaderRegistration"
+    DIRECTION = Direction.TO_COORDINATOR
+    incarnation: str
+    location: str
+    reported_splits: list[WireSplit]
+    restored_checkpoint_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSplit(Body):
+    TYPE = "RequestSplit"
+    DIRECTION = Direction.TO_COORDINATOR
+    hostname: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderSourceEvent(Body):
+    TYPE = "SourceEvent"
+    DIRECTION = Direction.TO_COORDINATOR
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Body):
+    TYPE = "Heartbeat"
+    DIRECTION = Direction.TO_COORDINATOR
+    watermark: int | None
+    idle: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointAck(Body):
+    TYPE = "CheckpointAck"
+    DIRECTION = Direction.TO_COORDINATOR
+    checkpoint_id: int
+    applied_seq: int
+    splits: list[WireSplit]
+
+
+@dataclass(frozen=True, slots=True)
+class SplitsFinished(Body):
+    TYPE = "SplitsFinished"
+    DIRECTION = Direction.TO_COORDINATOR
+    split_ids: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderLeaving(Body):
+    TYPE = "ReaderLeaving"
+    DIRECTION = Direction.TO_COORDINATOR
+    splits: list[WireSplit]
+
+
+# --- coordinator -> reader -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderRegistered(Body):
+    TYPE = "ReaderRegistered"
+    DIRECTION = Direction.TO_READER
+    incarnation: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddSplits(Body):
+    TYPE = "AddSplits"
+    DIRECTION = Direction.TO_READER
+    seq: int
+    splits: list[WireSplit]
+
+
+@dataclass(frozen=True, slots=True)
+class NoMoreSplits(Body):
+    TYPE = "NoMoreSplits"
+    DIRECTION = Direction.TO_READER
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorSourceEvent(Body):
+    TYPE = "SourceEvent"
+    DIRECTION = Direction.TO_READER
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkAnnouncement(Body):
+    TYPE = "WatermarkAnnouncement"
+    DIRECTION = Direction.TO_READER
+    low_watermark: int | None
+    max_allowed_watermark: int | None
+
+
+class ReleaseReason(enum.StrEnum):
+    FENCED = "fenced"
+    SESSION_TIMEOUT = "session-timeout"
+    DEPARTED = "departed"
+    RECOVERY = "recovery"
+    LEFT = "left"
+
+
+@dataclass(frozen=True, slots=True)
+class SplitsReleased(Body):
+    """Ownership of ``split_ids`` left the subtask and went back to the enumerator.
+
+    Sent for every release the coordinator decides on its own, so that replaying
+    the topics alone rebuilds ownership. ``failed_attempt`` is set when the
+    release is the failure of an attempt; that attempt must stop and re-register.
+    """
+
+    TYPE = "SplitsReleased"
+    DIRECTION = Direction.TO_READER
+    reason: str
+    failed_attempt: int | None
+    split_ids: list[str]
+
+
+BODY_TYPES: dict[tuple[Direction, str], type[Body]] = {
+    (cls.DIRECTION, cls.TYPE): cls
+    for cls in (
+        ReaderRegistration,
+        RequestSplit,
+        ReaderSourceEvent,
+        Heartbeat,
+        CheckpointAck,
+        SplitsFinished,
+        ReaderLeaving,
+        ReaderRegistered,
+        AddSplits,
+        NoMoreSplits,
+        CoordinatorSourceEvent,
+        WatermarkAnnouncement,
+        SplitsReleased,
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One control record. ``inbox_offset`` (coordinator -> reader only) is the
+    offset of the last inbox record the coordinator had processed when it sent
+    this one; the audit uses it to merge both topics into the coordinator's order."""
+
+    type: str
+    source: str
+    subtask: int
+    attempt: int | None
+    epoch: int
+    ts: int
+    body: Body
+    v: int = PROTOCOL_VERSION
+    inbox_offset: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "v": self.v,
+            "type": self.type,
+            "source": self.source,
+            "subtask": self.subtask,
+            "attempt": self.attempt,
+            "epoch": self.epoch,
+            "ts": self.ts,
+            "body": self.body.to_json(),
+        }
+        if self.inbox_offset is not None:
+            out["inbox_offset"] = self.inbox_offset
+        return out
+
+
+def envelope(
+    body: Body,
+    *,
+    source: str,
+    subtask: int,
+    attempt: int | None,
+    epoch: int,
+    ts: int,
+    inbox_offset: int | None = None,
+) -> Envelope:
+    return Envelope(
+        type=body.TYPE,
+        source=source,
+        subtask=subtask,
+        attempt=attempt,
+        epoch=epoch,
+        ts=ts,
+        body=body,
+        inbox_offset=inbox_offset,
+    )
