@@ -1,0 +1,1 @@
+"""sluicegate's reference connectors, found through the ``sluicegate.connectors`` entry points."""

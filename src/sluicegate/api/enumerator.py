@@ -50,6 +50,12 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
     def registered_readers(self) -> Mapping[int, ReaderInfo[SplitT]]: ...
 
     @abstractmethod
+    def outstanding_split_count(self) -> int:
+        """Splits currently owned by any subtask, live or awaiting its next attempt
+        (assigned, neither finished nor returned). Bounded enumerators use it to
+        decide when NoMoreSplits is final."""
+
+    @abstractmethod
     def assign_splits(self, assignment: SplitsAssignment[SplitT] | Mapping[int, Sequence[SplitT]]) -> None:
         """Assign splits. Raises NoLiveReaderError, assigning nothing, if any
         named subtask has no live attempt."""

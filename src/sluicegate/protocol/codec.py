@@ -108,6 +108,7 @@ def decode(raw: bytes | None, direction: Direction) -> Envelope:
         body=body,
         v=v,
         inbox_offset=data.get("inbox_offset"),
+        cseq=data.get("cseq"),
     )
 
 

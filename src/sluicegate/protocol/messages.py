@@ -172,9 +172,14 @@ BODY_TYPES: dict[tuple[Direction, str], type[Body]] = {
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """One control record. ``inbox_offset`` (coordinator -> reader only) is the
-    offset of the last inbox record the coordinator had processed when it sent
-    this one; the audit uses it to merge both topics into the coordinator's order."""
+    """One control record.
+
+    Two optional fields (protocol v2) let the audit replay both topics in the
+    coordinator's own order; only coordinator -> reader records carry them:
+    ``cseq`` numbers every outgoing record of the source (strictly increasing,
+    across epochs), ``inbox_offset`` is the offset of the last inbox record the
+    coordinator had processed when it sent this one.
+    """
 
     type: str
     source: str
@@ -185,6 +190,7 @@ class Envelope:
     body: Body
     v: int = PROTOCOL_VERSION
     inbox_offset: int | None = None
+    cseq: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -199,6 +205,8 @@ class Envelope:
         }
         if self.inbox_offset is not None:
             out["inbox_offset"] = self.inbox_offset
+        if self.cseq is not None:
+            out["cseq"] = self.cseq
         return out
 
 
@@ -211,6 +219,7 @@ def envelope(
     epoch: int,
     ts: int,
     inbox_offset: int | None = None,
+    cseq: int | None = None,
 ) -> Envelope:
     return Envelope(
         type=body.TYPE,
@@ -221,4 +230,5 @@ def envelope(
         ts=ts,
         body=body,
         inbox_offset=inbox_offset,
+        cseq=cseq,
     )

@@ -1,0 +1,247 @@
+"""``sequence``: split k is the integer range [k*R, (k+1)*R) (R = records_per_split),
+read in order; record n of a split carries event time start_time_ms + i*event_interval_ms
+where i is n's index inside its split. Unbounded splits never end.
+
+The enumerator hands unassigned splits to registered readers, fewest-owned
+first, up to a fair share (ceil(outstanding / parallelism)) per reader, on
+add_reader, add_splits_back and RequestSplit; a reader that asks while it owns
+nothing gets a share even beyond that. It supports reassignment on recovery.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sluicegate.api import (
+    Boundedness,
+    ConfigError,
+    InputStatus,
+    ReadResult,
+    Record,
+    Source,
+    SourceReader,
+    SourceReaderContext,
+    SplitEnumerator,
+    SplitEnumeratorContext,
+    SupportsSplitReassignmentOnRecovery,
+    WireSplit,
+)
+
+UNBOUNDED_STRIDE = 2**40
+"""Unbounded split k starts at k * UNBOUNDED_STRIDE, so values never collide."""
+
+
+@dataclass(slots=True)
+class SequenceSplit:
+    split_id: str
+    start: int
+    end: int | None
+    """Exclusive; None for an unbounded split."""
+    position: int
+    """The next value to read."""
+
+    @property
+    def finished(self) -> bool:
+        return self.end is not None and self.position >= self.end
+
+
+class SequenceSplitCodec:
+    def to_wire(self, split: SequenceSplit) -> WireSplit:
+        return {"split_id": split.split_id, "start": split.start, "end": split.end, "position": split.position}
+
+    def from_wire(self, data: Mapping[str, Any]) -> SequenceSplit:
+        return SequenceSplit(data["split_id"], data["start"], data["end"], data["position"])
+
+
+@dataclass(frozen=True)
+class SequenceOptions:
+    splits: int = 8
+    records_per_split: int | None = 1000
+    """None: unbounded."""
+    rate: float = 0.0
+    """Records per second per reader; 0: as fast as possible."""
+    start_time_ms: int = 1_700_000_000_000
+    event_interval_ms: int = 10
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SequenceOptions:
+        known = {"splits", "records_per_split", "rate", "start_time_ms", "event_interval_ms"}
+        for key in options:
+            if key not in known:
+                raise ConfigError(key, f"unknown option of the sequence connector (known: {', '.join(sorted(known))})")
+        splits = _int(options, "splits", cls.splits, minimum=1)
+        raw = options.get("records_per_split", "1000").strip().lower()
+        records: int | None = None if raw == "unbounded" else _int(options, "records_per_split", 1000, minimum=1)
+        try:
+            rate = float(options.get("rate", "0"))
+        except ValueError:
+            raise ConfigError("rate", f"must be a number of records per second, got {options['rate']!r}") from None
+        if rate < 0 or math.isnan(rate):
+            raise ConfigError("rate", "must be >= 0")
+        return cls(
+            splits=splits,
+            records_per_split=records,
+            rate=rate,
+            start_time_ms=_int(options, "start_time_ms", cls.start_time_ms, minimum=0),
+            event_interval_ms=_int(options, "event_interval_ms", cls.event_interval_ms, minimum=0),
+        )
+
+    def all_splits(self) -> list[SequenceSplit]:
+        out = []
+        width = max(5, len(str(self.splits - 1)))
+        for k in range(self.splits):
+            if self.records_per_split is None:
+                start, end = k * UNBOUNDED_STRIDE, None
+            else:
+                start, end = k * self.records_per_split, (k + 1) * self.records_per_split
+            out.append(SequenceSplit(f"seq-{k:0{width}d}", start, end, start))
+        return out
+
+
+def _int(options: Mapping[str, str], key: str, default: int, minimum: int) -> int:
+    if key not in options:
+        return default
+    try:
+        value = int(options[key])
+    except ValueError:
+        raise ConfigError(key, f"must be an integer, got {options[key]!r}") from None
+    if value < minimum:
+        raise ConfigError(key, f"must be >= {minimum}, got {value}")
+    return value
+
+
+class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery):
+    def __init__(self, options: SequenceOptions) -> None:
+        self.options = options
+        self._codec = SequenceSplitCodec()
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> SequenceSource:
+        return cls(SequenceOptions.parse(options))
+
+    @property
+    def boundedness(self) -> Boundedness:
+        if self.options.records_per_split is None:
+            return Boundedness.CONTINUOUS_UNBOUNDED
+        return Boundedness.BOUNDED
+
+    @property
+    def split_codec(self) -> SequenceSplitCodec:
+        return self._codec
+
+    def create_enumerator(self, context: SplitEnumeratorContext[SequenceSplit]) -> SequenceEnumerator:
+        return SequenceEnumerator(context, self.options.all_splits(), self.boundedness is Boundedness.BOUNDED)
+
+    def restore_enumerator(self, context: SplitEnumeratorContext[SequenceSplit], checkpoint: Any) -> SequenceEnumerator:
+        splits = [self._codec.from_wire(s) for s in checkpoint["unassigned"]]
+        return SequenceEnumerator(context, splits, self.boundedness is Boundedness.BOUNDED)
+
+    def create_reader(self, context: SourceReaderContext) -> SequenceReader:
+        return SequenceReader(self.options)
+
+
+class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
+    def __init__(self, context: SplitEnumeratorContext[SequenceSplit], unassigned: list[SequenceSplit], bounded: bool) -> None:
+        self._context = context
+        self._unassigned = unassigned
+        self._bounded = bounded
+        self._codec = SequenceSplitCodec()
+
+    def start(self) -> None:
+        self._distribute()
+
+    def add_reader(self, subtask: int) -> None:
+        self._distribute()
+
+    def add_splits_back(self, splits: list[SequenceSplit], subtask: int) -> None:
+        self._unassigned.extend(splits)
+        self._distribute()
+
+    def handle_split_request(self, subtask: int, hostname: str | None) -> None:
+        self._distribute(requester=subtask)
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        return {"unassigned": [self._codec.to_wire(s) for s in self._unassigned]}
+
+    def _distribute(self, requester: int | None = None) -> None:
+        readers = self._context.registered_readers()
+        if not readers:
+            return
+        if not self._unassigned:
+            if self._bounded and self._context.outstanding_split_count() == 0:
+                for subtask in readers:
+                    self._context.signal_no_more_splits(subtask)
+            return
+        outstanding = len(self._unassigned) + self._context.outstanding_split_count()
+        share = max(1, math.ceil(outstanding / self._context.current_parallelism()))
+        counts = {s: info.owned_split_count for s, info in readers.items()}
+        assignment: dict[int, list[SequenceSplit]] = {}
+        for subtask in sorted(counts, key=lambda s: (counts[s], s)):
+            room = share - counts[subtask]
+            if subtask == requester and counts[subtask] == 0:
+                room = max(room, share)
+            if room > 0 and self._unassigned:
+                take, self._unassigned = self._unassigned[:room], self._unassigned[room:]
+                assignment[subtask] = take
+        if assignment:
+            self._context.assign_splits(assignment)
+
+
+class SequenceReader(SourceReader[SequenceSplit]):
+    def __init__(self, options: SequenceOptions) -> None:
+        self._options = options
+        self._splits: dict[str, SequenceSplit] = {}
+        self._paused: set[str] = set()
+        self._tokens = 0.0
+        self._last_refill = time.monotonic()
+
+    def add_splits(self, splits: Sequence[SequenceSplit]) -> None:
+        for split in splits:
+            self._splits[split.split_id] = SequenceSplit(split.split_id, split.start, split.end, split.position)
+
+    def next_batch(self, max_records: int) -> ReadResult:
+        budget = self._budget(max_records)
+        result = ReadResult()
+        readable = [s for s in self._splits.values() if s.split_id not in self._paused]
+        if not readable:
+            result.status = InputStatus.NOTHING_AVAILABLE
+            return result
+        per_split = max(1, budget // len(readable)) if budget else 0
+        opts = self._options
+        for split in readable:
+            if budget <= 0:
+                break
+            n = min(per_split, budget)
+            if split.end is not None:
+                n = min(n, split.end - split.position)
+            base = opts.start_time_ms - split.start * opts.event_interval_ms
+            for value in range(split.position, split.position + n):
+                result.records.append(Record(split.split_id, value, base + value * opts.event_interval_ms))
+            split.position += n
+            budget -= n
+            if split.finished:
+                result.finished_split_ids.append(split.split_id)
+        for split_id in result.finished_split_ids:
+            del self._splits[split_id]
+        self._tokens -= len(result.records)
+        result.status = InputStatus.MORE_AVAILABLE if self._splits else InputStatus.NOTHING_AVAILABLE
+        return result
+
+    def _budget(self, max_records: int) -> int:
+        if self._options.rate <= 0:
+            return max_records
+        now = time.monotonic()
+        self._tokens = min(self._options.rate, self._tokens + (now - self._last_refill) * self._options.rate)
+        self._last_refill = now
+        return max(0, min(max_records, int(self._tokens)))
+
+    def snapshot_state(self, checkpoint_id: int) -> list[SequenceSplit]:
+        return [SequenceSplit(s.split_id, s.start, s.end, s.position) for s in self._splits.values()]
+
+    def pause_or_resume_splits(self, to_pause: Sequence[str], to_resume: Sequence[str]) -> None:
+        self._paused.update(to_pause)
+        self._paused.difference_update(to_resume)

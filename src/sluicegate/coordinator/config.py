@@ -1,0 +1,46 @@
+"""Coordinator settings for one source, validated at start-up."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sluicegate.api.errors import ConfigError
+
+SOURCE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
+
+
+def validate_source_name(name: str, setting: str = "source") -> str:
+    if not SOURCE_NAME.fullmatch(name):
+        raise ConfigError(setting, f"{name!r} must match [a-z0-9][a-z0-9._-]{{0,99}}")
+    return name
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    source: str
+    max_parallelism: int
+    session_timeout_ms: int = 10_000
+    reader_departure_timeout_ms: int = 60_000
+    watermark_announce_interval_ms: int = 1_000
+    max_watermark_drift_ms: int | None = None
+    max_message_bytes: int = 900_000
+    """Largest AddSplits record; bigger assignments are split over several seqs."""
+
+    def __post_init__(self) -> None:
+        validate_source_name(self.source)
+        _positive("max_parallelism", self.max_parallelism, upper=100_000)
+        _positive("session_timeout_ms", self.session_timeout_ms)
+        _positive("reader_departure_timeout_ms", self.reader_departure_timeout_ms)
+        _positive("watermark_announce_interval_ms", self.watermark_announce_interval_ms)
+        if self.max_watermark_drift_ms is not None and self.max_watermark_drift_ms < 0:
+            raise ConfigError("max_watermark_drift_ms", "must be >= 0 (or unset to turn alignment off)")
+        _positive("max_message_bytes", self.max_message_bytes, lower=1024)
+
+
+def _positive(setting: str, value: object, lower: int = 1, upper: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(setting, f"must be an integer, got {value!r}")
+    if value < lower or (upper is not None and value > upper):
+        bound = f">= {lower}" + (f" and <= {upper}" if upper is not None else "")
+        raise ConfigError(setting, f"must be {bound}, got {value}")

@@ -1,0 +1,568 @@
+"""The coordinator of one source as a deterministic state machine, free of I/O.
+
+The host feeds it events (decoded inbox records, clock ticks, results of
+``call_async``) and carries out what each call returns: records to send to
+readers and callables to run off the loop. Everything the coordinator knows is
+here: attempts and fencing (``SubtaskSlot``), split ownership
+(``SplitAssignmentTracker``), ``seq`` counters, the epoch, the low watermark,
+and the connector's enumerator, which it calls synchronously.
+
+docs/protocol.md ("Semantics the coordinator guarantees") is the contract; the
+numbers in comments below refer to its items.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic
+
+import orjson
+
+from sluicegate.api.enumerator import (
+    EnumeratorMetrics,
+    ReaderInfo,
+    SplitEnumerator,
+    SplitEnumeratorContext,
+    SplitsAssignment,
+)
+from sluicegate.api.errors import NoLiveReaderError
+from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
+from sluicegate.api.split import SplitT, WireSplit
+from sluicegate.coordinator.config import CoordinatorConfig
+from sluicegate.coordinator.tracker import SplitAssignmentTracker
+from sluicegate.coordinator.watermarks import WatermarkAggregator
+from sluicegate.protocol.messages import (
+    AddSplits,
+    Body,
+    CheckpointAck,
+    CoordinatorSourceEvent,
+    Envelope,
+    Heartbeat,
+    NoMoreSplits,
+    ReaderLeaving,
+    ReaderRegistered,
+    ReaderRegistration,
+    ReaderSourceEvent,
+    ReleaseReason,
+    RequestSplit,
+    SplitsFinished,
+    SplitsReleased,
+    WatermarkAnnouncement,
+)
+
+log = logging.getLogger("sluicegate.coordinator")
+
+_ENVELOPE_OVERHEAD_BYTES = 512
+
+
+class SlotState(enum.Enum):
+    NEVER_REGISTERED = "never-registered"
+    LIVE = "live"
+    FAILED = "failed"  # awaiting its next attempt; may still own checkpointed splits
+    LEFT = "left"
+
+
+@dataclass
+class SubtaskSlot:
+    """One reader subtask across its attempts."""
+
+    subtask: int
+    state: SlotState = SlotState.NEVER_REGISTERED
+    attempt: int = 0
+    """The current attempt if LIVE, else the last one (0: none yet)."""
+    incarnation: str = ""
+    location: str = ""
+    last_seen_ms: int = 0
+    failed_at_ms: int | None = None
+    seq: int = 0
+    """Last AddSplits/NoMoreSplits seq sent to this subtask."""
+    checkpoint_id: int | None = None
+    no_more_splits: bool = False
+    reported_splits: list[WireSplit] = field(default_factory=list)
+
+    @property
+    def live(self) -> bool:
+        return self.state is SlotState.LIVE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "incarnation": self.incarnation,
+            "location": self.location,
+            "last_seen_ms": self.last_seen_ms,
+            "failed_at_ms": self.failed_at_ms,
+            "seq": self.seq,
+            "checkpoint_id": self.checkpoint_id,
+            "no_more_splits": self.no_more_splits,
+            "reported_splits": self.reported_splits,
+        }
+
+    @classmethod
+    def from_json(cls, subtask: int, data: Mapping[str, Any]) -> SubtaskSlot:
+        return cls(
+            subtask=subtask,
+            state=SlotState(data["state"]),
+            attempt=data["attempt"],
+            incarnation=data["incarnation"],
+            location=data["location"],
+            last_seen_ms=data["last_seen_ms"],
+            failed_at_ms=data["failed_at_ms"],
+            seq=data["seq"],
+            checkpoint_id=data["checkpoint_id"],
+            no_more_splits=data["no_more_splits"],
+            reported_splits=list(data["reported_splits"]),
+        )
+
+
+@dataclass(frozen=True)
+class AsyncCall:
+    """Run ``fn`` off the loop after ``initial_delay_ms`` (then every ``period_ms`` if > 0)
+    and report its outcome with ``CoordinatorCore.on_async_result(call_id, ...)``."""
+
+    call_id: int
+    fn: Callable[[], Any]
+    initial_delay_ms: int
+    period_ms: int
+
+
+@dataclass
+class Effects:
+    """What one step asks the host to do, in order."""
+
+    messages: list[Envelope] = field(default_factory=list)
+    async_calls: list[AsyncCall] = field(default_factory=list)
+    rejection: str | None = None
+    """Set when the input record is semantically invalid: the host dead-letters it."""
+
+    def __bool__(self) -> bool:
+        return bool(self.messages or self.async_calls or self.rejection)
+
+
+class CoreMetrics(EnumeratorMetrics):
+    def __init__(self) -> None:
+        self.counters: Counter[str] = Counter()
+        self.gauges: dict[str, float] = {}
+
+    def counter(self, name: str, amount: float = 1.0) -> None:
+        self.counters[name] += int(amount)
+
+    def gauge(self, name: str, value: float) -> None:
+        self.gauges[name] = value
+
+
+class CoordinatorCore(Generic[SplitT]):
+    def __init__(
+        self,
+        source: Source[SplitT],
+        config: CoordinatorConfig,
+        epoch: int = 1,
+        snapshot: Mapping[str, Any] | None = None,
+    ) -> None:
+        """A fresh coordinator, or (with ``snapshot``) the successor of one at a higher ``epoch``."""
+        self.source = source
+        self.config = config
+        self.epoch = epoch
+        self.metrics = CoreMetrics()
+        self._codec = source.split_codec
+        self._reassign_on_recovery = isinstance(source, SupportsSplitReassignmentOnRecovery)
+        self._effects = Effects()
+        self._async_handlers: dict[int, Callable[[Any, BaseException | None], None]] = {}
+        self._next_call_id = 1
+        self._last_announce_ms: int | None = None
+        self._announced: tuple[int | None, int | None] | None = None
+        self._context = _CoreContext(self)
+        self._now_ms = 0
+        if snapshot is None:
+            self.slots = [SubtaskSlot(s) for s in range(config.max_parallelism)]
+            self.tracker = SplitAssignmentTracker()
+            self.watermarks = WatermarkAggregator(config.max_watermark_drift_ms)
+            self.cseq = 0
+            self.inbox_offset: int | None = None
+            self.enumerator: SplitEnumerator[SplitT] = source.create_enumerator(self._context)
+        else:
+            self._restore(snapshot)
+
+    # -- events ---------------------------------------------------------------
+
+    def start(self, now_ms: int) -> Effects:
+        """Start the enumerator. Restored live attempts get a fresh session window."""
+        for slot in self.slots:
+            if slot.live:
+                slot.last_seen_ms = now_ms
+            elif slot.state is SlotState.FAILED and slot.failed_at_ms is not None:
+                slot.failed_at_ms = now_ms
+        return self._step(now_ms, self.enumerator.start)
+
+    def on_message(self, env: Envelope, offset: int, now_ms: int) -> Effects:
+        """One decoded record of the inbox topic, at ``offset``."""
+        self.inbox_offset = offset
+        if env.source != self.config.source:
+            return self._reject(f"record is for source {env.source!r}, this coordinator serves {self.config.source!r}")
+        if not 0 <= env.subtask < self.config.max_parallelism:
+            return self._reject(f"subtask {env.subtask} is outside 0..{self.config.max_parallelism - 1} (max_parallelism)")
+        slot = self.slots[env.subtask]
+        body = env.body
+        if isinstance(body, ReaderRegistration):
+            return self._step(now_ms, lambda: self._register(slot, body, now_ms))
+        if not slot.live or env.attempt != slot.attempt:
+            self.metrics.counter("fenced_messages")
+            log.debug("fenced %s from subtask %d attempt %s (current %s)", env.type, env.subtask, env.attempt, slot.attempt if slot.live else None)
+            return Effects()
+        slot.last_seen_ms = now_ms
+        return self._step(now_ms, lambda: self._dispatch(slot, body, now_ms))
+
+    def tick(self, now_ms: int) -> Effects:
+        """Time passes: session timeouts (3), departures (3), watermark announcements (5)."""
+        return self._step(now_ms, lambda: self._on_tick(now_ms))
+
+    def on_async_result(self, call_id: int, result: Any, error: BaseException | None, now_ms: int) -> Effects:
+        handler = self._async_handlers.get(call_id)
+        if handler is None:
+            return Effects()
+        return self._step(now_ms, lambda: handler(result, error))
+
+    def forget_async_call(self, call_id: int) -> None:
+        self._async_handlers.pop(call_id, None)
+
+    # -- queries --------------------------------------------------------------
+
+    def reader_info(self, subtask: int) -> ReaderInfo[SplitT]:
+        slot = self.slots[subtask]
+        return ReaderInfo(
+            subtask=subtask,
+            attempt=slot.attempt,
+            location=slot.location,
+            reported_splits=tuple(self._codec.from_wire(s) for s in slot.reported_splits),
+            owned_split_count=self.tracker.owned_count(subtask),
+        )
+
+    def live_subtasks(self) -> list[int]:
+        return [slot.subtask for slot in self.slots if slot.live]
+
+    def is_finished(self) -> bool:
+        """Bounded sources: every subtask was told NoMoreSplits and owns nothing."""
+        return all(slot.no_more_splits for slot in self.slots) and self.tracker.total_owned() == 0
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything a successor needs (semantics 4), as JSON-compatible data."""
+        return {
+            "source": self.config.source,
+            "epoch": self.epoch,
+            "cseq": self.cseq,
+            "inbox_offset": self.inbox_offset,
+            "slots": [slot.to_json() for slot in self.slots],
+            "tracker": self.tracker.snapshot(),
+            "watermarks": self.watermarks.snapshot(),
+            "enumerator": self.source.enumerator_state_codec.to_json(self.enumerator.snapshot_state(self.cseq)),
+        }
+
+    def _restore(self, snap: Mapping[str, Any]) -> None:
+        if snap["epoch"] >= self.epoch:
+            raise ValueError(f"a successor needs an epoch above {snap['epoch']}, got {self.epoch}")
+        slots = [SubtaskSlot.from_json(s, data) for s, data in enumerate(snap["slots"])]
+        if len(slots) != self.config.max_parallelism:
+            raise ValueError(
+                f"the stored state has {len(slots)} subtasks but max_parallelism is {self.config.max_parallelism}"
+            )
+        self.slots = slots
+        self.tracker = SplitAssignmentTracker.restore(snap["tracker"])
+        self.watermarks = WatermarkAggregator(
+            self.config.max_watermark_drift_ms, snap["watermarks"]["low_watermark"]
+        )
+        self.cseq = snap["cseq"]
+        self.inbox_offset = snap["inbox_offset"]
+        state = self.source.enumerator_state_codec.from_json(snap["enumerator"])
+        self.enumerator = self.source.restore_enumerator(self._context, state)
+
+    # -- step machinery -------------------------------------------------------
+
+    def _step(self, now_ms: int, action: Callable[[], None]) -> Effects:
+        self._now_ms = now_ms
+        self._effects = Effects()
+        try:
+            action()
+        except Exception:  # an enumerator bug must not take the coordinator down
+            self.metrics.counter("enumerator_errors")
+            log.exception("the enumerator of source %s raised; the step's other effects stand", self.config.source)
+        effects, self._effects = self._effects, Effects()
+        return effects
+
+    def _reject(self, reason: str) -> Effects:
+        self.metrics.counter("rejected_messages")
+        return Effects(rejection=reason)
+
+    def _send(self, subtask: int, attempt: int, body: Body) -> None:
+        self.cseq += 1
+        self._effects.messages.append(
+            Envelope(
+                type=body.TYPE,
+                source=self.config.source,
+                subtask=subtask,
+                attempt=attempt,
+                epoch=self.epoch,
+                ts=self._now_ms,
+                body=body,
+                inbox_offset=self.inbox_offset,
+                cseq=self.cseq,
+            )
+        )
+
+    # -- reader messages ------------------------------------------------------
+
+    def _dispatch(self, slot: SubtaskSlot, body: Body, now_ms: int) -> None:
+        s = slot.subtask
+        if isinstance(body, Heartbeat):
+            idle = body.idle or self.tracker.owned_count(s) == 0
+            if self.watermarks.update(s, body.watermark, idle):
+                self._announce_watermark(now_ms)
+        elif isinstance(body, CheckpointAck):
+            self._on_checkpoint(slot, body)
+        elif isinstance(body, SplitsFinished):
+            not_owned = self.tracker.finish(s, body.split_ids)
+            if not_owned:
+                self.metrics.counter("finished_splits_not_owned", len(not_owned))
+                log.warning("subtask %d finished splits it does not own: %s", s, not_owned[:10])
+        elif isinstance(body, RequestSplit):
+            self.enumerator.handle_split_request(s, body.hostname)
+        elif isinstance(body, ReaderSourceEvent):
+            self.enumerator.handle_source_event(s, body.payload)
+        elif isinstance(body, ReaderLeaving):
+            self._on_leaving(slot, body)
+
+    def _register(self, slot: SubtaskSlot, body: ReaderRegistration, now_ms: int) -> None:
+        """Semantics 1: next attempt, fence the previous one, ReaderRegistered, then add_reader."""
+        s = slot.subtask
+        if slot.live:
+            self._fail_attempt(slot, ReleaseReason.FENCED, now_ms)
+        slot.state = SlotState.LIVE
+        slot.attempt += 1
+        slot.incarnation = body.incarnation
+        slot.location = body.location
+        slot.last_seen_ms = now_ms
+        slot.failed_at_ms = None
+        slot.no_more_splits = False
+        slot.reported_splits = list(body.reported_splits)
+        self._send(s, slot.attempt, ReaderRegistered(incarnation=body.incarnation, attempt=slot.attempt))
+        log.info("subtask %d registered as attempt %d from %s", s, slot.attempt, body.location or "?")
+        self._reconcile_reported_splits(slot, body)
+        self.enumerator.add_reader(s)
+
+    def _reconcile_reported_splits(self, slot: SubtaskSlot, body: ReaderRegistration) -> None:
+        """FLIP-537: with reassignment on recovery, everything the subtask held goes to the
+        enumerator; otherwise the reader keeps what it restored and the coordinator takes
+        back only what the coordinator attributes to it but the reader did not restore."""
+        s = slot.subtask
+        reported = {split["split_id"]: split for split in body.reported_splits}
+        reported_is_current = body.restored_checkpoint_id is not None and (
+            slot.checkpoint_id is None or body.restored_checkpoint_id >= slot.checkpoint_id
+        )
+        if self._reassign_on_recovery:
+            released = self.tracker.take_all(s, reported if reported_is_current else None)
+            self._release(slot, ReleaseReason.RECOVERY, None, released)
+            return
+        owned = self.tracker.owned_ids(s)
+        conflicts = [sid for sid in reported if sid not in owned]
+        if conflicts:
+            self.metrics.counter("reported_split_conflicts", len(conflicts))
+            log.warning(
+                "subtask %d restored %d splits the coordinator does not attribute to it (e.g. %s); "
+                "restore readers from acknowledged checkpoints only",
+                s,
+                len(conflicts),
+                conflicts[:5],
+            )
+        self._release(slot, ReleaseReason.RECOVERY, None, self.tracker.take(s, sorted(owned - reported.keys())))
+
+    def _on_checkpoint(self, slot: SubtaskSlot, body: CheckpointAck) -> None:
+        if body.applied_seq > slot.seq:
+            self.metrics.counter("invalid_checkpoint_acks")
+            log.warning("subtask %d acknowledged seq %d but only %d were sent; ignored", slot.subtask, body.applied_seq, slot.seq)
+            return
+        outcome = self.tracker.on_checkpoint(slot.subtask, body.applied_seq, body.splits)
+        slot.checkpoint_id = body.checkpoint_id
+        if outcome.unknown:
+            self.metrics.counter("checkpointed_splits_not_owned", len(outcome.unknown))
+        if outcome.missing:
+            # Keep them: a split leaves ownership only through SplitsFinished or a release.
+            self.metrics.counter("splits_missing_from_checkpoint", len(outcome.missing))
+
+    def _on_leaving(self, slot: SubtaskSlot, body: ReaderLeaving) -> None:
+        positions = {split["split_id"]: split for split in body.splits}
+        released = self.tracker.take_all(slot.subtask, positions)
+        attempt = slot.attempt
+        slot.state = SlotState.LEFT
+        self.watermarks.remove(slot.subtask)
+        log.info("subtask %d attempt %d left; %d splits return to the enumerator", slot.subtask, attempt, len(released))
+        self._release(slot, ReleaseReason.LEFT, None, released, always=True)
+
+    # -- failures and time ------------------------------------------------------
+
+    def _fail_attempt(self, slot: SubtaskSlot, reason: ReleaseReason, now_ms: int) -> None:
+        """Semantics 3: splits assigned after the last CheckpointAck go back to the enumerator."""
+        failed = slot.attempt
+        slot.state = SlotState.FAILED
+        slot.failed_at_ms = now_ms
+        self.metrics.counter(f"attempts_failed_{reason.value}")
+        released = self.tracker.take_uncheckpointed(slot.subtask)
+        log.warning(
+            "subtask %d attempt %d failed (%s): %d uncheckpointed splits return to the enumerator, %d stay for its next attempt",
+            slot.subtask,
+            failed,
+            reason.value,
+            len(released),
+            self.tracker.owned_count(slot.subtask),
+        )
+        if self.watermarks.remove(slot.subtask):
+            self._announce_watermark(now_ms)
+        self._release(slot, reason, failed, released, always=True)
+
+    def _release(
+        self,
+        slot: SubtaskSlot,
+        reason: ReleaseReason,
+        failed_attempt: int | None,
+        released: Sequence[WireSplit],
+        always: bool = False,
+    ) -> None:
+        """Tell the topics (for the audit and the reader) and then the enumerator."""
+        if not released and not always:
+            return
+        body = SplitsReleased(
+            reason=reason.value, failed_attempt=failed_attempt, split_ids=[s["split_id"] for s in released]
+        )
+        self._send(slot.subtask, slot.attempt, body)
+        if released:
+            self.enumerator.add_splits_back([self._codec.from_wire(s) for s in released], slot.subtask)
+
+    def _on_tick(self, now_ms: int) -> None:
+        for slot in self.slots:
+            if slot.live and now_ms - slot.last_seen_ms > self.config.session_timeout_ms:
+                self._fail_attempt(slot, ReleaseReason.SESSION_TIMEOUT, now_ms)
+            elif (
+                slot.state is SlotState.FAILED
+                and slot.failed_at_ms is not None
+                and now_ms - slot.failed_at_ms > self.config.reader_departure_timeout_ms
+                and self.tracker.owned_count(slot.subtask) > 0
+            ):
+                released = self.tracker.take_all(slot.subtask)
+                log.warning("subtask %d departed: no attempt for %d ms; its %d checkpointed splits return to the enumerator",
+                            slot.subtask, self.config.reader_departure_timeout_ms, len(released))
+                self._release(slot, ReleaseReason.DEPARTED, None, released)
+        if self._last_announce_ms is None or now_ms - self._last_announce_ms >= self.config.watermark_announce_interval_ms:
+            self._announce_watermark(now_ms, force=True)
+
+    def _announce_watermark(self, now_ms: int, force: bool = False) -> None:
+        state = self.watermarks.state
+        current = (state.low_watermark, state.max_allowed_watermark)
+        if state.low_watermark is None or (not force and current == self._announced):
+            return
+        self._announced = current
+        self._last_announce_ms = now_ms
+        body = WatermarkAnnouncement(low_watermark=state.low_watermark, max_allowed_watermark=state.max_allowed_watermark)
+        for slot in self.slots:
+            if slot.live:
+                self._send(slot.subtask, slot.attempt, body)
+
+    # -- what the enumerator context does ---------------------------------------
+
+    def _assign(self, assignment: Mapping[int, Sequence[SplitT]]) -> None:
+        for s in assignment:
+            if not (0 <= s < self.config.max_parallelism) or not self.slots[s].live:
+                raise NoLiveReaderError(s)
+        wire = {s: [self._codec.to_wire(split) for split in splits] for s, splits in assignment.items() if splits}
+        for s, splits in wire.items():
+            self.tracker.check_assignable(s, (split["split_id"] for split in splits))
+        for s, splits in wire.items():
+            slot = self.slots[s]
+            for chunk in self._chunks(splits):
+                slot.seq += 1
+                self.tracker.record_assignment(s, slot.seq, chunk)
+                self._send(s, slot.attempt, AddSplits(seq=slot.seq, splits=chunk))
+            self.metrics.counter("splits_assigned", len(splits))
+
+    def _chunks(self, splits: list[WireSplit]) -> list[list[WireSplit]]:
+        """Cut an assignment so that no AddSplits record exceeds max_message_bytes."""
+        limit = self.config.max_message_bytes - _ENVELOPE_OVERHEAD_BYTES
+        chunks: list[list[WireSplit]] = [[]]
+        size = 0
+        for split in splits:
+            n = len(orjson.dumps(split)) + 1
+            if chunks[-1] and size + n > limit:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(split)
+            size += n
+        return chunks
+
+    def _signal_no_more_splits(self, subtask: int) -> None:
+        slot = self.slots[subtask]
+        if not slot.live:
+            raise NoLiveReaderError(subtask)
+        if slot.no_more_splits:
+            return
+        slot.no_more_splits = True
+        slot.seq += 1
+        self._send(subtask, slot.attempt, NoMoreSplits(seq=slot.seq))
+
+    def _send_event(self, subtask: int, event: Any, attempt: int | None) -> None:
+        slot = self.slots[subtask] if 0 <= subtask < len(self.slots) else None
+        if slot is None or not slot.live or (attempt is not None and attempt != slot.attempt):
+            self.metrics.counter("source_events_dropped")  # semantics 6: loss-tolerant by contract
+            return
+        self._send(subtask, slot.attempt, CoordinatorSourceEvent(payload=event))
+
+    def _call_async(
+        self,
+        fn: Callable[[], Any],
+        handler: Callable[[Any, BaseException | None], None],
+        initial_delay_ms: int,
+        period_ms: int,
+    ) -> None:
+        call_id = self._next_call_id
+        self._next_call_id += 1
+        self._async_handlers[call_id] = handler
+        self._effects.async_calls.append(AsyncCall(call_id, fn, initial_delay_ms, period_ms))
+
+
+class _CoreContext(SplitEnumeratorContext[SplitT]):
+    """The enumerator's view of the coordinator; every call lands in the current step's effects."""
+
+    def __init__(self, core: CoordinatorCore[SplitT]) -> None:
+        self._core = core
+
+    def current_parallelism(self) -> int:
+        return self._core.config.max_parallelism
+
+    def registered_readers(self) -> Mapping[int, ReaderInfo[SplitT]]:
+        return {s: self._core.reader_info(s) for s in self._core.live_subtasks()}
+
+    def outstanding_split_count(self) -> int:
+        return self._core.tracker.total_owned()
+
+    def assign_splits(self, assignment: SplitsAssignment[SplitT] | Mapping[int, Sequence[SplitT]]) -> None:
+        mapping = assignment.assignment if isinstance(assignment, SplitsAssignment) else assignment
+        self._core._assign(mapping)
+
+    def signal_no_more_splits(self, subtask: int) -> None:
+        self._core._signal_no_more_splits(subtask)
+
+    def send_event_to_source_reader(self, subtask: int, event: Any, attempt: int | None = None) -> None:
+        self._core._send_event(subtask, event, attempt)
+
+    def call_async(
+        self,
+        callable_: Callable[[], Any],
+        handler: Callable[[Any, BaseException | None], None],
+        initial_delay_ms: int = 0,
+        period_ms: int = 0,
+    ) -> None:
+        self._core._call_async(callable_, handler, initial_delay_ms, period_ms)
+
+    @property
+    def metrics(self) -> EnumeratorMetrics:
+        return self._core.metrics
