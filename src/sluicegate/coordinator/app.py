@@ -1,0 +1,9 @@
+"""The module `faust -A sluicegate.coordinator.app worker` loads: the coordinator app
+configured from SLUICEGATE_* variables (see CoordinatorSettings.from_env)."""
+
+from __future__ import annotations
+
+from sluicegate.coordinator.faust_app import build_app
+from sluicegate.coordinator.settings import CoordinatorSettings
+
+app = build_app(CoordinatorSettings.from_env())
