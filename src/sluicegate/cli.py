@@ -1,0 +1,36 @@
+"""The `sluicegate` command line: one sub-command per thing a person runs."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import typer
+from rich.logging import RichHandler
+
+from sluicegate.coordinator.commands import coordinator_command
+
+app = typer.Typer(
+    name="sluicegate",
+    help="Flink-style split coordination (FLIP-27) over Kafka.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.command("coordinator")(coordinator_command)
+
+
+def _setup_logging() -> None:
+    level = os.environ.get("SLUICEGATE_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(
+        level=level,
+        format="%(name)s: %(message)s",
+        datefmt="[%X]",
+        handlers=[RichHandler(show_path=False, rich_tracebacks=True)],
+    )
+    for noisy in ("aiokafka", "kafka", "faust", "mode", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main() -> None:
+    _setup_logging()
+    app()
