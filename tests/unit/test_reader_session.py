@@ -1,0 +1,534 @@
+"""ReaderSession: the reader's side of docs/protocol.md, without Kafka."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sluicegate_connectors.sequence import SequenceOptions, SequenceSource
+
+from sluicegate.api import (
+    Boundedness,
+    InputStatus,
+    ReadResult,
+    Record,
+    Source,
+    SourceReader,
+    SourceReaderContext,
+    SplitEnumerator,
+    SplitEnumeratorContext,
+    WireSplit,
+)
+from sluicegate.protocol import (
+    AddSplits,
+    CoordinatorSourceEvent,
+    Envelope,
+    NoMoreSplits,
+    ReaderRegistered,
+    ReaderSourceEvent,
+    RequestSplit,
+    SplitsReleased,
+    WatermarkAnnouncement,
+    decode,
+    encode,
+    envelope,
+)
+from sluicegate.protocol.messages import Body, Direction
+from sluicegate.reader.session import Disposition, Phase, ReaderSession
+from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
+from sluicegate.reader.watermark import SplitWatermarks
+
+SOURCE = "orders"
+SUBTASK = 3
+
+
+# -- a connector without reassignment on recovery, which records what it is told --
+
+
+@dataclass
+class FakeSplit:
+    split_id: str
+    position: int = 0
+    end: int = 3
+
+
+class FakeCodec:
+    def to_wire(self, split: FakeSplit) -> WireSplit:
+        return {"split_id": split.split_id, "position": split.position, "end": split.end}
+
+    def from_wire(self, data: Mapping[str, Any]) -> FakeSplit:
+        return FakeSplit(data["split_id"], data.get("position", 0), data.get("end", 3))
+
+
+class FakeReader(SourceReader[FakeSplit]):
+    def __init__(self, context: SourceReaderContext) -> None:
+        self.context = context
+        self.splits: dict[str, FakeSplit] = {}
+        self.added: list[str] = []
+        self.no_more = False
+        self.events: list[Any] = []
+        self.paused: set[str] = set()
+        self.closed = False
+        self.completed: list[int] = []
+
+    def add_splits(self, splits: Sequence[FakeSplit]) -> None:
+        for s in splits:
+            self.splits[s.split_id] = FakeSplit(s.split_id, s.position, s.end)
+            self.added.append(s.split_id)
+
+    def next_batch(self, max_records: int) -> ReadResult:
+        result = ReadResult()
+        for split in list(self.splits.values()):
+            if split.split_id in self.paused:
+                continue
+            result.records.append(Record(split.split_id, split.position, 1000 * split.position))
+            split.position += 1
+            if split.position >= split.end:
+                result.finished_split_ids.append(split.split_id)
+                del self.splits[split.split_id]
+        active = [s for s in self.splits if s not in self.paused]
+        result.status = InputStatus.MORE_AVAILABLE if active else InputStatus.NOTHING_AVAILABLE
+        return result
+
+    def snapshot_state(self, checkpoint_id: int) -> list[FakeSplit]:
+        return [FakeSplit(s.split_id, s.position, s.end) for s in self.splits.values()]
+
+    def notify_no_more_splits(self) -> None:
+        self.no_more = True
+
+    def handle_source_event(self, event: Any) -> None:
+        self.events.append(event)
+        self.context.send_source_event({"echo": event})
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.completed.append(checkpoint_id)
+
+    def pause_or_resume_splits(self, to_pause: Sequence[str], to_resume: Sequence[str]) -> None:
+        self.paused.update(to_pause)
+        self.paused.difference_update(to_resume)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeSource(Source[FakeSplit]):
+    """No SupportsSplitReassignmentOnRecovery: restored splits stay with the reader."""
+
+    def __init__(self) -> None:
+        self.readers: list[FakeReader] = []
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> FakeSource:
+        return cls()
+
+    @property
+    def boundedness(self) -> Boundedness:
+        return Boundedness.BOUNDED
+
+    @property
+    def split_codec(self) -> FakeCodec:
+        return FakeCodec()
+
+    def create_enumerator(
+        self, context: SplitEnumeratorContext[FakeSplit]
+    ) -> SplitEnumerator[FakeSplit]:
+        raise NotImplementedError
+
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[FakeSplit], checkpoint: Any
+    ) -> SplitEnumerator[FakeSplit]:
+        raise NotImplementedError
+
+    def create_reader(self, context: SourceReaderContext) -> FakeReader:
+        reader = FakeReader(context)
+        self.readers.append(reader)
+        return reader
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def to_reader(body: Body, attempt: int | None, epoch: int = 1, subtask: int = SUBTASK) -> Envelope:
+    """An envelope as it arrives: encoded and decoded, so the schemas are checked too."""
+    env = envelope(body, source=SOURCE, subtask=subtask, attempt=attempt, epoch=epoch, ts=1)
+    return decode(encode(env), Direction.TO_READER)
+
+
+def split(sid: str, position: int = 0, end: int = 3) -> WireSplit:
+    return {"split_id": sid, "position": position, "end": end}
+
+
+def fake_session(
+    restored: ReaderCheckpoint | None = None,
+) -> tuple[ReaderSession[FakeSplit], FakeSource]:
+    source = FakeSource()
+    return ReaderSession(SOURCE, SUBTASK, source, location="host-a:42", restored=restored), source
+
+
+def registered(session: ReaderSession[Any], attempt: int = 1, epoch: int = 1) -> None:
+    reg = session.begin_registration()
+    out = session.on_message(to_reader(ReaderRegistered(reg.incarnation, attempt), attempt, epoch))
+    assert out is Disposition.REGISTERED
+    assert session.attempt == attempt
+
+
+def checkpoint(
+    cid: int, applied_seq: int, splits: list[WireSplit], epoch: int = 1
+) -> ReaderCheckpoint:
+    return ReaderCheckpoint(SOURCE, SUBTASK, cid, applied_seq, splits, epoch=epoch, attempt=1)
+
+
+def drain(session: ReaderSession[Any], rounds: int = 20) -> list[Record]:
+    records: list[Record] = []
+    for _ in range(rounds):
+        records.extend(session.read(100).records)
+    return records
+
+
+# -- registration ----------------------------------------------------------------
+
+
+def test_registration_reports_the_restored_checkpoint() -> None:
+    restored = checkpoint(7, 4, [split("a", 1)], epoch=2)
+    session, _ = fake_session(restored)
+    reg = session.begin_registration()
+    assert reg.reported_splits == [split("a", 1)]
+    assert reg.restored_checkpoint_id == 7
+    assert reg.location == "host-a:42"
+    assert session.phase is Phase.REGISTERING
+    env = session.envelope(reg, now_ms=5)
+    assert (
+        env.attempt is None
+        and env.epoch == 2
+        and env.subtask == SUBTASK
+        and env.type == "ReaderRegistration"
+    )
+
+
+def test_fresh_registration_reports_nothing() -> None:
+    session, _ = fake_session()
+    reg = session.begin_registration()
+    assert reg.reported_splits == [] and reg.restored_checkpoint_id is None
+
+
+def test_only_our_incarnation_registers_us() -> None:
+    session, source = fake_session()
+    reg = session.begin_registration()
+    other = to_reader(ReaderRegistered("someone-else", 4), 4)
+    assert session.on_message(other) is Disposition.IGNORED_ATTEMPT
+    assert session.phase is Phase.REGISTERING and not source.readers
+    assert (
+        session.on_message(to_reader(ReaderRegistered(reg.incarnation, 5), 5))
+        is Disposition.REGISTERED
+    )
+    assert session.active and session.attempt == 5
+    assert session.envelope(session.heartbeat(), 1).attempt == 5
+
+
+def test_messages_before_registration_are_ignored() -> None:
+    session, _ = fake_session()
+    session.begin_registration()
+    assert (
+        session.on_message(to_reader(AddSplits(1, [split("a")]), 1)) is Disposition.IGNORED_ATTEMPT
+    )
+    assert session.applied_seq == 0
+
+
+def test_without_reassignment_the_reader_keeps_its_restored_splits() -> None:
+    restored = checkpoint(3, 2, [split("a", 1), split("b", 2)])
+    session, source = fake_session(restored)
+    registered(session)
+    assert source.readers[0].added == ["a", "b"]
+    assert list(session.owned) == ["a", "b"]
+    assert session.applied_seq == 2
+
+
+def test_with_reassignment_restored_splits_go_back_through_the_coordinator() -> None:
+    source = SequenceSource(SequenceOptions(splits=2, records_per_split=5))
+    restored = checkpoint(3, 2, [{"split_id": "seq-00000", "start": 0, "end": 5, "position": 2}])
+    session: ReaderSession[Any] = ReaderSession(
+        SOURCE, SUBTASK, source, location="h:1", restored=restored
+    )
+    reg = session.begin_registration()
+    assert reg.reported_splits == restored.splits
+    registered(session)
+    assert not session.owned
+    assert session.read(10).records == []
+    # the coordinator hands it back (seq 3, after the checkpointed seq 2)
+    assert session.on_message(to_reader(AddSplits(3, restored.splits), 1)) is Disposition.APPLIED
+    values = [r.value for r in drain(session)]
+    assert values == [2, 3, 4]
+    assert session.finished_pending == ["seq-00000"]
+
+
+# -- assignments ----------------------------------------------------------------------
+
+
+def test_add_splits_apply_in_seq_order_and_old_seqs_are_skipped() -> None:
+    session, source = fake_session(checkpoint(1, 2, []))
+    registered(session)
+    assert session.on_message(to_reader(AddSplits(2, [split("old")]), 1)) is Disposition.SKIPPED_SEQ
+    assert session.on_message(to_reader(AddSplits(3, [split("a")]), 1)) is Disposition.APPLIED
+    assert session.on_message(to_reader(AddSplits(3, [split("a")]), 1)) is Disposition.SKIPPED_SEQ
+    assert session.on_message(to_reader(AddSplits(5, [split("b")]), 1)) is Disposition.APPLIED
+    assert source.readers[0].added == ["a", "b"]
+    assert session.applied_seq == 5
+
+
+def test_messages_to_other_attempts_and_older_epochs_are_ignored() -> None:
+    session, source = fake_session()
+    registered(session, attempt=2, epoch=3)
+    assert (
+        session.on_message(to_reader(AddSplits(1, [split("x")]), 1, epoch=3))
+        is Disposition.IGNORED_ATTEMPT
+    )
+    assert (
+        session.on_message(to_reader(AddSplits(1, [split("y")]), 2, epoch=2))
+        is Disposition.IGNORED_EPOCH
+    )
+    assert (
+        session.on_message(to_reader(AddSplits(1, [split("z")]), 2, epoch=4)) is Disposition.APPLIED
+    )
+    assert session.highest_epoch == 4
+    assert source.readers[0].added == ["z"]
+    assert session.envelope(session.heartbeat(), 1).epoch == 4
+
+
+def test_a_split_held_already_is_not_added_twice() -> None:
+    session, source = fake_session()
+    registered(session)
+    session.on_message(to_reader(AddSplits(1, [split("a")]), 1))
+    session.on_message(to_reader(AddSplits(2, [split("a"), split("b")]), 1))
+    assert source.readers[0].added == ["a", "b"]
+    assert session.applied_seq == 2
+
+
+def test_no_more_splits_then_every_split_finished_is_the_bounded_end() -> None:
+    session, source = fake_session()
+    registered(session)
+    session.on_message(to_reader(AddSplits(1, [split("a"), split("b")]), 1))
+    assert session.on_message(to_reader(NoMoreSplits(1), 1)) is Disposition.SKIPPED_SEQ
+    assert session.on_message(to_reader(NoMoreSplits(2), 1)) is Disposition.APPLIED
+    assert source.readers[0].no_more and session.applied_seq == 2
+    assert not session.is_finished
+    records = drain(session)
+    assert sorted((r.split_id, r.value) for r in records) == [
+        ("a", 0),
+        ("a", 1),
+        ("a", 2),
+        ("b", 0),
+        ("b", 1),
+        ("b", 2),
+    ]
+    assert session.is_finished
+    assert sorted(session.finished_pending) == ["a", "b"]
+    assert session.maybe_request_split(10_000) is None
+
+
+def test_request_split_when_idle_at_most_once_a_second() -> None:
+    session, _ = fake_session()
+    registered(session)
+    assert session.maybe_request_split(0) is None  # nothing read yet: don't know
+    session.read(10)
+    assert session.nothing_to_read
+    assert session.maybe_request_split(1_000) == RequestSplit(hostname="host-a")
+    assert session.maybe_request_split(1_500) is None
+    assert session.maybe_request_split(2_000) == RequestSplit(hostname="host-a")
+    session.on_message(to_reader(AddSplits(1, [split("a", end=100)]), 1))
+    assert session.maybe_request_split(5_000) is None
+    session.read(10)
+    assert session.maybe_request_split(6_000) is None
+
+
+def test_source_events_both_ways() -> None:
+    session, source = fake_session()
+    registered(session)
+    assert session.on_message(to_reader(CoordinatorSourceEvent({"k": 1}), 1)) is Disposition.APPLIED
+    assert source.readers[0].events == [{"k": 1}]
+    assert session.take_outbox() == [ReaderSourceEvent(payload={"echo": {"k": 1}})]
+    assert session.take_outbox() == []
+
+
+# -- fencing ---------------------------------------------------------------------------
+
+
+def test_splits_released_for_our_attempt_fences_and_restores_the_last_checkpoint() -> None:
+    session, source = fake_session()
+    registered(session, attempt=1)
+    session.on_message(to_reader(AddSplits(1, [split("a", end=10)]), 1))
+    session.read(1)
+    plan = session.prepare_checkpoint()
+    session.checkpoint_committed(plan)
+    session.on_message(to_reader(AddSplits(2, [split("b", end=10)]), 1))
+    session.read(1)
+    # the release of another attempt's failure is not ours
+    assert session.on_message(to_reader(SplitsReleased("fenced", 0, []), 1)) is Disposition.APPLIED
+    assert session.active
+    out = session.on_message(to_reader(SplitsReleased("session-timeout", 1, ["b"]), 1))
+    assert out is Disposition.FENCED
+    assert session.phase is Phase.UNREGISTERED and source.readers[0].closed
+    assert not session.owned and session.reader is None
+    reg = session.begin_registration()
+    assert reg.restored_checkpoint_id == 1
+    assert reg.reported_splits == [split("a", 1, 10)]
+    session.on_message(to_reader(ReaderRegistered(reg.incarnation, 2), 2))
+    assert session.attempt == 2 and session.applied_seq == 1
+    assert source.readers[1].added == ["a"]  # FakeSource keeps restored splits
+    assert source.readers[1].splits["a"].position == 1
+
+
+def test_a_newer_incarnation_fences_us() -> None:
+    session, _ = fake_session()
+    registered(session, attempt=3)
+    assert (
+        session.on_message(to_reader(ReaderRegistered("older", 2), 2))
+        is Disposition.IGNORED_ATTEMPT
+    )
+    assert session.active
+    assert session.on_message(to_reader(ReaderRegistered("newer", 4), 4)) is Disposition.FENCED
+    assert session.phase is Phase.UNREGISTERED
+    assert session.fenced_reason and "newer" in session.fenced_reason
+
+
+def test_self_fence_drops_state() -> None:
+    session, source = fake_session()
+    registered(session)
+    session.on_message(to_reader(AddSplits(1, [split("a")]), 1))
+    session.self_fence("no heartbeat")
+    assert session.phase is Phase.UNREGISTERED and not session.owned and source.readers[0].closed
+    assert session.begin_registration().reported_splits == []
+
+
+def test_release_without_failure_does_not_fence() -> None:
+    session, _ = fake_session()
+    registered(session)
+    out = session.on_message(to_reader(SplitsReleased("recovery", None, ["x"]), 1))
+    assert out is Disposition.APPLIED and session.active
+
+
+# -- checkpoints -------------------------------------------------------------------------
+
+
+def test_checkpoint_carries_positions_applied_seq_and_finished_splits() -> None:
+    session, source = fake_session(checkpoint(4, 0, [], epoch=2))
+    registered(session, attempt=6, epoch=2)
+    session.on_message(to_reader(AddSplits(1, [split("a", end=1), split("b", end=5)]), 6, epoch=2))
+    session.read(10)
+    plan = session.prepare_checkpoint()
+    assert plan.checkpoint_id == 5
+    assert plan.checkpoint == ReaderCheckpoint(
+        SOURCE, SUBTASK, 5, 1, [split("b", 1, 5)], epoch=2, attempt=6, no_more_splits=False
+    )
+    assert plan.finished_split_ids == ["a"] and plan.records_since_last == 2
+    ack = plan.ack()
+    assert (ack.checkpoint_id, ack.applied_seq, ack.splits) == (5, 1, [split("b", 1, 5)])
+    finished = plan.splits_finished()
+    assert finished is not None and finished.split_ids == ["a"]
+    # not committed yet: the next attempt would still carry "a" as finished-pending
+    session.read(1)
+    session.checkpoint_committed(plan)
+    assert session.finished_pending == []
+    assert session.last_checkpoint == plan.checkpoint
+    assert source.readers[0].completed == [5]
+    nxt = session.prepare_checkpoint()
+    assert nxt.checkpoint_id == 6 and nxt.splits_finished() is None and nxt.records_since_last == 1
+
+
+def test_uncommitted_finished_splits_stay_pending() -> None:
+    session, _ = fake_session()
+    registered(session)
+    session.on_message(to_reader(AddSplits(1, [split("a", end=1)]), 1))
+    session.read(10)
+    first = session.prepare_checkpoint()  # pretend its transaction failed
+    second = session.prepare_checkpoint()
+    assert first.finished_split_ids == second.finished_split_ids == ["a"]
+    assert first.checkpoint_id == second.checkpoint_id == 1
+
+
+def test_leaving_state_record_has_no_splits() -> None:
+    session, _ = fake_session()
+    registered(session)
+    session.on_message(to_reader(AddSplits(1, [split("a", end=10)]), 1))
+    session.read(2)
+    plan = session.prepare_checkpoint()
+    session.checkpoint_committed(plan)
+    leaving = session.leaving_checkpoint()
+    assert leaving.splits == [] and leaving.checkpoint_id == 1 and leaving.applied_seq == 1
+
+
+# -- watermarks --------------------------------------------------------------------------
+
+
+def test_heartbeat_watermark_is_min_over_unfinished_splits() -> None:
+    session, _ = fake_session()
+    registered(session)
+    hb = session.heartbeat()
+    assert hb.watermark is None and hb.idle
+    session.on_message(to_reader(AddSplits(1, [split("a", 0, end=2), split("b", 5, end=9)]), 1))
+    hb = session.heartbeat()
+    assert hb.watermark is None and not hb.idle
+    session.read(10)  # a@0 -> 0 ms, b@5 -> 5000 ms
+    assert session.heartbeat().watermark == 0
+    session.read(10)  # a finishes at 1000 ms; b at 6000 ms
+    assert session.heartbeat().watermark == 6000
+    drain(session)
+    assert session.heartbeat() == session.heartbeat().__class__(watermark=None, idle=True)
+
+
+def test_alignment_pauses_splits_past_the_allowed_watermark_and_resumes_them() -> None:
+    session, source = fake_session()
+    registered(session)
+    session.on_message(
+        to_reader(AddSplits(1, [split("slow", 0, end=100), split("fast", 50, end=100)]), 1)
+    )
+    session.read(10)  # slow at 0 ms, fast at 50000 ms
+    session.on_message(to_reader(WatermarkAnnouncement(0, 10_000), 1))
+    reader = source.readers[0]
+    assert reader.paused == {"fast"}
+    session.read(10)
+    assert session.watermarks.split_watermark("fast") == 50_000
+    session.on_message(to_reader(WatermarkAnnouncement(40_000, 60_000), 1))
+    assert reader.paused == set()
+    assert session.low_watermark == 40_000
+    session.on_message(to_reader(WatermarkAnnouncement(40_000, None), 1))
+    assert reader.paused == set()
+
+
+def test_split_watermarks_ignore_unknown_splits() -> None:
+    wm = SplitWatermarks()
+    wm.add(["a"])
+    wm.observe([Record("a", 1, 5), Record("zzz", 1, 1), Record("a", 2, None), Record("a", 3, 4)])
+    assert wm.current() == 5 and wm.split_ids == ["a"]
+    assert wm.align(3).to_pause == ["a"]
+    assert wm.align(3).to_pause == []
+    assert wm.align(None).to_resume == ["a"]
+
+
+# -- state record ---------------------------------------------------------------------------
+
+
+def test_state_record_round_trip_and_errors() -> None:
+    cp = checkpoint(9, 4, [split("a", 2)], epoch=3)
+    assert ReaderCheckpoint.decode(cp.encode()) == cp
+    with pytest.raises(StateRecordError):
+        ReaderCheckpoint.decode(b"not json")
+    with pytest.raises(StateRecordError):
+        ReaderCheckpoint.decode(b'{"v": 99}')
+    with pytest.raises(StateRecordError):
+        ReaderCheckpoint.decode(b'{"v": 1, "source": "s", "subtask": 0}')
+    with pytest.raises(StateRecordError):
+        ReaderCheckpoint.decode(
+            b'{"v": 1, "source": "s", "subtask": 0, "checkpoint_id": 1, "applied_seq": 0, '
+            b'"epoch": 0, "splits": [{}]}'
+        )
+
+
+def test_messages_for_another_subtask_are_ignored() -> None:
+    session, _ = fake_session()
+    registered(session)
+    assert (
+        session.on_message(to_reader(AddSplits(1, [split("a")]), 1, subtask=SUBTASK + 1))
+        is Disposition.IGNORED_SOURCE
+    )
