@@ -344,6 +344,9 @@ class LocalKafkaBroker:
     port: int | None = None
     controller_port: int | None = None
     stop_timeout_s: float = 20.0
+    #: Linux only: the kernel sends the broker SIGTERM when the thread that started it dies
+    #: (for test sessions killed without teardown). Leave off for detached brokers.
+    die_with_parent: bool = False
     echo: Echo = _stderr_echo
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
@@ -550,6 +553,7 @@ class LocalKafkaBroker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent(os.getpid()) if self.die_with_parent else None,
             )
         state = {
             "pid": self._proc.pid,
@@ -653,6 +657,26 @@ class LocalKafkaBroker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
+    """A preexec_fn asking Linux to SIGTERM the child when its parent thread dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
 
 
 def _heap_mb(heap: str) -> int:
