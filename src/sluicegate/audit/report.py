@@ -1,0 +1,129 @@
+"""Audit results for people (rich tables) and for machines (one JSON object)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from sluicegate.audit.invariants import AuditResult
+
+MAX_VIOLATIONS_SHOWN = 20
+
+
+def to_json(result: AuditResult) -> dict[str, Any]:
+    return result.to_json()
+
+
+def to_json_bytes(result: AuditResult) -> bytes:
+    return orjson.dumps(to_json(result), option=orjson.OPT_SORT_KEYS)
+
+
+def violations_table(result: AuditResult, limit: int = MAX_VIOLATIONS_SHOWN) -> Table:
+    table = Table(title=f"{len(result.violations)} violation(s)", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("kind")
+    table.add_column("topic")
+    table.add_column("partition", justify="right")
+    table.add_column("offset", justify="right")
+    table.add_column("what broke", overflow="fold")
+    for i, v in enumerate(result.violations[:limit], 1):
+        loc = v.location
+        table.add_row(
+            str(i),
+            v.kind.value,
+            escape(loc.topic),
+            str(loc.partition),
+            str(loc.offset),
+            escape(v.message),
+        )
+    return table
+
+
+def subtasks_table(result: AuditResult) -> Table:
+    table = Table(title="subtasks", title_justify="left")
+    for name in (
+        "subtask",
+        "attempts",
+        "attempt",
+        "live",
+        "last seq",
+        "acked seq",
+        "owned",
+        "finished",
+        "fenced",
+    ):
+        table.add_column(name, justify="right")
+    for s in result.summary.subtasks:
+        table.add_row(
+            str(s.subtask),
+            str(s.attempts),
+            "-" if s.current_attempt is None else str(s.current_attempt),
+            "yes" if s.live else "no",
+            str(s.last_seq),
+            str(s.acked_seq),
+            str(s.owned),
+            str(s.finished),
+            str(s.fenced_messages),
+        )
+    return table
+
+
+def totals_table(result: AuditResult) -> Table:
+    summary = result.summary
+    table = Table(title="totals", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value", overflow="fold")
+    released = (
+        ", ".join(f"{reason}: {n}" for reason, n in summary.released_by_reason.items()) or "none"
+    )
+    undecodable = ", ".join(f"{topic}: {n}" for topic, n in summary.undecodable.items())
+    rows = [
+        ("replay order", summary.ordering.value),
+        ("records replayed", f"{summary.inbox_records} inbox, {summary.readers_records} readers"),
+        ("undecodable (dead-letter material)", f"{summary.undecodable_total} ({undecodable})"),
+        ("splits ever assigned", f"{summary.splits_assigned} ({summary.assignments} assignments)"),
+        ("splits finished", str(summary.splits_finished)),
+        ("splits currently owned", str(summary.splits_owned)),
+        ("splits released", released),
+        ("fenced reader messages", str(summary.fenced_messages)),
+        ("rejected reader messages", str(summary.rejected_messages)),
+        ("ignored checkpoint acks", str(summary.ignored_acks)),
+        ("epochs", ", ".join(map(str, summary.epochs)) or "none"),
+        ("low watermark", "none" if summary.low_watermark is None else str(summary.low_watermark)),
+        ("last cseq", "none" if summary.last_cseq is None else str(summary.last_cseq)),
+    ]
+    for what, value in rows:
+        table.add_row(what, escape(value))
+    return table
+
+
+def messages_table(result: AuditResult) -> Table:
+    table = Table(title="messages", title_justify="left")
+    table.add_column("topic:type")
+    table.add_column("count", justify="right")
+    for name, n in result.summary.messages_by_type.items():
+        table.add_row(escape(name), str(n))
+    return table
+
+
+def print_report(result: AuditResult, console: Console | None = None) -> None:
+    console = console or Console()
+    if result.violations:
+        console.print(violations_table(result))
+        hidden = len(result.violations) - MAX_VIOLATIONS_SHOWN
+        if hidden > 0:
+            console.print(f"... and {hidden} more violation(s) (use --json for all)")
+    console.print(subtasks_table(result))
+    console.print(totals_table(result))
+    console.print(messages_table(result))
+    for note in result.summary.notes:
+        console.print(f"note: {escape(note)}")
+    first = result.first_violation
+    if first is None:
+        console.print("[green]audit ok[/green]: no invariant of docs/protocol.md is broken")
+    else:
+        console.print(f"[red]audit failed[/red]: first violation at {escape(str(first))}")
