@@ -8,7 +8,9 @@ import os
 import typer
 from rich.logging import RichHandler
 
+from sluicegate.broker.commands import broker_app
 from sluicegate.coordinator.commands import coordinator_command
+from sluicegate.transport.topics_commands import topics_app
 
 app = typer.Typer(
     name="sluicegate",
@@ -17,6 +19,8 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.command("coordinator")(coordinator_command)
+app.add_typer(broker_app, name="broker")
+app.add_typer(topics_app, name="topics")
 
 
 def _setup_logging() -> None:

@@ -37,7 +37,8 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
     datadir.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         app_id,
-        broker=[f"kafka://{b.strip()}" for b in settings.bootstrap_servers.split(",")],
+        # sluicegate:// is Faust's aiokafka transport reading read_committed (faust_transport.py).
+        broker=[f"sluicegate://{b.strip()}" for b in settings.bootstrap_servers.split(",")],
         datadir=str(datadir),
         web_enabled=settings.web_port is not None,
         web_port=settings.web_port or 6066,
