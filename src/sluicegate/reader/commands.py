@@ -1,0 +1,141 @@
+"""`sluicegate reader`: run one reader subtask of a source as a standalone process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from sluicegate.api.errors import ConfigError
+from sluicegate.connectors import load_source, parse_options
+from sluicegate.reader.host import EXIT_CONFIG, ReaderHost, ReaderSettings
+from sluicegate.reader.output import OutputSpec
+
+log = logging.getLogger("sluicegate.reader")
+
+
+def reader_command(
+    source: Annotated[str, typer.Option("--source", help="The source name S.")],
+    subtask: Annotated[
+        int, typer.Option("--subtask", help="This reader's subtask K (0 <= K < max_parallelism).")
+    ],
+    connector: Annotated[
+        str, typer.Option("--connector", help="The connector (entry point name), e.g. sequence.")
+    ],
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output",
+            help="kafka:TOPIC (exactly-once, the topic must exist) or jsonl:PATH (at-least-once).",
+        ),
+    ],
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", help="A connector option key=value (repeatable)."),
+    ] = None,
+    namespace: Annotated[
+        str, typer.Option("--namespace", help="Topic namespace NS.")
+    ] = "sluicegate",
+    bootstrap_servers: Annotated[
+        str | None,
+        typer.Option(
+            "--bootstrap-servers",
+            envvar="KAFKA_BOOTSTRAP_SERVERS",
+            help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS).",
+        ),
+    ] = None,
+    checkpoint_interval_ms: Annotated[
+        int, typer.Option("--checkpoint-interval-ms", help="Checkpoint every N ms.")
+    ] = 2_000,
+    heartbeat_interval_ms: Annotated[
+        int, typer.Option("--heartbeat-interval-ms", help="Heartbeat every N ms.")
+    ] = 1_000,
+    max_batch: Annotated[
+        int, typer.Option("--max-batch", help="Most records read in one batch.")
+    ] = 10_000,
+    exit_when_finished: Annotated[
+        bool,
+        typer.Option(
+            "--exit-when-finished/--no-exit-when-finished",
+            help="Exit 0 once a bounded source's splits are all finished.",
+        ),
+    ] = True,
+    session_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            "--session-timeout-ms",
+            help="The coordinator's session timeout; with no heartbeat sent for longer, "
+            "the reader fences itself and registers again.",
+        ),
+    ] = 10_000,
+) -> None:
+    """Read splits of a source as subtask K, as the source's coordinator assigns them."""
+    try:
+        settings = ReaderSettings(
+            source=source,
+            subtask=subtask,
+            connector=connector,
+            output=OutputSpec.parse(output),
+            bootstrap_servers=bootstrap_servers or "",
+            options=parse_options(option or []),
+            namespace=namespace,
+            checkpoint_interval_ms=checkpoint_interval_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            max_batch=max_batch,
+            exit_when_finished=exit_when_finished,
+            session_timeout_ms=session_timeout_ms,
+        )
+        source_impl = load_source(settings.connector, settings.options)
+    except ConfigError as exc:
+        typer.echo(f"sluicegate reader: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    code = asyncio.run(run_reader(settings, source_impl))
+    raise typer.Exit(code)
+
+
+async def run_reader(settings: ReaderSettings, source: Any | None = None) -> int:
+    """Run a reader host with SIGTERM/SIGINT wired to a graceful stop (a second one: at once)."""
+    host = ReaderHost(settings, source)
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    signals_seen = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        name = signal.Signals(signum).name
+        if signals_seen == 1:
+            log.info("%s: stopping gracefully (send it again to stop at once)", name)
+            host.request_stop()
+        elif task is not None:
+            log.warning("%s again: stopping at once, without leaving", name)
+            task.cancel()
+
+    installed = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+            installed.append(signum)
+        except (NotImplementedError, RuntimeError):  # not the main thread / platform
+            pass
+    try:
+        return await host.run()
+    except asyncio.CancelledError:
+        return 130
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("aiokafka", "kafka"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,811 @@
+"""The standalone reader host: one subtask of one source, over Kafka (aiokafka).
+
+It drives a ``ReaderSession`` (the protocol, free of I/O) and does the I/O:
+
+1. waits for the control topics (readers never create them);
+2. starts its transactional producer (``transactional_id`` = ``NS.S.reader-K``),
+   which fences a zombie process of the same subtask and aborts its open
+   transaction;
+3. restores the subtask's last checkpoint from ``NS.S.reader-state``
+   (read_committed);
+4. registers: captures the read_committed end offset of partition K of
+   ``NS.S.readers``, sends ``ReaderRegistration``, consumes from that offset and
+   waits for ``ReaderRegistered`` with its incarnation;
+5. reads: connector batches to the output; coordinator messages to the session;
+   a checkpoint every ``checkpoint_interval_ms`` as ONE transaction holding
+   ``SplitsFinished``, the state record and ``CheckpointAck`` (and, for a Kafka
+   output, the data); heartbeats from a second, plain producer;
+6. ends: bounded sources after NoMoreSplits and every split finished (final
+   checkpoint, ``ReaderLeaving([])``); on SIGTERM/SIGINT a final checkpoint and
+   then, in one transaction, an empty state record and ``ReaderLeaving`` with
+   the positions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
+from sluicegate_topics import NAMESPACE_PATTERN, ControlTopics
+
+from sluicegate.api.errors import ConfigError
+from sluicegate.api.source import Source
+from sluicegate.connectors import load_source
+from sluicegate.coordinator.config import validate_source_name
+from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
+from sluicegate.protocol.dead_letter import DeadLetter
+from sluicegate.protocol.messages import Body, Direction, ReaderLeaving
+from sluicegate.reader.output import Output, OutputSpec, open_output
+from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
+from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
+from sluicegate.transport.topics import TopicApplyError, wait_for_topics
+
+log = logging.getLogger("sluicegate.reader")
+
+PROGRESS_INTERVAL_S = 5.0
+REGISTRATION_NOTICE_INTERVAL_S = 10.0
+IDLE_POLL_MS = 100
+BUSY_BACKOFF_MS = 5
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+FOREVER_S = 10.0**9
+
+
+@dataclass(frozen=True)
+class ReaderSettings:
+    """Everything a reader host needs; invalid values raise ConfigError naming the option."""
+
+    source: str
+    subtask: int
+    connector: str
+    output: OutputSpec
+    bootstrap_servers: str
+    options: Mapping[str, str] = field(default_factory=dict)
+    namespace: str = "sluicegate"
+    checkpoint_interval_ms: int = 2_000
+    heartbeat_interval_ms: int = 1_000
+    max_batch: int = 10_000
+    exit_when_finished: bool = True
+    session_timeout_ms: int = 10_000
+    """The coordinator's session timeout: with no heartbeat sent for longer, the reader
+    fences itself."""
+    topic_wait_timeout_s: float | None = None
+    """How long to wait for the topics (None: for ever)."""
+
+    def __post_init__(self) -> None:
+        validate_source_name(self.source, "--source")
+        if not NAMESPACE_PATTERN.fullmatch(self.namespace):
+            raise ConfigError(
+                "--namespace",
+                f"{self.namespace!r} must match {NAMESPACE_PATTERN.pattern}",
+            )
+        if not self.bootstrap_servers.strip():
+            raise ConfigError(
+                "--bootstrap-servers",
+                "not set: pass --bootstrap-servers or set KAFKA_BOOTSTRAP_SERVERS",
+            )
+        _at_least("--subtask", self.subtask, 0)
+        _at_least("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
+        _at_least("--heartbeat-interval-ms", self.heartbeat_interval_ms, 10)
+        _at_least("--max-batch", self.max_batch, 1)
+        _at_least("--session-timeout-ms", self.session_timeout_ms, 100)
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError(
+                "--heartbeat-interval-ms",
+                f"must be below the session timeout ({self.session_timeout_ms} ms), "
+                f"got {self.heartbeat_interval_ms}",
+            )
+        if not self.connector.strip():
+            raise ConfigError("--connector", "must name a connector")
+
+    @property
+    def transactional_id(self) -> str:
+        return f"{self.namespace}.{self.source}.reader-{self.subtask}"
+
+
+def _at_least(setting: str, value: int, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(setting, f"must be an integer >= {minimum}, got {value!r}")
+
+
+class ReaderTakenOver(RuntimeError):
+    """Another process of this subtask started its transactional producer: this one is a zombie."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _Stats:
+    dead_letters: int = 0
+    registrations: int = 0
+    fenced: int = 0
+    last_progress_s: float = field(default_factory=time.monotonic)
+    records_at_last_progress: int = 0
+
+
+class ReaderHost:
+    def __init__(
+        self,
+        settings: ReaderSettings,
+        source: Source[Any] | None = None,
+        *,
+        location: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.source: Source[Any] = (
+            source if source is not None else load_source(settings.connector, settings.options)
+        )
+        self.topics = ControlTopics.for_source(settings.source, settings.namespace)
+        self.location = location or f"{socket.gethostname()}:{os.getpid()}"
+        self.session: ReaderSession[Any] | None = None
+        self.stats = _Stats()
+        self._stop_requested = asyncio.Event()
+        self._txn: AIOKafkaProducer | None = None
+        self._plain: AIOKafkaProducer | None = None
+        self._control: AIOKafkaConsumer | None = None
+        self._output: Output | None = None
+        self._in_txn = False
+        self._last_contact_s = time.monotonic()
+        self._registration_sent_s: float | None = None
+        self._last_registration_notice_s = 0.0
+        self._finished_idle = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._readers_tp = TopicPartition(self.topics.readers, settings.subtask)
+
+    # -- life cycle ---------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Graceful stop (SIGTERM/SIGINT): final checkpoint, hand the splits back, exit 0."""
+        if not self._stop_requested.is_set():
+            log.info("stop requested: leaving after a final checkpoint")
+        self._stop_requested.set()
+
+    async def run(self) -> int:
+        """Run until the bounded end or a stop request; returns the process exit code."""
+        try:
+            if not await self._unless_stopped(self._start()):
+                log.info("stopped before the reader was ready")
+                return EXIT_OK
+            return await self._main_loop()
+        except ConfigError as exc:
+            log.error("%s", exc)
+            return EXIT_CONFIG
+        except ReaderTakenOver as exc:
+            log.error("%s", exc)
+            return EXIT_FAILED
+        finally:
+            await self._shutdown()
+
+    async def _unless_stopped(self, coro: Coroutine[Any, Any, None]) -> bool:
+        """Run ``coro`` unless a stop is requested first (then cancel it and return False)."""
+        work = asyncio.ensure_future(coro)
+        stop = asyncio.ensure_future(self._stop_requested.wait())
+        try:
+            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            work.cancel()
+            raise
+        finally:
+            stop.cancel()
+        if work.done():
+            work.result()
+            return True
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        return False
+
+    async def _start(self) -> None:
+        s = self.settings
+        names = [
+            self.topics.coordinator,
+            self.topics.readers,
+            self.topics.reader_state,
+            self.topics.dead_letter,
+        ]
+        if s.output.kind == "kafka":
+            names.append(s.output.target)
+        partitions = await self._wait_for_topics(names)
+        count = partitions[self.topics.readers]
+        if s.subtask >= count:
+            raise ConfigError(
+                "--subtask",
+                f"{s.subtask} has no partition in {self.topics.readers} "
+                f"({count} partitions: subtasks 0..{count - 1})",
+            )
+        self._txn = AIOKafkaProducer(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{s.transactional_id}.txn",
+            transactional_id=s.transactional_id,
+            enable_idempotence=True,
+            acks="all",
+            transaction_timeout_ms=min(900_000, max(60_000, 3 * s.checkpoint_interval_ms)),
+        )
+        self._plain = AIOKafkaProducer(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{s.transactional_id}.plain",
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=0,
+        )
+        await self._txn.start()  # init_transactions: fences a zombie of this subtask
+        await self._plain.start()
+        self._control = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{s.transactional_id}.control",
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+        )
+        await self._control.start()
+        self._control.assign([self._readers_tp])
+        restored = await self._restore()
+        self.session = ReaderSession(
+            s.source, s.subtask, self.source, location=self.location, restored=restored
+        )
+        self._output = open_output(s.output, self._txn_producer)
+        await self._output.open()
+        self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="reader-heartbeat"))
+
+    async def _wait_for_topics(self, names: list[str]) -> dict[str, int]:
+        """Wait for the topics (never creating them); an unreachable broker is retried too."""
+        s = self.settings
+        timeout = s.topic_wait_timeout_s
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = FOREVER_S if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await wait_for_topics(s.bootstrap_servers, names, left)
+            except TopicApplyError as exc:  # cannot reach Kafka (yet)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                log.warning("waiting for topics: %s", exc)
+                await asyncio.sleep(2.0)
+
+    async def _shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self.session is not None and self.session.phase is not Phase.CLOSED:
+            self.session.close()
+        if self._output is not None:
+            try:
+                await self._output.close()
+            except Exception:
+                log.exception("closing the output failed")
+        for client in (self._control, self._plain, self._txn):
+            if client is not None:
+                try:
+                    await client.stop()
+                except Exception as exc:  # stopping a fenced producer may raise
+                    log.debug("stopping a Kafka client: %s", exc)
+
+    # -- restore ------------------------------------------------------------------
+
+    async def _restore(self) -> ReaderCheckpoint | None:
+        s = self.settings
+        tp = TopicPartition(self.topics.reader_state, s.subtask)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{s.transactional_id}.restore",
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        try:
+            if s.subtask not in (
+                consumer.partitions_for_topic(self.topics.reader_state) or {s.subtask}
+            ):
+                raise ConfigError(
+                    "--subtask", f"{s.subtask} has no partition in {self.topics.reader_state}"
+                )
+            raw = await read_latest_value(consumer, tp, encode_key(s.subtask))
+        finally:
+            await consumer.stop()
+        if raw is None:
+            log.info(
+                "no checkpoint of subtask %d in %s: starting empty",
+                s.subtask,
+                self.topics.reader_state,
+            )
+            return None
+        try:
+            checkpoint = ReaderCheckpoint.decode(raw)
+        except StateRecordError as exc:
+            log.warning(
+                "the last checkpoint of subtask %d is unreadable (%s): starting empty",
+                s.subtask,
+                exc,
+            )
+            return None
+        if checkpoint.source != s.source or checkpoint.subtask != s.subtask:
+            log.warning(
+                "the checkpoint in %s is for source %r subtask %d, not ours: starting empty",
+                self.topics.reader_state,
+                checkpoint.source,
+                checkpoint.subtask,
+            )
+            return None
+        log.info(
+            "restored checkpoint %d of subtask %d: %d splits, applied seq %d, epoch %d",
+            checkpoint.checkpoint_id,
+            s.subtask,
+            len(checkpoint.splits),
+            checkpoint.applied_seq,
+            checkpoint.epoch,
+        )
+        return checkpoint
+
+    # -- the loop -----------------------------------------------------------------
+
+    async def _main_loop(self) -> int:
+        session = self._session
+        s = self.settings
+        last_checkpoint_s = time.monotonic()
+        last_batch = 0
+        while True:
+            if self._stop_requested.is_set():
+                await self._leave_gracefully()
+                self._summary("stopped")
+                return EXIT_OK
+            if session.phase is Phase.UNREGISTERED:
+                await self._register()
+                last_checkpoint_s = time.monotonic()
+            await self._poll_control(self._poll_timeout_ms(last_batch))
+            last_batch = 0
+            if session.active:
+                result = session.read(s.max_batch)
+                last_batch = len(result.records)
+                if result.records:
+                    await self._ensure_txn_for_output()
+                    await self._output_.write(s.subtask, result.records)
+                await self._flush_outbox()
+                if time.monotonic() - last_checkpoint_s >= s.checkpoint_interval_ms / 1000:
+                    last_checkpoint_s = time.monotonic()
+                    await self._checkpoint()
+                if session.is_finished and not self._finished_idle and await self._checkpoint():
+                    if s.exit_when_finished:
+                        await self._send_plain(ReaderLeaving(splits=[]), wait=True)
+                        log.info("all splits finished; left the source")
+                        self._summary("finished")
+                        return EXIT_OK
+                    self._finished_idle = True
+                    log.info(
+                        "all splits finished; staying registered and idle (--no-exit-when-finished)"
+                    )
+                await self._check_contact()
+            elif session.phase is Phase.REGISTERING:
+                self._registration_notice()
+            self._progress()
+            await asyncio.sleep(0)
+
+    def _poll_timeout_ms(self, last_batch: int) -> int:
+        """Do not wait for control records while there is data; back off a little when the
+        connector has splits but gave nothing (e.g. rate-limited); wait longer when idle."""
+        session = self._session
+        if not session.active or self._finished_idle:
+            return IDLE_POLL_MS
+        if last_batch:
+            return 0
+        return IDLE_POLL_MS if session.nothing_to_read else BUSY_BACKOFF_MS
+
+    async def _poll_control(self, timeout_ms: int) -> None:
+        assert self._control is not None
+        try:
+            batches = await self._control.getmany(
+                self._readers_tp, timeout_ms=timeout_ms, max_records=500
+            )
+        except KafkaError as exc:
+            log.warning("reading %s failed: %s", self.topics.readers, exc)
+            await asyncio.sleep(0.5)
+            return
+        for record in batches.get(self._readers_tp, []):
+            if not await self._on_control_record(record):
+                break  # fenced: the rest of the batch is for the failed attempt
+
+    async def _on_control_record(self, record: Any) -> bool:
+        session = self._session
+        try:
+            env = decode(record.value, Direction.TO_READER)
+        except DecodeError as exc:
+            await self._dead_letter(record, exc.kind.value, exc.detail)
+            return True
+        try:
+            outcome = session.on_message(env)
+        except Exception as exc:  # e.g. the connector's codec rejects a split
+            log.exception("could not apply %s at offset %d", env.type, record.offset)
+            await self._dead_letter(record, "rejected", f"{type(exc).__name__}: {exc}")
+            return True
+        if outcome is Disposition.REGISTERED:
+            self.stats.registrations += 1
+            self._registration_sent_s = None
+            self._last_contact_s = time.monotonic()
+            self._finished_idle = False
+            await self._flush_outbox()
+        elif outcome is Disposition.FENCED:
+            await self._recover_after_fence(session.fenced_reason or "fenced")
+            return False
+        return True
+
+    async def _register(self) -> None:
+        """Capture the end offset first, then register, then consume from that offset."""
+        assert self._control is not None
+        session = self._session
+        while True:
+            try:
+                end = (await self._control.end_offsets([self._readers_tp]))[self._readers_tp]
+                break
+            except KafkaError as exc:
+                log.warning("cannot read the end offset of %s: %s; retrying", self._readers_tp, exc)
+                await asyncio.sleep(1.0)
+        self._control.seek(self._readers_tp, end)
+        registration = session.begin_registration()
+        log.info(
+            "registering subtask %d of %s (incarnation %s, %d restored splits, checkpoint %s)",
+            self.settings.subtask,
+            self.settings.source,
+            registration.incarnation,
+            len(registration.reported_splits),
+            registration.restored_checkpoint_id,
+        )
+        while not await self._send_plain(registration, wait=True):
+            if self._stop_requested.is_set():
+                return
+            await asyncio.sleep(1.0)
+        now = time.monotonic()
+        self._registration_sent_s = now
+        self._last_registration_notice_s = now
+
+    def _registration_notice(self) -> None:
+        now = time.monotonic()
+        if (
+            self._registration_sent_s is not None
+            and now - self._last_registration_notice_s >= REGISTRATION_NOTICE_INTERVAL_S
+        ):
+            self._last_registration_notice_s = now
+            log.info(
+                "still waiting for the coordinator of %s to accept the registration (%.0f s)",
+                self.settings.source,
+                now - self._registration_sent_s,
+            )
+
+    async def _check_contact(self) -> None:
+        silent_s = time.monotonic() - self._last_contact_s
+        if silent_s * 1000 > self.settings.session_timeout_ms:
+            reason = (
+                f"no heartbeat could be sent for {silent_s:.1f} s "
+                f"(session timeout {self.settings.session_timeout_ms} ms)"
+            )
+            self._session.self_fence(reason)
+            await self._recover_after_fence(reason)
+
+    # -- checkpoints --------------------------------------------------------------
+
+    async def _checkpoint(self) -> bool:
+        """One checkpoint as one transaction; True once it is committed."""
+        session = self._session
+        output = self._output_
+        if not session.active:
+            return False
+        try:
+            await output.flush()
+            plan = session.prepare_checkpoint()
+            await self._ensure_txn()
+            futures = []
+            finished = plan.splits_finished()
+            if finished is not None:
+                futures.append(await self._txn_send_control(finished))
+            futures.append(await self._txn_send_state(plan.checkpoint))
+            futures.append(await self._txn_send_control(plan.ack()))
+            await asyncio.gather(*futures)
+            await self._txn_producer().commit_transaction()
+            self._in_txn = False
+        except ProducerFenced as exc:
+            raise self._taken_over() from exc
+        except (KafkaError, OSError) as exc:
+            log.warning("checkpoint %d failed: %s", session.next_checkpoint_id, exc)
+            await self._abort_txn()
+            output.discarded()
+            if output.exactly_once:
+                session.self_fence(
+                    "a checkpoint failed, so the records read since the last one were not committed"
+                )
+                await self._recover_after_fence("checkpoint failed")
+            return False
+        self._committed(plan)
+        return True
+
+    def _committed(self, plan: CheckpointPlan) -> None:
+        session = self._session
+        output = self._output_
+        session.checkpoint_committed(plan)
+        output.committed()
+        self._last_contact_s = time.monotonic()
+        log.info(
+            "checkpoint %d: %d splits, %d records since the last, %d splits finished, "
+            "applied seq %d",
+            plan.checkpoint_id,
+            len(plan.checkpoint.splits),
+            plan.records_since_last,
+            len(plan.finished_split_ids),
+            plan.checkpoint.applied_seq,
+        )
+
+    async def _leave_gracefully(self) -> None:
+        session = self._session
+        if not session.active:
+            log.info("stopping while not registered: the restored checkpoint stays as it was")
+            return
+        if not await self._checkpoint() or not session.active:
+            log.warning(
+                "the final checkpoint failed: leaving without handing splits back "
+                "(the coordinator will time the attempt out)"
+            )
+            return
+        last = session.last_checkpoint
+        splits = list(last.splits) if last else []
+        try:
+            await self._ensure_txn()
+            futures = [
+                await self._txn_send_state(session.leaving_checkpoint()),
+                await self._txn_send_control(ReaderLeaving(splits=splits)),
+            ]
+            await asyncio.gather(*futures)
+            await self._txn_producer().commit_transaction()
+            self._in_txn = False
+        except ProducerFenced as exc:
+            raise self._taken_over() from exc
+        except KafkaError as exc:
+            log.warning(
+                "could not send ReaderLeaving: %s (the coordinator will time the attempt out)", exc
+            )
+            await self._abort_txn()
+            return
+        log.info("leaving: handed %d splits back to the coordinator", len(splits))
+
+    async def _recover_after_fence(self, reason: str) -> None:
+        """Fenced: drop what was not checkpointed, re-affirm the last checkpoint, register again."""
+        session = self._session
+        self.stats.fenced += 1
+        await self._abort_txn()
+        self._output_.discarded()
+        last = session.last_checkpoint
+        if last is not None:
+            # Writing the last checkpoint again in a transaction proves this process still
+            # owns the subtask's transactional id: a zombie fails here and stops.
+            try:
+                await self._ensure_txn()
+                await asyncio.gather(await self._txn_send_state(last))
+                await self._txn_producer().commit_transaction()
+                self._in_txn = False
+            except ProducerFenced as exc:
+                raise self._taken_over() from exc
+            except KafkaError as exc:
+                log.warning("could not re-affirm checkpoint %d: %s", last.checkpoint_id, exc)
+                await self._abort_txn()
+        log.warning(
+            "fenced (%s): restoring checkpoint %s (%d splits, applied seq %d), registering again",
+            reason,
+            last.checkpoint_id if last else None,
+            len(last.splits) if last else 0,
+            last.applied_seq if last else 0,
+        )
+
+    def _taken_over(self) -> ReaderTakenOver:
+        return ReaderTakenOver(
+            f"another process took over subtask {self.settings.subtask} of {self.settings.source} "
+            f"(transactional id {self.settings.transactional_id}); this one stops"
+        )
+
+    # -- Kafka helpers ------------------------------------------------------------
+
+    def _txn_producer(self) -> AIOKafkaProducer:
+        assert self._txn is not None
+        return self._txn
+
+    async def _ensure_txn(self) -> None:
+        if not self._in_txn:
+            await self._txn_producer().begin_transaction()
+            self._in_txn = True
+
+    async def _ensure_txn_for_output(self) -> None:
+        if self._output_.exactly_once:
+            try:
+                await self._ensure_txn()
+            except ProducerFenced as exc:
+                raise self._taken_over() from exc
+
+    async def _abort_txn(self) -> None:
+        if not self._in_txn:
+            return
+        self._in_txn = False
+        try:
+            await self._txn_producer().abort_transaction()
+        except ProducerFenced as exc:
+            raise self._taken_over() from exc
+        except KafkaError as exc:
+            log.warning("aborting the open transaction failed: %s", exc)
+
+    async def _txn_send_control(self, body: Body) -> asyncio.Future[Any]:
+        env = self._session.envelope(body, _now_ms())
+        future: asyncio.Future[Any] = await self._txn_producer().send(
+            self.topics.coordinator, encode(env), key=encode_key(self.settings.subtask)
+        )
+        return future
+
+    async def _txn_send_state(self, checkpoint: ReaderCheckpoint) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = await self._txn_producer().send(
+            self.topics.reader_state,
+            checkpoint.encode(),
+            key=encode_key(self.settings.subtask),
+            partition=self.settings.subtask,
+        )
+        return future
+
+    async def _send_plain(self, body: Body, wait: bool = False) -> bool:
+        """Send through the plain producer; with ``wait``, until the broker has it."""
+        assert self._plain is not None
+        env = self._session.envelope(body, _now_ms())
+        try:
+            future = await self._plain.send(
+                self.topics.coordinator, encode(env), key=encode_key(self.settings.subtask)
+            )
+            if wait:
+                await future
+                self._last_contact_s = time.monotonic()
+            else:
+                future.add_done_callback(self._on_plain_delivered)
+        except KafkaError as exc:
+            log.warning("could not send %s: %s", body.TYPE, exc)
+            return False
+        return True
+
+    def _on_plain_delivered(self, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is None:
+            self._last_contact_s = time.monotonic()
+        else:
+            log.warning("a message to the coordinator was not delivered: %s", exc)
+
+    async def _flush_outbox(self) -> None:
+        session = self._session
+        for body in session.take_outbox():
+            await self._send_plain(body)
+        request = session.maybe_request_split(_now_ms())
+        if request is not None:
+            await self._send_plain(request)
+
+    async def _dead_letter(self, record: Any, kind: str, reason: str) -> None:
+        letter = DeadLetter(
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            value=record.value,
+            kind=kind,
+            reason=reason,
+        )
+        letter.log()
+        self.stats.dead_letters += 1
+        assert self._plain is not None
+        try:
+            await self._plain.send(
+                self.topics.dead_letter, letter.value, key=letter.key, headers=letter.headers()
+            )
+        except KafkaError as exc:
+            log.warning("could not copy the record to %s: %s", self.topics.dead_letter, exc)
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.settings.heartbeat_interval_ms / 1000
+        timeout = max(interval, self.settings.session_timeout_ms / 2000)
+        while True:
+            await asyncio.sleep(interval)
+            session = self._session
+            if not session.active:
+                continue
+            try:
+                await asyncio.wait_for(self._send_plain(session.heartbeat(), wait=True), timeout)
+            except TimeoutError:
+                log.warning("a heartbeat was not delivered within %.1f s", timeout)
+
+    # -- reporting ----------------------------------------------------------------
+
+    def _progress(self) -> None:
+        now = time.monotonic()
+        elapsed = now - self.stats.last_progress_s
+        if elapsed < PROGRESS_INTERVAL_S:
+            return
+        session = self._session
+        rate = (session.records_read - self.stats.records_at_last_progress) / elapsed
+        self.stats.last_progress_s = now
+        self.stats.records_at_last_progress = session.records_read
+        log.info(
+            "progress: %.0f records/s, %d splits owned, watermark %s, %s",
+            rate,
+            len(session.owned),
+            session.watermarks.current(),
+            f"attempt {session.attempt}" if session.active else session.phase.value,
+        )
+
+    def _summary(self, how: str) -> None:
+        session = self._session
+        output = self._output_
+        line = (
+            f"subtask {self.settings.subtask} of {self.settings.source} {how}: "
+            f"{output.records_written} records written to {self.settings.output}, "
+            f"{session.splits_finished_total} splits finished, "
+            f"{session.checkpoints_committed} checkpoints"
+        )
+        if self.stats.dead_letters:
+            line += f", {self.stats.dead_letters} dead-lettered records"
+        if self.stats.fenced:
+            line += f", fenced {self.stats.fenced} times"
+        print(line, flush=True)
+
+    @property
+    def _session(self) -> ReaderSession[Any]:
+        assert self.session is not None
+        return self.session
+
+    @property
+    def _output_(self) -> Output:
+        assert self._output is not None
+        return self._output
+
+
+async def read_latest_value(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, key: bytes
+) -> bytes | None:
+    """The value of the latest committed record with ``key`` in ``tp`` (None: none, or a tombstone).
+
+    Reads backwards in growing windows from the read_committed end offset, so a
+    long, not yet compacted partition is not read whole.
+    """
+    consumer.assign([tp])
+    begin = (await consumer.beginning_offsets([tp]))[tp]
+    end = (await consumer.end_offsets([tp]))[tp]
+    high = end
+    window = 64
+    while high > begin:
+        low = max(begin, high - window)
+        consumer.seek(tp, low)
+        found = False
+        value: bytes | None = None
+        deadline = time.monotonic() + 60
+        while await consumer.position(tp) < high:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"reading {tp.topic}[{tp.partition}] {low}..{high} took over 60 s"
+                )
+            batches = await consumer.getmany(tp, timeout_ms=500)
+            for record in batches.get(tp, []):
+                if record.offset >= high:
+                    break
+                if record.key == key:
+                    found = True
+                    value = record.value
+        if found:
+            return value
+        high = low
+        window *= 8
+    return None
