@@ -532,3 +532,21 @@ def test_messages_for_another_subtask_are_ignored() -> None:
         session.on_message(to_reader(AddSplits(1, [split("a")]), 1, subtask=SUBTASK + 1))
         is Disposition.IGNORED_SOURCE
     )
+
+
+def test_an_unchanged_reader_needs_no_checkpoint() -> None:
+    session, _ = fake_session()
+    registered(session)
+    assert session.checkpoint_due  # nothing durable yet for this attempt
+    session.checkpoint_committed(session.prepare_checkpoint())
+    assert not session.checkpoint_due
+    session.on_message(to_reader(AddSplits(1, [split("a", end=2)]), 1))
+    assert session.checkpoint_due
+    session.checkpoint_committed(session.prepare_checkpoint())
+    session.read(1)
+    assert session.checkpoint_due
+    session.checkpoint_committed(session.prepare_checkpoint())
+    session.read(1)  # finishes "a"
+    session.checkpoint_committed(session.prepare_checkpoint())
+    session.read(1)
+    assert not session.checkpoint_due

@@ -380,7 +380,8 @@ class ReaderHost:
                 await self._flush_outbox()
                 if time.monotonic() - last_checkpoint_s >= s.checkpoint_interval_ms / 1000:
                     last_checkpoint_s = time.monotonic()
-                    await self._checkpoint()
+                    if session.checkpoint_due:
+                        await self._checkpoint()
                 if session.is_finished and not self._finished_idle and await self._checkpoint():
                     if s.exit_when_finished:
                         await self._send_plain(ReaderLeaving(splits=[]), wait=True)

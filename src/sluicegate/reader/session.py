@@ -469,6 +469,19 @@ class ReaderSession(Generic[SplitT]):
     def next_checkpoint_id(self) -> int:
         return (self.last_checkpoint.checkpoint_id if self.last_checkpoint else 0) + 1
 
+    @property
+    def checkpoint_due(self) -> bool:
+        """Whether anything changed since the last durable checkpoint of this attempt
+        (records read, splits finished, a seq applied); an idle reader skips checkpoints."""
+        cp = self.last_checkpoint
+        return (
+            cp is None
+            or cp.attempt != self.attempt
+            or cp.applied_seq != self.applied_seq
+            or bool(self.finished_pending)
+            or self.records_read != self.records_at_checkpoint
+        )
+
     def prepare_checkpoint(self) -> CheckpointPlan:
         """Snapshot the connector reader. Nothing changes until ``checkpoint_committed``."""
         checkpoint_id = self.next_checkpoint_id
