@@ -121,9 +121,11 @@ def print_report(result: AuditResult, console: Console | None = None) -> None:
     console.print(totals_table(result))
     console.print(messages_table(result))
     for note in result.summary.notes:
-        console.print(f"note: {escape(note)}")
+        console.print(f"note: {escape(note)}", soft_wrap=True)
     first = result.first_violation
     if first is None:
         console.print("[green]audit ok[/green]: no invariant of docs/protocol.md is broken")
     else:
-        console.print(f"[red]audit failed[/red]: first violation at {escape(str(first))}")
+        console.print(
+            f"[red]audit failed[/red]: first violation at {escape(str(first))}", soft_wrap=True
+        )
