@@ -171,8 +171,15 @@ def _try_flock(lock: Any) -> bool:
 
 
 def new_cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, base64url without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    """A Kafka cluster id: 16 random bytes, base64url without padding (22 characters).
+
+    Like Kafka's ``Uuid.randomUuid()``, never one starting with ``-``: the storage tool's
+    argument parser would take it for an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def free_port(exclude: frozenset[int] = frozenset()) -> int:
