@@ -15,6 +15,7 @@ from typing import Annotated
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.audit.invariants import AuditResult, audit_records
@@ -45,7 +46,9 @@ def _fail(message: str, json_output: bool) -> typer.Exit:
     if json_output:
         sys.stdout.buffer.write(b'{"ok": false, "error": ' + orjson.dumps(message) + b"}\n")
         sys.stdout.flush()
-    Console(stderr=True).print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    Console(stderr=True).print(
+        f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True
+    )
     return typer.Exit(code=2)
 
 

@@ -72,8 +72,8 @@ async def read_control_topics_full(
         fetch_max_bytes=_FETCH_BYTES,
         client_id=f"sluicegate-audit-{source}",
     )
-    await consumer.start()
     try:
+        await consumer.start()
         # One metadata fetch gives both the topic list and the partitions; the consumer's
         # own cache (partitions_for_topic) only knows topics it was asked about before.
         cluster = await consumer._client.fetch_all_metadata()
