@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -14,12 +15,22 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from inline_coordinator import InlineCoordinator, create_topics
 from sluicegate_connectors.sequence import SequenceOptions, SequenceSource
+from sluicegate_topics import ControlTopics, TopicSpec
 
-from sluicegate.protocol import CheckpointAck, ReaderRegistration
-from sluicegate.reader.host import ReaderHost, ReaderSettings
+from sluicegate.protocol import (
+    CheckpointAck,
+    ReaderLeaving,
+    ReaderRegistration,
+    encode,
+    envelope,
+)
+from sluicegate.reader.host import ReaderHost, ReaderSettings, read_latest_value
 from sluicegate.reader.output import OutputSpec
+from sluicegate.reader.state import ReaderCheckpoint
+from sluicegate.transport.topics import apply_topics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(90)]
 
@@ -203,3 +214,145 @@ async def test_a_reader_killed_mid_run_restarts_from_its_checkpoint(
     assert not missing, f"{len(missing)} values never written, e.g. {sorted(missing)[:10]}"
     summary = logs[1].read_text()
     assert "records written" in summary and "splits finished" in summary
+
+
+async def test_kafka_output_commits_data_with_the_checkpoint(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    out_topic = f"{unique_source}.out"
+    await create_topics(kafka_bootstrap, unique_source, 2)
+    await apply_topics(kafka_bootstrap, [TopicSpec(out_topic, 3)])
+    source = SequenceSource(SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT))
+    async with InlineCoordinator(kafka_bootstrap, unique_source, source, max_parallelism=2):
+        hosts = [
+            ReaderHost(
+                dataclasses.replace(
+                    settings(kafka_bootstrap, unique_source, k, tmp_path / "unused"),
+                    output=OutputSpec.parse(f"kafka:{out_topic}"),
+                ),
+                SequenceSource(SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT)),
+            )
+            for k in range(2)
+        ]
+        assert await asyncio.wait_for(asyncio.gather(*(h.run() for h in hosts)), 60) == [0, 0]
+
+    consumer = AIOKafkaConsumer(
+        out_topic,
+        bootstrap_servers=kafka_bootstrap,
+        group_id=None,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    counts: Counter[int] = Counter()
+    try:
+        deadline = time.monotonic() + 20
+        while sum(counts.values()) < len(ALL_VALUES) and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for record in records:
+                    counts[orjson.loads(record.value)["value"]] += 1
+    finally:
+        await consumer.stop()
+    assert set(counts) == ALL_VALUES and max(counts.values()) == 1
+
+
+async def test_sigterm_leaves_with_positions_and_an_empty_state_record(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    await create_topics(kafka_bootstrap, unique_source, 1)
+    source = SequenceSource(SequenceOptions(splits=4, records_per_split=None))
+    log_path, out = tmp_path / "r.log", tmp_path / "r.jsonl"
+    async with InlineCoordinator(
+        kafka_bootstrap, unique_source, source, max_parallelism=1
+    ) as coord:
+        args = [
+            *(sys.executable, "-m", "sluicegate.reader", "--source", unique_source),
+            *("--subtask", "0", "--connector", "sequence", "--option", "splits=4"),
+            *("--option", "records_per_split=unbounded", "--option", "rate=200"),
+            *("--output", f"jsonl:{out}", "--checkpoint-interval-ms", "300"),
+        ]
+        env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, PYTHONUNBUFFERED="1")
+        with log_path.open("ab") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            await wait_for_text(log_path, "checkpoint 2:", proc, 30)
+            proc.send_signal(signal.SIGTERM)
+            assert await wait_exit(proc, log_path, 20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        await coord.wait_until(lambda: bool(coord.received_of_type("ReaderLeaving", 0)), 10)
+        leaving = coord.received_of_type("ReaderLeaving", 0)[-1].body
+        assert isinstance(leaving, ReaderLeaving)
+        assert sorted(s["split_id"] for s in leaving.splits) == [f"seq-{k:05d}" for k in range(4)]
+        assert all(s["position"] > s["start"] for s in leaving.splits)
+        assert coord.core.tracker.total_owned() == 0  # every split went back to the enumerator
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=kafka_bootstrap, group_id=None, isolation_level="read_committed"
+    )
+    await consumer.start()
+    try:
+        state_topic = ControlTopics.for_source(unique_source).reader_state
+        raw = await read_latest_value(consumer, TopicPartition(state_topic, 0), b"0")
+    finally:
+        await consumer.stop()
+    assert raw is not None
+    state = ReaderCheckpoint.decode(raw)
+    assert state.splits == [] and state.checkpoint_id >= 2
+    assert "stopped:" in log_path.read_text()
+
+
+async def test_a_fenced_reader_registers_again_and_bad_records_are_dead_lettered(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    await create_topics(kafka_bootstrap, unique_source, 1)
+    topics = ControlTopics.for_source(unique_source)
+    options = SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT, rate=300)
+    out = tmp_path / "r.jsonl"
+    async with InlineCoordinator(
+        kafka_bootstrap, unique_source, SequenceSource(options), 1
+    ) as coord:
+        host = ReaderHost(
+            dataclasses.replace(
+                settings(kafka_bootstrap, unique_source, 0, out),
+                options={**settings(kafka_bootstrap, unique_source, 0, out).options, "rate": "300"},
+            ),
+            SequenceSource(options),
+        )
+        run = asyncio.create_task(host.run())
+        await coord.wait_until(lambda: len(coord.received_of_type("CheckpointAck", 0)) >= 2, 30)
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+        await producer.start()
+        try:
+            # garbage on the reader's partition, then a rival incarnation of subtask 0
+            await producer.send_and_wait(topics.readers, b"{not json", key=b"0", partition=0)
+            rival = ReaderRegistration("rival", "elsewhere:1", [], None)
+            env = envelope(rival, source=unique_source, subtask=0, attempt=None, epoch=1, ts=0)
+            await producer.send_and_wait(topics.coordinator, encode(env), key=b"0")
+        finally:
+            await producer.stop()
+        assert await asyncio.wait_for(run, 40) == 0
+        assert coord.core.slots[0].attempt == 3  # us, the rival, us again
+        released = coord.sent_of_type("SplitsReleased", 0)
+        assert any(e.body.to_json()["failed_attempt"] == 1 for e in released)
+    assert host.stats.fenced == 1 and host.stats.dead_letters == 1
+    counts = values_in(out)
+    assert set(counts) == ALL_VALUES  # at least once, across the fencing
+
+    consumer = AIOKafkaConsumer(
+        topics.dead_letter,
+        bootstrap_servers=kafka_bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        batches = await consumer.getmany(timeout_ms=5000)
+    finally:
+        await consumer.stop()
+    letters = [r for records in batches.values() for r in records]
+    assert [r.value for r in letters] == [b"{not json"]
+    headers = dict(letters[0].headers)
+    assert headers["sluicegate.origin.topic"] == topics.readers.encode()
+    assert headers["sluicegate.error.kind"] == b"malformed"

@@ -169,7 +169,7 @@ class ReaderHost:
     def request_stop(self) -> None:
         """Graceful stop (SIGTERM/SIGINT): final checkpoint, hand the splits back, exit 0."""
         if not self._stop_requested.is_set():
-            log.info("stop requested: leaving after a final checkpoint")
+            log.debug("stop requested: leaving after a final checkpoint")
         self._stop_requested.set()
 
     async def run(self) -> int:
