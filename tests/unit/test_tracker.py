@@ -145,4 +145,5 @@ def test_snapshot_restore_equality(tracker: SplitAssignmentTracker) -> None:
 def test_restore_of_an_empty_tracker() -> None:
     t = SplitAssignmentTracker.restore(SplitAssignmentTracker().snapshot())
     assert t.total_owned() == 0
-    assert t.snapshot() == {"owned": {}, "applied_seq": {}}
+    assert t.snapshot() == SplitAssignmentTracker().snapshot()
+    assert t.owned(0) == [] and t.applied_seq(0) == 0

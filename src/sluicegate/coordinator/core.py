@@ -396,7 +396,8 @@ class CoordinatorCore(Generic[SplitT]):
         released = self.tracker.take_all(slot.subtask, positions)
         attempt = slot.attempt
         slot.state = SlotState.LEFT
-        self.watermarks.remove(slot.subtask)
+        if self.watermarks.remove(slot.subtask):  # semantics 5: announce whenever it advances
+            self._announce_watermark(self._now_ms)
         log.info("subtask %d attempt %d left; %d splits return to the enumerator", slot.subtask, attempt, len(released))
         self._release(slot, ReleaseReason.LEFT, None, released, always=True)
 
@@ -475,8 +476,14 @@ class CoordinatorCore(Generic[SplitT]):
             if not (0 <= s < self.config.max_parallelism) or not self.slots[s].live:
                 raise NoLiveReaderError(s)
         wire = {s: [self._codec.to_wire(split) for split in splits] for s, splits in assignment.items() if splits}
+        seen: set[str] = set()
         for s, splits in wire.items():
-            self.tracker.check_assignable(s, (split["split_id"] for split in splits))
+            ids = [split["split_id"] for split in splits]
+            self.tracker.check_assignable(s, ids)
+            for split_id in ids:  # refuse the whole assignment before any seq or record is spent
+                if split_id in seen:
+                    raise ValueError(f"split {split_id!r} appears more than once in one assignment")
+                seen.add(split_id)
         for s, splits in wire.items():
             slot = self.slots[s]
             for chunk in self._chunks(splits):

@@ -1,0 +1,846 @@
+"""CoordinatorCore against docs/protocol.md, through the in-memory harness.
+
+Every test asserts what the coordinator sends (records per subtask partition,
+their order, seq and cseq), who owns what, and its counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pytest
+from core_harness import CoreHarness, sequence_source
+
+from sluicegate.api import (
+    Boundedness,
+    NoLiveReaderError,
+    Source,
+    SourceReader,
+    SourceReaderContext,
+    SplitEnumerator,
+    SplitEnumeratorContext,
+    WireSplit,
+)
+from sluicegate.coordinator.core import CoordinatorCore
+from sluicegate.protocol import (
+    AddSplits,
+    CheckpointAck,
+    CoordinatorSourceEvent,
+    Envelope,
+    Heartbeat,
+    NoMoreSplits,
+    ReaderRegistered,
+    ReaderRegistration,
+    ReaderSourceEvent,
+    SplitsFinished,
+    SplitsReleased,
+    WatermarkAnnouncement,
+    encode,
+)
+
+# -- a source whose enumerator is scripted by the test ------------------------------------
+
+
+@dataclass
+class Item:
+    split_id: str
+    position: int = 0
+
+
+class ItemCodec:
+    def to_wire(self, split: Item) -> WireSplit:
+        return {"split_id": split.split_id, "position": split.position}
+
+    def from_wire(self, data: Mapping[str, Any]) -> Item:
+        return Item(data["split_id"], data["position"])
+
+
+class ScriptedEnumerator(SplitEnumerator[Item]):
+    """Runs the commands a reader sends it as a SourceEvent payload, inside a core step:
+    ``["assign", {"0": ["a"]}]``, ``["event", subtask, payload, attempt]``,
+    ``["no_more", subtask]``, ``["raise", message]``. Errors of assign/no_more are
+    kept in ``errors`` (like an enumerator that keeps its splits on NoLiveReaderError)."""
+
+    def __init__(
+        self, context: SplitEnumeratorContext[Item], returned: list[Item] | None = None
+    ) -> None:
+        self.context = context
+        self.returned: list[Item] = returned or []
+        self.readers_added: list[int] = []
+        self.errors: list[Exception] = []
+
+    def handle_split_request(self, subtask: int, hostname: str | None) -> None:
+        pass
+
+    def add_splits_back(self, splits: list[Item], subtask: int) -> None:
+        self.returned.extend(splits)
+
+    def add_reader(self, subtask: int) -> None:
+        self.readers_added.append(subtask)
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        return {"returned": [ItemCodec().to_wire(s) for s in self.returned]}
+
+    def handle_source_event(self, subtask: int, event: Any) -> None:
+        for command, *args in event:
+            if command == "assign":
+                try:
+                    self.context.assign_splits(
+                        {int(s): [Item(i) for i in items] for s, items in args[0].items()}
+                    )
+                except Exception as exc:
+                    self.errors.append(exc)
+            elif command == "no_more":
+                try:
+                    self.context.signal_no_more_splits(args[0])
+                except Exception as exc:
+                    self.errors.append(exc)
+            elif command == "event":
+                self.context.send_event_to_source_reader(*args)
+            elif command == "raise":
+                raise RuntimeError(args[0])
+
+
+class ScriptedSource(Source[Item]):
+    """Keeps reported splits with the reader on recovery (no FLIP-537 reassignment)."""
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> ScriptedSource:
+        return cls()
+
+    @property
+    def boundedness(self) -> Boundedness:
+        return Boundedness.BOUNDED
+
+    @property
+    def split_codec(self) -> ItemCodec:
+        return ItemCodec()
+
+    def create_enumerator(self, context: SplitEnumeratorContext[Item]) -> ScriptedEnumerator:
+        return ScriptedEnumerator(context)
+
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[Item], checkpoint: Any
+    ) -> ScriptedEnumerator:
+        return ScriptedEnumerator(
+            context, [ItemCodec().from_wire(s) for s in checkpoint["returned"]]
+        )
+
+    def create_reader(self, context: SourceReaderContext) -> SourceReader[Item]:
+        raise NotImplementedError
+
+
+def scripted(max_parallelism: int = 4, **config: Any) -> CoreHarness:
+    return CoreHarness(ScriptedSource(), max_parallelism=max_parallelism, **config)
+
+
+def run(h: CoreHarness, subtask: int, *commands: list[Any]) -> list[Envelope]:
+    """Have ``subtask``'s reader send the commands to the scripted enumerator."""
+    return h.send(subtask, ReaderSourceEvent(payload=list(commands))).messages
+
+
+def enumerator(h: CoreHarness) -> ScriptedEnumerator:
+    assert isinstance(h.core.enumerator, ScriptedEnumerator)
+    return h.core.enumerator
+
+
+def kinds(messages: list[Envelope]) -> list[tuple[int, str]]:
+    return [(m.subtask, m.type) for m in messages]
+
+
+def enumerator_positions(h: CoreHarness) -> dict[str, int]:
+    state = h.core.enumerator.snapshot_state(0)
+    return {s["split_id"]: s["position"] for s in state["unassigned"]}
+
+
+def split_ids(env: Envelope) -> list[str]:
+    body = env.body
+    if isinstance(body, AddSplits):
+        return [s["split_id"] for s in body.splits]
+    assert isinstance(body, SplitsReleased)
+    return list(body.split_ids)
+
+
+# -- registration -------------------------------------------------------------------
+
+
+def test_registration_sends_reader_registered_then_add_splits() -> None:
+    h = CoreHarness(sequence_source(splits=8), max_parallelism=2)
+    reader = h.register(0)
+    first, second = h.last.messages
+    assert first.body == ReaderRegistered(incarnation=reader.incarnation, attempt=1)
+    assert isinstance(second.body, AddSplits)
+    assert second.body.seq == 1
+    assert split_ids(second) == ["seq-00000", "seq-00001", "seq-00002", "seq-00003"]
+    for env in (first, second):
+        assert (env.subtask, env.attempt, env.epoch, env.inbox_offset, env.source) == (
+            0,
+            1,
+            1,
+            0,
+            "orders",
+        )
+    assert [first.cseq, second.cseq] == [1, 2]
+    assert reader.attempt == 1 and set(reader.splits) == h.owned(0)
+
+    other = h.register(1)
+    assert kinds(h.last.messages) == [(1, "ReaderRegistered"), (1, "AddSplits")]
+    assert h.last.messages[1].body.seq == 1  # type: ignore[attr-defined]  # seq is per subtask
+    assert [m.cseq for m in h.last.messages] == [3, 4]  # cseq is per source
+    assert h.last.messages[1].inbox_offset == 1
+    assert len(other.splits) == 4 and h.unassigned() == []
+
+
+def test_seq_continues_over_later_assignments() -> None:
+    h = CoreHarness(sequence_source(splits=6), max_parallelism=2)
+    h.register(0)
+    h.register(1)
+    assert h.unassigned() == []
+    h.finish(0)
+    h.leave(1)  # its 3 splits go back; the only live reader gets a fair share (2 of 3)
+    adds = h.to(0, AddSplits)
+    assert [e.body.seq for e in adds] == [1, 2]  # type: ignore[attr-defined]
+    assert len(h.owned(0)) == 2 and h.reader(0).applied_seq == 2
+    assert len(h.unassigned()) == 1
+    h.finish(0)
+    h.request_split(0)
+    assert [e.body.seq for e in h.to(0, AddSplits)] == [1, 2, 3]  # type: ignore[attr-defined]
+    assert h.unassigned() == [] and len(h.owned(0)) == 1
+
+
+def test_a_message_of_a_never_registered_subtask_is_fenced() -> None:
+    h = CoreHarness(max_parallelism=2)
+    effects = h.send(1, Heartbeat(watermark=5, idle=False), attempt=1)
+    assert not effects
+    assert h.counters["fenced_messages"] == 1
+
+
+# -- fencing ------------------------------------------------------------------------
+
+
+def test_reregistration_fences_the_old_attempt_first() -> None:
+    h = CoreHarness(sequence_source(splits=8), max_parallelism=2)
+    h.register(1)
+    old = h.register(0)
+    old_splits = sorted(old.splits)
+    new = h.register(0)
+    msgs = h.last.messages
+    assert kinds(msgs)[:2] == [(0, "SplitsReleased"), (0, "ReaderRegistered")]
+    fenced = msgs[0]
+    assert fenced.body == SplitsReleased(reason="fenced", failed_attempt=1, split_ids=old_splits)
+    assert fenced.attempt == 1  # addressed to the failed attempt
+    assert msgs[1].body == ReaderRegistered(incarnation=new.incarnation, attempt=2)
+    assert old.failed and not old.splits
+    # the released, never acknowledged splits came back to the new attempt with the next seq
+    assert new.attempt == 2 and sorted(new.splits) == old_splits
+    assert h.to(0, AddSplits)[-1].body.seq == 2  # type: ignore[attr-defined]
+    assert h.counters["attempts_failed_fenced"] == 1
+
+
+def test_messages_of_a_fenced_attempt_change_nothing() -> None:
+    h = CoreHarness(sequence_source(splits=8), max_parallelism=2)
+    h.register(1)
+    old = h.register(0)
+    old_splits = sorted(old.splits)
+    h.register(0)
+    owned_before = h.core.tracker.snapshot()
+    sent_before = len(h.sent)
+
+    assert not h.send(0, SplitsFinished(split_ids=old_splits), attempt=1)
+    assert not h.send(0, CheckpointAck(checkpoint_id=9, applied_seq=2, splits=[]), attempt=1)
+    assert not h.send(0, Heartbeat(watermark=10_000, idle=False), attempt=1)
+    assert not h.send(0, ReaderSourceEvent(payload=1), attempt=1)
+
+    assert h.counters["fenced_messages"] == 4
+    assert h.core.tracker.snapshot() == owned_before
+    assert h.owned(0) == set(old_splits)
+    assert len(h.sent) == sent_before
+    assert h.core.watermarks.state.low_watermark is None
+
+
+def test_heartbeats_of_a_fenced_attempt_do_not_keep_the_subtask_alive() -> None:
+    h = CoreHarness(max_parallelism=1, session_timeout_ms=1_000)
+    h.register(0)
+    h.register(0)
+    for _ in range(3):
+        h.advance(400)
+        h.send(0, Heartbeat(watermark=None, idle=False), attempt=1)
+    released = h.of_type(SplitsReleased, messages=h.to(0))
+    assert released[-1].body.reason == "session-timeout"  # type: ignore[attr-defined]
+    assert released[-1].body.failed_attempt == 2  # type: ignore[attr-defined]
+
+
+# -- failure and departure ----------------------------------------------------------
+
+
+def _three_readers_one_with_mixed_splits() -> CoreHarness:
+    """9 splits, 3 subtasks. Subtask 0 holds 2 checkpointed splits (seq 1, positions
+    advanced) and 1 split assigned after its checkpoint (seq 2)."""
+    h = CoreHarness(
+        sequence_source(splits=9),
+        max_parallelism=3,
+        session_timeout_ms=1_000,
+        reader_departure_timeout_ms=5_000,
+    )
+    r0 = h.register(0)
+    assert len(r0.splits) == 3
+    r0.splits["seq-00000"]["position"] = 4
+    r0.splits["seq-00001"]["position"] = 17
+    h.ack(0)
+    h.finish(0, ["seq-00002"])
+    h.register(1)
+    h.request_split(0)
+    assert h.to(0, AddSplits)[-1].body.seq == 2  # type: ignore[attr-defined]
+    h.register(2)
+    assert h.unassigned() == []
+    assert h.core.tracker.uncheckpointed_count(0) == 1
+    return h
+
+
+def test_session_timeout_releases_exactly_the_uncheckpointed_splits() -> None:
+    h = _three_readers_one_with_mixed_splits()
+    late = sorted(h.owned(0) - {"seq-00000", "seq-00001"})
+    assert len(late) == 1
+    h.heartbeat(1)
+    h.heartbeat(2)
+    first = len(h.sent)
+    msgs = h.pass_time(1_200, alive=[1, 2])
+    assert h.reader(0).failed
+    releases = h.of_type(SplitsReleased, messages=msgs)
+    assert [e.body for e in releases] == [
+        SplitsReleased(reason="session-timeout", failed_attempt=1, split_ids=late)
+    ]
+    assert releases[0].subtask == 0 and releases[0].attempt == 1
+    # the released split went to another live reader, after the release
+    adds = h.of_type(AddSplits, messages=msgs)
+    assert [split_ids(e) for e in adds] == [late]
+    assert adds[0].subtask in (1, 2) and adds[0].cseq > releases[0].cseq  # type: ignore[operator]
+    assert h.core.tracker.owner_of(late[0]) == adds[0].subtask
+    # the checkpointed splits stay with subtask 0 for its next attempt
+    assert h.owned(0) == {"seq-00000", "seq-00001"}
+    assert h.counters["attempts_failed_session-timeout"] == 1
+    assert first < len(h.sent)
+
+
+def test_checkpointed_splits_are_released_only_after_the_departure_timeout() -> None:
+    h = _three_readers_one_with_mixed_splits()
+    h.pass_time(1_500, alive=[1, 2])  # subtask 0 fails
+    assert h.reader(0).failed
+    msgs = h.pass_time(4_500, alive=[1, 2])
+    assert h.of_type(SplitsReleased, messages=msgs) == []
+    assert h.owned(0) == {"seq-00000", "seq-00001"}
+
+    msgs = h.pass_time(1_500, alive=[1, 2])
+    releases = h.of_type(SplitsReleased, messages=msgs)
+    assert [e.body for e in releases] == [
+        SplitsReleased(reason="departed", failed_attempt=None, split_ids=["seq-00000", "seq-00001"])
+    ]
+    assert releases[0].subtask == 0
+    assert h.owned(0) == set()
+    assert h.of_type(AddSplits, messages=msgs) == []  # 1 and 2 already hold a fair share
+    # back with the enumerator, at the positions of the last checkpoint ...
+    assert enumerator_positions(h) == {"seq-00000": 4, "seq-00001": 17}
+    # ... and given from there to a reader that asks
+    h.finish(1)
+    h.request_split(1)
+    assert {s["split_id"]: s["position"] for s in h.reader(1).splits.values()} == {
+        "seq-00000": 4,
+        "seq-00001": 17,
+    }
+    assert h.owned(1) == {"seq-00000", "seq-00001"}
+    # nothing more happens later
+    assert h.of_type(SplitsReleased, messages=h.pass_time(10_000, alive=[1, 2])) == []
+
+
+def test_restored_reader_gets_its_checkpointed_splits_back_at_their_positions() -> None:
+    h = _three_readers_one_with_mixed_splits()
+    h.pass_time(1_500, alive=[1, 2])
+    new = h.register(0, restore=True)
+    msgs = h.last.messages
+    assert kinds(msgs)[:2] == [(0, "ReaderRegistered"), (0, "SplitsReleased")]
+    assert msgs[1].body == SplitsReleased(
+        reason="recovery", failed_attempt=None, split_ids=["seq-00000", "seq-00001"]
+    )
+    assert new.attempt == 2
+    positions = {s["split_id"]: s["position"] for s in new.splits.values()}
+    assert positions == {"seq-00000": 4, "seq-00001": 17}
+    # and the departure timer no longer applies
+    assert h.of_type(SplitsReleased, messages=h.pass_time(8_000, alive=[0, 1, 2])) == []
+
+
+def test_reader_leaving_returns_everything() -> None:
+    h = _three_readers_one_with_mixed_splits()
+    r0 = h.reader(0)
+    r0.splits["seq-00000"]["position"] = 8
+    held = sorted(r0.splits)
+    msgs = h.leave(0).messages
+    assert msgs[0].body == SplitsReleased(reason="left", failed_attempt=None, split_ids=held)
+    assert (msgs[0].subtask, msgs[0].attempt) == (0, 1)
+    assert h.owned(0) == set()
+    reassigned = {s["split_id"]: s for e in msgs[1:] for s in e.body.splits}  # type: ignore[attr-defined]
+    assert {e.subtask for e in msgs[1:]} <= {1, 2}
+    positions = {k: v["position"] for k, v in reassigned.items()} | enumerator_positions(h)
+    assert sorted(positions) == held  # every split is either reassigned or with the enumerator
+    assert positions["seq-00000"] == 8  # the leaving reader's position wins
+    # the attempt is over: its messages are fenced, and no departure follows
+    assert not h.send(0, SplitsFinished(split_ids=held), attempt=1)
+    assert h.counters["fenced_messages"] == 1
+    assert h.of_type(SplitsReleased, messages=h.pass_time(10_000, alive=[1, 2])) == []
+
+
+def test_leaving_with_no_splits_still_says_so() -> None:
+    h = CoreHarness(sequence_source(splits=1), max_parallelism=2)
+    h.register(0)
+    h.register(1)
+    assert h.owned(1) == set()
+    msgs = h.leave(1).messages
+    assert [m.body for m in msgs] == [
+        SplitsReleased(reason="left", failed_attempt=None, split_ids=[])
+    ]
+
+
+# -- recovery without reassignment (reported splits stay with the reader) ------------
+
+
+def test_reported_splits_stay_with_the_reader_without_reassignment_on_recovery() -> None:
+    h = scripted(max_parallelism=2)
+    r0 = h.register(0)
+    run(h, 0, ["assign", {"0": ["a", "b"]}])
+    r0.splits["a"]["position"] = 5
+    h.ack(0)
+    run(h, 0, ["assign", {"0": ["c"]}])
+    new = h.register(0, restore=True)
+    assert [m.body for m in h.last.messages] == [
+        SplitsReleased(reason="fenced", failed_attempt=1, split_ids=["c"]),
+        ReaderRegistered(incarnation=new.incarnation, attempt=2),
+    ]
+    assert h.owned(0) == {"a", "b"}
+    assert [s.split_id for s in enumerator(h).returned] == ["c"]
+    assert enumerator(h).readers_added == [0, 0]
+    info = h.core.reader_info(0)
+    assert {(s.split_id, s.position) for s in info.reported_splits} == {("a", 5), ("b", 0)}
+
+
+def test_a_fresh_reader_without_state_releases_what_the_subtask_held() -> None:
+    h = scripted(max_parallelism=2)
+    r0 = h.register(0)
+    run(h, 0, ["assign", {"0": ["a", "b"]}])
+    r0.splits["b"]["position"] = 3
+    h.ack(0)
+    h.register(0)  # no restored state
+    assert [m.body for m in h.last.messages][2] == SplitsReleased(
+        reason="recovery", failed_attempt=None, split_ids=["a", "b"]
+    )
+    assert h.owned(0) == set()
+    assert {(s.split_id, s.position) for s in enumerator(h).returned} == {("a", 0), ("b", 3)}
+
+
+# -- the enumerator context -----------------------------------------------------------
+
+
+def test_assignment_to_a_subtask_without_live_attempt_raises_and_assigns_nothing() -> None:
+    h = scripted(max_parallelism=4)
+    h.register(0)
+    msgs = run(h, 0, ["assign", {"0": ["a"], "2": ["b"]}], ["assign", {"9": ["c"]}])
+    assert msgs == []
+    errors = enumerator(h).errors
+    assert [type(e) for e in errors] == [NoLiveReaderError, NoLiveReaderError]
+    assert [e.subtask for e in errors] == [2, 9]  # type: ignore[attr-defined]
+    assert "subtask 2" in str(errors[0])
+    assert h.core.tracker.total_owned() == 0
+    # no seq was consumed
+    run(h, 0, ["assign", {"0": ["a"]}])
+    assert [e.body.seq for e in h.to(0, AddSplits)] == [1]  # type: ignore[attr-defined]
+
+
+def test_assignment_to_a_failed_subtask_raises() -> None:
+    h = scripted(max_parallelism=2, session_timeout_ms=1_000)
+    h.register(0)
+    h.register(1)
+    h.pass_time(2_000, alive=[0])
+    assert h.reader(1).failed
+    assert run(h, 0, ["assign", {"1": ["x"]}], ["no_more", 1]) == []
+    assert [type(e) for e in enumerator(h).errors] == [NoLiveReaderError, NoLiveReaderError]
+    assert h.core.tracker.owner_of("x") is None
+
+
+def test_assigning_an_owned_split_is_refused() -> None:
+    h = scripted(max_parallelism=2)
+    h.register(0)
+    h.register(1)
+    run(h, 0, ["assign", {"0": ["a"]}])
+    assert run(h, 0, ["assign", {"1": ["b", "a"]}]) == []
+    assert "'a' is owned by subtask 0" in str(enumerator(h).errors[0])
+    assert h.core.tracker.owner_of("b") is None
+    assert h.to(1, AddSplits) == []
+
+
+@pytest.mark.parametrize(
+    "assignment",
+    [{"0": ["a", "a"]}, {"0": ["a"], "1": ["a"]}],
+    ids=["same-subtask", "two-subtasks"],
+)
+def test_a_split_named_twice_in_one_assignment_is_refused_as_a_whole(
+    assignment: dict[str, list[str]],
+) -> None:
+    h = scripted(max_parallelism=2)
+    h.register(0)
+    h.register(1)
+    assert run(h, 0, ["assign", assignment]) == []
+    assert len(enumerator(h).errors) == 1
+    assert h.core.tracker.total_owned() == 0
+    # no seq was consumed: the next assignment is seq 1 on both subtasks
+    run(h, 0, ["assign", {"0": ["b"], "1": ["c"]}])
+    assert [e.body.seq for e in h.to(0, AddSplits)] == [1]  # type: ignore[attr-defined]
+    assert [e.body.seq for e in h.to(1, AddSplits)] == [1]  # type: ignore[attr-defined]
+
+
+def test_source_events_reach_live_readers_and_dead_ones_are_dropped() -> None:
+    h = scripted(max_parallelism=4)
+    r0 = h.register(0)
+    msgs = run(
+        h,
+        0,
+        ["event", 0, {"hello": 1}, None],
+        ["event", 0, "for-attempt-1", 1],
+        ["event", 0, "stale", 7],
+        ["event", 3, "nobody", None],
+        ["event", 99, "out-of-range", None],
+    )
+    assert [(m.subtask, m.attempt, m.body) for m in msgs] == [
+        (0, 1, CoordinatorSourceEvent(payload={"hello": 1})),
+        (0, 1, CoordinatorSourceEvent(payload="for-attempt-1")),
+    ]
+    assert r0.events == [{"hello": 1}, "for-attempt-1"]
+    assert h.counters["source_events_dropped"] == 3
+
+
+def test_an_enumerator_that_raises_does_not_crash_the_core() -> None:
+    h = scripted(max_parallelism=2)
+    h.register(0)
+    msgs = run(h, 0, ["event", 0, "before", None], ["raise", "boom"], ["event", 0, "after", None])
+    assert [m.body for m in msgs] == [
+        CoordinatorSourceEvent(payload="before")
+    ]  # effects so far stand
+    assert h.counters["enumerator_errors"] == 1
+    # the core keeps working
+    assert [m.body for m in run(h, 0, ["event", 0, "later", None])] == [
+        CoordinatorSourceEvent(payload="later")
+    ]
+    h.register(1)
+    assert h.last.messages[0].body.attempt == 1  # type: ignore[attr-defined]
+
+
+def test_an_enumerator_raising_in_start_is_counted() -> None:
+    class Broken(ScriptedEnumerator):
+        def start(self) -> None:
+            raise ValueError("no")
+
+    class BrokenSource(ScriptedSource):
+        def create_enumerator(self, context: SplitEnumeratorContext[Item]) -> ScriptedEnumerator:
+            return Broken(context)
+
+    h = CoreHarness(BrokenSource(), max_parallelism=1)
+    assert h.counters["enumerator_errors"] == 1
+    h.register(0)
+    assert kinds(h.last.messages) == [(0, "ReaderRegistered")]
+
+
+# -- invalid input ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("subtask", [4, 5, 1000])
+def test_a_message_for_a_subtask_beyond_max_parallelism_is_rejected(subtask: int) -> None:
+    h = CoreHarness(max_parallelism=4)
+    h.register(0)
+    effects = h.feed(h.envelope(subtask, Heartbeat(watermark=1, idle=False), 1))
+    assert effects.messages == []
+    assert effects.rejection is not None and "max_parallelism" in effects.rejection
+    assert str(subtask) in effects.rejection
+    assert h.counters["rejected_messages"] == 1
+
+
+def test_a_registration_beyond_max_parallelism_is_rejected() -> None:
+    h = CoreHarness(max_parallelism=2)
+    effects = h.feed(
+        h.envelope(
+            2,
+            ReaderRegistration(
+                incarnation="x", location="h", reported_splits=[], restored_checkpoint_id=None
+            ),
+            None,
+        )
+    )
+    assert effects.rejection is not None and effects.messages == []
+    assert h.core.live_subtasks() == []
+
+
+def test_a_message_for_another_source_is_rejected() -> None:
+    h = CoreHarness(max_parallelism=2)
+    h.register(0)
+    effects = h.feed(h.envelope(0, Heartbeat(watermark=1, idle=False), 1, source="payments"))
+    assert effects.messages == []
+    assert effects.rejection is not None and "payments" in effects.rejection
+    assert h.counters["rejected_messages"] == 1
+    assert h.counters["fenced_messages"] == 0
+
+
+# -- message size ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_message_bytes", [1024, 4096])
+def test_add_splits_is_chunked_below_max_message_bytes(max_message_bytes: int) -> None:
+    h = CoreHarness(
+        sequence_source(splits=200),
+        max_parallelism=1,
+        max_message_bytes=max_message_bytes,
+        source_name="s" * 100,
+    )
+    reader = h.register(0)
+    adds = h.to(0, AddSplits)
+    assert len(adds) > 1
+    assert [e.body.seq for e in adds] == list(range(1, len(adds) + 1))  # type: ignore[attr-defined]
+    assert all(len(encode(e)) <= max_message_bytes for e in adds)
+    ids = [sid for e in adds for sid in split_ids(e)]
+    assert ids == [f"seq-{k:05d}" for k in range(200)]
+    assert len(reader.splits) == 200 and reader.applied_seq == len(adds)
+    # acknowledging the last chunk checkpoints all of them
+    h.ack(0)
+    assert h.core.tracker.uncheckpointed_count(0) == 0
+
+
+def test_one_small_assignment_is_one_record() -> None:
+    h = CoreHarness(sequence_source(splits=3), max_parallelism=1)
+    h.register(0)
+    assert len(h.to(0, AddSplits)) == 1
+
+
+# -- bounded completion ---------------------------------------------------------------
+
+
+def test_bounded_source_completes_with_no_more_splits_to_every_reader() -> None:
+    h = CoreHarness(sequence_source(splits=4), max_parallelism=2)
+    h.register(0)
+    h.register(1)
+    assert not h.core.is_finished()
+    h.finish(0)
+    h.request_split(0)  # a reader out of work asks for more
+    assert h.to(0, NoMoreSplits) == [] and not h.core.is_finished()
+    h.finish(1)
+    h.request_split(1)
+    for s in (0, 1):
+        (nms,) = h.to(s, NoMoreSplits)
+        assert nms.body == NoMoreSplits(seq=2)  # shares the seq counter with AddSplits
+        assert nms.attempt == 1
+        assert h.reader(s).no_more_splits
+    assert h.core.is_finished()
+    # NoMoreSplits is sent once per attempt
+    h.request_split(0)
+    assert len(h.to(0, NoMoreSplits)) == 1
+
+
+def test_a_restarted_reader_of_a_finished_source_is_told_again() -> None:
+    h = CoreHarness(sequence_source(splits=2), max_parallelism=2)
+    h.register(0)
+    h.register(1)
+    h.finish(0)
+    h.finish(1)
+    h.request_split(1)
+    assert h.core.is_finished()
+    h.register(1)
+    assert kinds(h.last.messages) == [
+        (1, "SplitsReleased"),
+        (1, "ReaderRegistered"),
+        (1, "NoMoreSplits"),
+    ]
+    assert h.last.messages[-1].body == NoMoreSplits(seq=3)
+    assert h.core.is_finished()
+
+
+def test_unfinished_splits_keep_the_source_running() -> None:
+    h = CoreHarness(sequence_source(splits=4), max_parallelism=2)
+    h.register(0)
+    h.register(1)
+    h.finish(0)
+    h.finish(1, sorted(h.reader(1).splits)[:1])
+    h.request_split(0)
+    h.request_split(1)
+    assert h.of_type(NoMoreSplits) == []
+    assert not h.core.is_finished()
+
+
+# -- coordinator restart ---------------------------------------------------------------
+
+
+def _busy_harness() -> CoreHarness:
+    h = CoreHarness(sequence_source(splits=10), max_parallelism=3, max_watermark_drift_ms=100)
+    h.register(0)
+    h.register(1)
+    h.ack(0)
+    h.heartbeat(0, watermark=500)
+    h.heartbeat(1, watermark=700)
+    h.finish(1, sorted(h.reader(1).splits)[:1])
+    return h
+
+
+def test_a_successor_continues_seq_cseq_and_ownership() -> None:
+    h = _busy_harness()
+    snap = orjson.loads(orjson.dumps(h.core.snapshot()))  # it is stored as JSON
+    successor = CoreHarness(
+        sequence_source(splits=10),
+        max_parallelism=3,
+        max_watermark_drift_ms=100,
+        epoch=2,
+        snapshot=snap,
+        now_ms=h.now_ms + 120_000,
+        first_offset=h.next_offset,
+        start=False,
+    )
+    successor.incarnations = h.incarnations  # the readers keep running
+    core, old = successor.core, h.core
+    assert core.cseq == old.cseq
+    for s in range(3):
+        assert core.tracker.owned(s) == old.tracker.owned(s)
+        assert core.tracker.applied_seq(s) == old.tracker.applied_seq(s)
+    assert [s.seq for s in core.slots] == [s.seq for s in old.slots]
+    assert [(s.state, s.attempt) for s in core.slots] == [(s.state, s.attempt) for s in old.slots]
+    assert successor.unassigned() == h.unassigned()
+    assert core.watermarks.state == old.watermarks.state
+
+    # restored live attempts get a fresh session window: nobody times out at start
+    successor.start()
+    successor.tick()
+    assert successor.of_type(SplitsReleased) == []
+    # the old attempts are still the current ones
+    assert successor.heartbeat(0, watermark=600).rejection is None
+    assert successor.counters["fenced_messages"] == 0
+    # the next record continues cseq; the next assignment continues seq, at the new epoch
+    successor.register(2)
+    assert successor.sent[0].cseq == old.cseq + 1
+    assert all(m.epoch == 2 for m in successor.sent)
+    assert [slot.seq for slot in core.slots][:2] == [slot.seq for slot in old.slots][:2]
+    successor.finish(0)
+    successor.leave(1)
+    adds = successor.of_type(AddSplits, messages=successor.last.messages)
+    assert [(e.subtask, e.body.seq) for e in adds] == [(0, old.slots[0].seq + 1)]  # type: ignore[attr-defined]
+    cseqs = [m.cseq for m in h.sent + successor.sent]
+    assert cseqs == list(range(1, len(cseqs) + 1))
+
+
+def test_a_successor_needs_a_higher_epoch() -> None:
+    h = _busy_harness()
+    snap = h.core.snapshot()
+    for epoch in (0, 1):
+        with pytest.raises(ValueError, match="epoch"):
+            CoordinatorCore(sequence_source(splits=10), h.config, epoch=epoch, snapshot=snap)
+
+
+# -- watermarks --------------------------------------------------------------------------
+
+
+def _announcements(msgs: list[Envelope]) -> list[tuple[int, int | None, int | None]]:
+    return [
+        (m.subtask, m.body.low_watermark, m.body.max_allowed_watermark)  # type: ignore[attr-defined]
+        for m in msgs
+        if isinstance(m.body, WatermarkAnnouncement)
+    ]
+
+
+def test_watermark_announcements_go_to_every_live_reader_when_the_low_advances() -> None:
+    h = CoreHarness(sequence_source(splits=6), max_parallelism=4, max_watermark_drift_ms=1_000)
+    h.register(0)
+    h.register(1)
+    h.register(2)
+    assert _announcements(h.heartbeat(0, watermark=100).messages) == [
+        (0, 100, 1_100),
+        (1, 100, 1_100),
+        (2, 100, 1_100),
+    ]
+    assert _announcements(h.heartbeat(1, watermark=50).messages) == []  # never backwards
+    assert _announcements(h.heartbeat(0, watermark=200).messages) == []
+    assert _announcements(h.heartbeat(2, watermark=150).messages) == []
+    assert _announcements(h.heartbeat(1, watermark=300).messages) == [
+        (0, 150, 1_150),
+        (1, 150, 1_150),
+        (2, 150, 1_150),
+    ]
+    assert all(m.attempt == 1 for m in h.of_type(WatermarkAnnouncement))
+    assert h.to(3) == []
+    assert h.reader(0).watermarks == [100, 150]
+
+
+def test_watermark_is_reannounced_every_interval() -> None:
+    h = CoreHarness(
+        sequence_source(splits=2), max_parallelism=2, watermark_announce_interval_ms=500
+    )
+    h.register(0)
+    h.register(1)
+    assert _announcements(h.advance(1_000).messages) == []  # nothing known yet
+    h.heartbeat(0, watermark=10)
+    h.heartbeat(1, watermark=20)
+    assert _announcements(h.advance(100).messages) == []
+    assert _announcements(h.advance(500).messages) == [(0, 10, None), (1, 10, None)]
+
+
+def test_a_reader_without_splits_does_not_hold_the_watermark_back() -> None:
+    h = CoreHarness(sequence_source(splits=2), max_parallelism=3)
+    h.register(0)
+    h.register(1)
+    h.register(2)
+    assert h.owned(2) == set()
+    assert _announcements(h.heartbeat(2, watermark=10).messages) == []  # idle: owns nothing
+    h.heartbeat(0, watermark=None)  # no event time yet: does not hold back
+    assert _announcements(h.heartbeat(1, watermark=600).messages) == [
+        (0, 600, None),
+        (1, 600, None),
+        (2, 600, None),
+    ]
+    h.heartbeat(0, watermark=700)
+    assert _announcements(h.heartbeat(1, watermark=900).messages) == [
+        (0, 700, None),
+        (1, 700, None),
+        (2, 700, None),
+    ]
+
+
+def test_a_failed_readers_watermark_stops_counting_at_once() -> None:
+    h = CoreHarness(sequence_source(splits=2), max_parallelism=2, session_timeout_ms=1_000)
+    h.register(0)
+    h.register(1)
+    h.heartbeat(0, watermark=100)
+    h.heartbeat(1, watermark=900)
+    h.advance(600)
+    h.heartbeat(1, watermark=950)
+    msgs = h.advance(600).messages  # subtask 0 times out
+    assert (0, "SplitsReleased") in kinds(msgs)
+    assert (1, 950, None) in _announcements(msgs)
+    assert all(m.subtask == 1 for m in h.of_type(WatermarkAnnouncement, messages=msgs))
+
+
+def test_a_leaving_readers_watermark_stops_counting_at_once() -> None:
+    h = CoreHarness(sequence_source(splits=2), max_parallelism=2)
+    h.register(0)
+    h.register(1)
+    h.heartbeat(0, watermark=100)
+    h.heartbeat(1, watermark=900)
+    msgs = h.leave(0).messages
+    assert _announcements(msgs) == [(1, 900, None)]
+
+
+def test_announced_watermarks_never_decrease_across_failures() -> None:
+    h = CoreHarness(sequence_source(splits=3), max_parallelism=3, session_timeout_ms=1_000)
+    for s in range(3):
+        h.register(s)
+    h.heartbeat(0, watermark=100)
+    h.heartbeat(1, watermark=400)
+    h.heartbeat(2, watermark=300)
+    h.pass_time(1_500, alive=[1, 2])  # 0 fails: low 300
+    h.register(0)
+    h.heartbeat(0, watermark=50)  # the new attempt is behind
+    h.pass_time(3_000, alive=[0, 1, 2])
+    lows = [m.body.low_watermark for m in h.of_type(WatermarkAnnouncement)]  # type: ignore[attr-defined]
+    assert lows[0] == 100 and 300 in lows
+    assert lows == sorted(lows)
