@@ -80,8 +80,8 @@ class SequenceOptions:
             rate = float(options.get("rate", "0"))
         except ValueError:
             raise ConfigError("rate", f"must be a number of records per second, got {options['rate']!r}") from None
-        if rate < 0 or math.isnan(rate):
-            raise ConfigError("rate", "must be >= 0")
+        if rate < 0 or not math.isfinite(rate):
+            raise ConfigError("rate", "must be a finite number >= 0")
         return cls(
             splits=splits,
             records_per_split=records,
@@ -235,7 +235,9 @@ class SequenceReader(SourceReader[SequenceSplit]):
         if self._options.rate <= 0:
             return max_records
         now = time.monotonic()
-        self._tokens = min(self._options.rate, self._tokens + (now - self._last_refill) * self._options.rate)
+        # the bucket holds one second of records, and at least one record (rates below 1/s)
+        capacity = max(self._options.rate, 1.0)
+        self._tokens = min(capacity, self._tokens + (now - self._last_refill) * self._options.rate)
         self._last_refill = now
         return max(0, min(max_records, int(self._tokens)))
 

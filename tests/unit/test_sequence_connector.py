@@ -1,0 +1,336 @@
+"""The ``sequence`` connector: options, splits, reader, enumerator."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+import sluicegate_connectors.sequence.source as sequence_module
+from core_harness import CoreHarness, sequence_source
+from sluicegate_connectors.sequence import (
+    SequenceOptions,
+    SequenceReader,
+    SequenceSource,
+    SequenceSplit,
+)
+from sluicegate_connectors.sequence.source import UNBOUNDED_STRIDE
+
+from sluicegate.api import (
+    Boundedness,
+    ConfigError,
+    InputStatus,
+    Record,
+    SourceReaderContext,
+    SupportsSplitReassignmentOnRecovery,
+)
+from sluicegate.connectors import load_source
+
+CTX = SourceReaderContext(subtask=0, attempt=1, location="test")
+
+
+def reader_for(**options: str) -> SequenceReader:
+    return SequenceSource.from_options(options).create_reader(CTX)
+
+
+def drain(
+    reader: SequenceReader, batch: int = 7, limit: int = 10_000
+) -> tuple[list[Record], list[str]]:
+    records: list[Record] = []
+    finished: list[str] = []
+    for _ in range(limit):
+        result = reader.next_batch(batch)
+        assert len(result.records) <= batch
+        records += result.records
+        finished += result.finished_split_ids
+        if result.status is not InputStatus.MORE_AVAILABLE:
+            break
+    return records, finished
+
+
+def by_split(records: list[Record]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        out[r.split_id].append(r.value)
+    return dict(out)
+
+
+# -- options ----------------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    opts = SequenceOptions.parse({})
+    assert opts == SequenceOptions(splits=8, records_per_split=1000, rate=0.0)
+    source = SequenceSource.from_options({})
+    assert source.boundedness is Boundedness.BOUNDED
+    assert isinstance(source, SupportsSplitReassignmentOnRecovery)
+
+
+def test_options_are_parsed() -> None:
+    opts = SequenceOptions.parse(
+        {
+            "splits": "200",
+            "records_per_split": "10",
+            "rate": "2.5",
+            "start_time_ms": "0",
+            "event_interval_ms": "3",
+        }
+    )
+    assert opts == SequenceOptions(200, 10, 2.5, 0, 3)
+
+
+def test_unbounded() -> None:
+    source = SequenceSource.from_options({"records_per_split": " Unbounded "})
+    assert source.options.records_per_split is None
+    assert source.boundedness is Boundedness.CONTINUOUS_UNBOUNDED
+
+
+def test_the_connector_is_found_by_name() -> None:
+    source = load_source("sequence", {"splits": "3"})
+    assert isinstance(source, SequenceSource) and source.options.splits == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "setting"),
+    [
+        ({"split": "3"}, "split"),
+        ({"splits": "0"}, "splits"),
+        ({"splits": "-2"}, "splits"),
+        ({"splits": "many"}, "splits"),
+        ({"splits": "1.5"}, "splits"),
+        ({"records_per_split": "0"}, "records_per_split"),
+        ({"records_per_split": "lots"}, "records_per_split"),
+        ({"rate": "fast"}, "rate"),
+        ({"rate": "-1"}, "rate"),
+        ({"rate": "nan"}, "rate"),
+        ({"rate": "inf"}, "rate"),
+        ({"start_time_ms": "-1"}, "start_time_ms"),
+        ({"start_time_ms": "yesterday"}, "start_time_ms"),
+        ({"event_interval_ms": "-10"}, "event_interval_ms"),
+    ],
+)
+def test_bad_options_raise_config_error_naming_the_option(
+    options: dict[str, str], setting: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        SequenceSource.from_options(options)
+    assert info.value.setting == setting
+    assert repr(setting) in str(info.value)
+
+
+# -- splits -----------------------------------------------------------------------------
+
+
+def test_split_k_is_the_kth_range() -> None:
+    splits = SequenceOptions.parse({"splits": "3", "records_per_split": "10"}).all_splits()
+    assert splits == [
+        SequenceSplit("seq-00000", 0, 10, 0),
+        SequenceSplit("seq-00001", 10, 20, 10),
+        SequenceSplit("seq-00002", 20, 30, 20),
+    ]
+    many = SequenceOptions.parse({"splits": "123456", "records_per_split": "1"}).all_splits()
+    assert many[-1].split_id == "seq-123455"
+    assert len({s.split_id for s in many}) == 123456
+    unbounded = SequenceOptions.parse(
+        {"splits": "2", "records_per_split": "unbounded"}
+    ).all_splits()
+    assert unbounded[1] == SequenceSplit("seq-00001", UNBOUNDED_STRIDE, None, UNBOUNDED_STRIDE)
+
+
+def test_split_wire_codec_round_trips() -> None:
+    codec = SequenceSource.from_options({}).split_codec
+    for split in (SequenceSplit("seq-00004", 40, 50, 43), SequenceSplit("u", 5, None, 9)):
+        assert codec.from_wire(codec.to_wire(split)) == split
+    assert codec.to_wire(SequenceSplit("a", 1, 2, 1))["split_id"] == "a"
+
+
+# -- reader -----------------------------------------------------------------------------
+
+
+def test_reader_reads_every_value_of_its_splits_once_in_order() -> None:
+    reader = reader_for(
+        splits="5", records_per_split="10", start_time_ms="1000", event_interval_ms="5"
+    )
+    splits = SequenceOptions.parse({"splits": "5", "records_per_split": "10"}).all_splits()
+    reader.add_splits([splits[1], splits[3]])
+    reader.add_splits([splits[4]])
+    records, finished = drain(reader)
+    assert by_split(records) == {
+        "seq-00001": list(range(10, 20)),
+        "seq-00003": list(range(30, 40)),
+        "seq-00004": list(range(40, 50)),
+    }
+    assert sorted(finished) == ["seq-00001", "seq-00003", "seq-00004"]
+    for r in records:  # event time of value n is start + (index of n in its split) * interval
+        assert r.event_time_ms == 1000 + (r.value % 10) * 5
+    assert reader.snapshot_state(1) == []
+    assert reader.next_batch(10).records == []
+
+
+def test_reader_starts_at_the_split_position() -> None:
+    reader = reader_for()
+    reader.add_splits([SequenceSplit("seq-00002", 20, 30, 27)])
+    records, finished = drain(reader)
+    assert [r.value for r in records] == [27, 28, 29]
+    assert finished == ["seq-00002"]
+
+
+def test_a_split_already_at_its_end_reports_finished_without_records() -> None:
+    reader = reader_for()
+    reader.add_splits([SequenceSplit("seq-00002", 20, 30, 30)])
+    result = reader.next_batch(10)
+    assert result.records == [] and result.finished_split_ids == ["seq-00002"]
+
+
+def test_the_reader_does_not_share_split_objects_with_its_caller() -> None:
+    reader = reader_for()
+    split = SequenceSplit("seq-00000", 0, 10, 0)
+    reader.add_splits([split])
+    reader.next_batch(4)
+    assert split.position == 0
+    snap = reader.snapshot_state(1)
+    reader.next_batch(4)
+    assert snap == [SequenceSplit("seq-00000", 0, 10, 4)]
+
+
+def test_snapshot_and_restore_resume_at_the_position() -> None:
+    options = {"splits": "4", "records_per_split": "25"}
+    splits = SequenceOptions.parse(options).all_splits()
+    first = reader_for(**options)
+    first.add_splits(splits)
+    before: list[Record] = []
+    finished: list[str] = []
+    for _ in range(5):
+        result = first.next_batch(9)
+        before += result.records
+        finished += result.finished_split_ids
+    state = first.snapshot_state(7)
+    assert all(s.position > s.start for s in state)
+    assert {s.split_id for s in state} == {s.split_id for s in splits} - set(finished)
+
+    second = reader_for(**options)
+    second.add_splits(state)
+    after, finished_after = drain(second)
+    values = [r.value for r in before + after]
+    assert sorted(values) == list(range(100))  # every value exactly once
+    assert sorted(finished + finished_after) == [s.split_id for s in splits]
+    for split_id, vals in by_split(before + after).items():
+        assert vals == sorted(vals), split_id
+
+
+def test_paused_splits_are_not_read() -> None:
+    reader = reader_for()
+    reader.add_splits([SequenceSplit("a", 0, 10, 0), SequenceSplit("b", 10, 20, 10)])
+    reader.pause_or_resume_splits(["a"], [])
+    assert {r.split_id for r in reader.next_batch(6).records} == {"b"}
+    reader.pause_or_resume_splits([], ["a"])
+    assert "a" in {r.split_id for r in reader.next_batch(6).records}
+
+
+def test_unbounded_splits_never_finish() -> None:
+    reader = reader_for(splits="2", records_per_split="unbounded")
+    reader.add_splits(
+        SequenceOptions.parse({"splits": "2", "records_per_split": "unbounded"}).all_splits()
+    )
+    seen: dict[str, list[int]] = defaultdict(list)
+    for _ in range(500):
+        result = reader.next_batch(50)
+        assert result.finished_split_ids == []
+        assert result.status is InputStatus.MORE_AVAILABLE
+        for r in result.records:
+            seen[r.split_id].append(r.value)
+    assert seen["seq-00000"] == list(range(len(seen["seq-00000"])))
+    assert seen["seq-00001"][:3] == [UNBOUNDED_STRIDE, UNBOUNDED_STRIDE + 1, UNBOUNDED_STRIDE + 2]
+    assert len(seen["seq-00000"]) + len(seen["seq-00001"]) == 500 * 50
+    assert len(reader.snapshot_state(1)) == 2
+
+
+# -- rate limiting -----------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(sequence_module, "time", fake)
+    return fake
+
+
+def test_rate_limits_records_per_second(clock: FakeClock) -> None:
+    reader = reader_for(rate="10", records_per_split="unbounded")
+    reader.add_splits([SequenceSplit("a", 0, None, 0)])
+    assert reader.next_batch(100).records == []  # no tokens yet
+    clock.now += 0.5
+    assert len(reader.next_batch(100).records) == 5
+    clock.now += 60  # the bucket holds at most one second of records
+    assert len(reader.next_batch(100).records) == 10
+    assert reader.next_batch(100).records == []
+    clock.now += 0.25
+    assert len(reader.next_batch(1).records) == 1  # max_records still bounds a batch
+    total = 0
+    for _ in range(100):
+        clock.now += 0.1
+        total += len(reader.next_batch(100).records)
+    assert 95 <= total <= 101
+
+
+def test_a_rate_below_one_record_per_second_still_reads(clock: FakeClock) -> None:
+    reader = reader_for(rate="0.5", records_per_split="unbounded")
+    reader.add_splits([SequenceSplit("a", 0, None, 0)])
+    total = 0
+    for _ in range(20):
+        clock.now += 1.0
+        total += len(reader.next_batch(100).records)
+    assert 9 <= total <= 11  # 0.5 records per second over 20 s
+
+
+def test_rate_limit_in_real_time_has_an_upper_bound() -> None:
+    rate = 200
+    reader = reader_for(rate=str(rate), records_per_split="unbounded")
+    reader.add_splits([SequenceSplit("a", 0, None, 0), SequenceSplit("b", 10**9, None, 10**9)])
+    start = time.monotonic()
+    total = 0
+    while time.monotonic() - start < 0.3:
+        total += len(reader.next_batch(1_000).records)
+        time.sleep(0.005)
+    elapsed = time.monotonic() - start
+    # at most one second's burst plus the rate over the elapsed time; generous slack
+    assert total <= rate * (elapsed + 1) * 1.5
+
+
+def test_without_rate_a_batch_is_as_large_as_asked() -> None:
+    reader = reader_for(records_per_split="unbounded")
+    reader.add_splits([SequenceSplit("a", 0, None, 0)])
+    assert len(reader.next_batch(1_000).records) == 1_000
+
+
+# -- enumerator ------------------------------------------------------------------------
+
+
+def test_enumerator_state_restores_its_unassigned_splits() -> None:
+    h = CoreHarness(sequence_source(splits=10, records_per_split=10), max_parallelism=4)
+    h.register(0)  # takes its fair share: 3 of 10
+    state: Any = h.core.enumerator.snapshot_state(1)
+    assert [s["split_id"] for s in state["unassigned"]] == [f"seq-{k:05d}" for k in range(3, 10)]
+    restored = sequence_source(splits=10, records_per_split=10).restore_enumerator(
+        h.core._context, {"unassigned": state["unassigned"][:2]}
+    )
+    assert restored.snapshot_state(2) == {"unassigned": state["unassigned"][:2]}
+
+
+def test_enumerator_gives_every_split_once_over_readers() -> None:
+    h = CoreHarness(sequence_source(splits=200), max_parallelism=4)
+    for s in range(4):
+        h.register(s)
+    owned = [h.owned(s) for s in range(4)]
+    assert [len(o) for o in owned] == [50, 50, 50, 50]
+    assert set().union(*owned) == {f"seq-{k:05d}" for k in range(200)}
+    assert h.unassigned() == []
