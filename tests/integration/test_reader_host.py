@@ -285,7 +285,9 @@ async def test_sigterm_leaves_with_positions_and_an_empty_state_record(
         leaving = coord.received_of_type("ReaderLeaving", 0)[-1].body
         assert isinstance(leaving, ReaderLeaving)
         assert sorted(s["split_id"] for s in leaving.splits) == [f"seq-{k:05d}" for k in range(4)]
-        assert all(s["position"] > s["start"] for s in leaving.splits)
+        final_ack = coord.received_of_type("CheckpointAck", 0)[-1].body
+        assert isinstance(final_ack, CheckpointAck) and leaving.splits == final_ack.splits
+        assert any(s["position"] > s["start"] for s in leaving.splits)
         assert coord.core.tracker.total_owned() == 0  # every split went back to the enumerator
 
     consumer = AIOKafkaConsumer(
@@ -356,3 +358,31 @@ async def test_a_fenced_reader_registers_again_and_bad_records_are_dead_lettered
     headers = dict(letters[0].headers)
     assert headers["sluicegate.origin.topic"] == topics.readers.encode()
     assert headers["sluicegate.error.kind"] == b"malformed"
+
+
+async def test_a_second_process_of_the_same_subtask_stops_the_first(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    await create_topics(kafka_bootstrap, unique_source, 1)
+    options = SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT, rate=300)
+    outs = [tmp_path / "zombie.jsonl", tmp_path / "successor.jsonl"]
+
+    def make_host(out: Path) -> ReaderHost:
+        base = settings(kafka_bootstrap, unique_source, 0, out)
+        return ReaderHost(
+            dataclasses.replace(base, options={**base.options, "rate": "300"}),
+            SequenceSource(options),
+        )
+
+    async with InlineCoordinator(
+        kafka_bootstrap, unique_source, SequenceSource(options), 1
+    ) as coord:
+        zombie = make_host(outs[0])
+        first = asyncio.create_task(zombie.run())
+        await coord.wait_until(lambda: len(coord.received_of_type("CheckpointAck", 0)) >= 2, 30)
+        successor = make_host(outs[1])
+        second = asyncio.create_task(successor.run())
+        assert await asyncio.wait_for(first, 20) == 1  # taken over: its producer was fenced
+        assert await asyncio.wait_for(second, 40) == 0
+        assert coord.core.slots[0].attempt == 2
+    assert set(values_in(*outs)) == ALL_VALUES

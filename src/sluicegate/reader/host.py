@@ -44,7 +44,7 @@ from sluicegate.coordinator.config import validate_source_name
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.messages import Body, Direction, ReaderLeaving
-from sluicegate.reader.output import Output, OutputSpec, open_output
+from sluicegate.reader.output import Output, OutputSpec, gather_all, open_output
 from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
 from sluicegate.transport.topics import TopicApplyError, wait_for_topics
@@ -295,6 +295,8 @@ class ReaderHost:
                     await client.stop()
                 except Exception as exc:  # stopping a fenced producer may raise
                     log.debug("stopping a Kafka client: %s", exc)
+        if self._txn is not None:
+            _retrieve_fatal_errors(self._txn)
 
     # -- restore ------------------------------------------------------------------
 
@@ -516,7 +518,7 @@ class ReaderHost:
                 futures.append(await self._txn_send_control(finished))
             futures.append(await self._txn_send_state(plan.checkpoint))
             futures.append(await self._txn_send_control(plan.ack()))
-            await asyncio.gather(*futures)
+            await gather_all(futures)
             await self._txn_producer().commit_transaction()
             self._in_txn = False
         except ProducerFenced as exc:
@@ -569,7 +571,7 @@ class ReaderHost:
                 await self._txn_send_state(session.leaving_checkpoint()),
                 await self._txn_send_control(ReaderLeaving(splits=splits)),
             ]
-            await asyncio.gather(*futures)
+            await gather_all(futures)
             await self._txn_producer().commit_transaction()
             self._in_txn = False
         except ProducerFenced as exc:
@@ -594,7 +596,7 @@ class ReaderHost:
             # owns the subtask's transactional id: a zombie fails here and stops.
             try:
                 await self._ensure_txn()
-                await asyncio.gather(await self._txn_send_state(last))
+                await gather_all([await self._txn_send_state(last)])
                 await self._txn_producer().commit_transaction()
                 self._in_txn = False
             except ProducerFenced as exc:
@@ -772,6 +774,31 @@ class ReaderHost:
     def _output_(self) -> Output:
         assert self._output is not None
         return self._output
+
+
+def _retrieve_fatal_errors(producer: AIOKafkaProducer) -> None:
+    """Mark aiokafka's internal futures of a fenced producer as retrieved.
+
+    Otherwise their "exception was never retrieved" log runs from a finalizer at
+    some later garbage collection, which on CPython 3.11 can even break an
+    unrelated ``ast.parse`` running at that moment.
+    """
+    sender = getattr(producer, "_sender", None)
+    txn_manager = getattr(producer, "_txn_manager", None)
+    accumulator = getattr(producer, "_message_accumulator", None)
+    batches = [
+        *(b for queue in getattr(accumulator, "_batches", {}).values() for b in queue),
+        *getattr(accumulator, "_pending_batches", ()),
+    ]
+    futures = [
+        getattr(sender, "sender_task", None),
+        getattr(txn_manager, "_transaction_waiter", None),
+        *(getattr(b, "_drain_waiter", None) for b in batches),
+        *(getattr(b, "future", None) for b in batches),
+    ]
+    for future in futures:
+        if isinstance(future, asyncio.Future) and future.done() and not future.cancelled():
+            future.exception()
 
 
 async def read_latest_value(

@@ -170,17 +170,28 @@ class KafkaOutput(Output):
 
     async def flush(self) -> None:
         futures, self._futures = self._futures, []
-        if futures:
-            await asyncio.gather(*futures)
+        await gather_all(futures)
 
     def discarded(self) -> None:
-        for future in self._futures:
-            if not future.done():
-                future.cancel()
-            elif not future.cancelled():
-                future.exception()  # mark retrieved
+        for future in self._futures:  # aborted with the transaction: only mark them retrieved
+            future.add_done_callback(_retrieve)
         self._futures = []
         super().discarded()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def gather_all(futures: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait for every future (none left unretrieved), then raise the first failure."""
+    if not futures:
+        return
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 def open_output(spec: OutputSpec, producer: Callable[[], Any]) -> Output:
