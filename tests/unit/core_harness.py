@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
@@ -140,6 +141,7 @@ class CoreHarness:
         self.now_ms = now_ms
         self.next_offset = first_offset
         self.sent: list[Envelope] = []
+        self.inbox: list[tuple[int, Envelope]] = []
         self.incarnations: dict[int, list[SimReader]] = {}
         self._names = itertools.count(1)
         self._checkpoint_ids = itertools.count(1)
@@ -151,6 +153,15 @@ class CoreHarness:
 
     def start(self) -> Effects:
         return self._collect(self.core.start(self.now_ms))
+
+    def restart_coordinator(self) -> Effects:
+        """The coordinator process dies after its last step; a successor at the next
+        epoch restores the stored (JSON) snapshot and starts. Readers keep running."""
+        snapshot = orjson.loads(orjson.dumps(self.core.snapshot()))
+        self.core = CoordinatorCore(
+            self.source, self.config, epoch=self.core.epoch + 1, snapshot=snapshot
+        )
+        return self.start()
 
     def tick(self) -> Effects:
         return self._collect(self.core.tick(self.now_ms))
@@ -193,6 +204,7 @@ class CoreHarness:
         """One inbox record at the next offset."""
         offset = self.next_offset
         self.next_offset += 1
+        self.inbox.append((offset, env))
         return self._collect(self.core.on_message(env, offset, self.now_ms))
 
     def send(self, subtask: int, body: Body, attempt: Any = _CURRENT) -> Effects:
