@@ -177,6 +177,9 @@ class CoordinatorCore(Generic[SplitT]):
         self._announced: tuple[int | None, int | None] | None = None
         self._context = _CoreContext(self)
         self._now_ms = 0
+        # What changed since the host last persisted state (state_parts(only_changed=True)).
+        self._dirty_slots: set[int] = set()
+        self._enumerator_dirty = True
         if snapshot is None:
             self.slots = [SubtaskSlot(s) for s in range(config.max_parallelism)]
             self.tracker = SplitAssignmentTracker()
@@ -196,6 +199,7 @@ class CoordinatorCore(Generic[SplitT]):
                 slot.last_seen_ms = now_ms
             elif slot.state is SlotState.FAILED and slot.failed_at_ms is not None:
                 slot.failed_at_ms = now_ms
+        self._enumerator_dirty = True
         return self._step(now_ms, self.enumerator.start)
 
     def on_message(self, env: Envelope, offset: int, now_ms: int) -> Effects:
@@ -224,6 +228,7 @@ class CoordinatorCore(Generic[SplitT]):
         handler = self._async_handlers.get(call_id)
         if handler is None:
             return Effects()
+        self._enumerator_dirty = True
         return self._step(now_ms, lambda: handler(result, error))
 
     def forget_async_call(self, call_id: int) -> None:
@@ -249,35 +254,57 @@ class CoordinatorCore(Generic[SplitT]):
         return all(slot.no_more_splits for slot in self.slots) and self.tracker.total_owned() == 0
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything a successor needs (semantics 4), as JSON-compatible data."""
-        return {
-            "source": self.config.source,
-            "epoch": self.epoch,
-            "cseq": self.cseq,
-            "inbox_offset": self.inbox_offset,
-            "slots": [slot.to_json() for slot in self.slots],
-            "tracker": self.tracker.snapshot(),
-            "watermarks": self.watermarks.snapshot(),
-            "enumerator": self.source.enumerator_state_codec.to_json(self.enumerator.snapshot_state(self.cseq)),
-        }
+        """Everything a successor needs (semantics 4), as JSON-compatible parts keyed
+        ``meta``, ``enumerator`` and ``slot/<subtask>``."""
+        return self.state_parts(only_changed=False)
 
-    def _restore(self, snap: Mapping[str, Any]) -> None:
-        if snap["epoch"] >= self.epoch:
-            raise ValueError(f"a successor needs an epoch above {snap['epoch']}, got {self.epoch}")
-        slots = [SubtaskSlot.from_json(s, data) for s, data in enumerate(snap["slots"])]
-        if len(slots) != self.config.max_parallelism:
+    def state_parts(self, only_changed: bool = True) -> dict[str, Any]:
+        """The state parts changed since the last call (all of them if not ``only_changed``).
+        ``meta`` is always included: it holds the counters every step moves."""
+        slots = sorted(self._dirty_slots) if only_changed else range(len(self.slots))
+        parts: dict[str, Any] = {
+            "meta": {
+                "source": self.config.source,
+                "max_parallelism": self.config.max_parallelism,
+                "epoch": self.epoch,
+                "cseq": self.cseq,
+                "inbox_offset": self.inbox_offset,
+                "watermarks": self.watermarks.snapshot(),
+            }
+        }
+        for s in slots:
+            parts[f"slot/{s}"] = {"slot": self.slots[s].to_json(), "owned": self.tracker.snapshot_subtask(s)}
+        if self._enumerator_dirty or not only_changed:
+            state = self.enumerator.snapshot_state(self.cseq)
+            parts["enumerator"] = self.source.enumerator_state_codec.to_json(state)
+        self._dirty_slots.clear()
+        self._enumerator_dirty = False
+        return parts
+
+    def _restore(self, parts: Mapping[str, Any]) -> None:
+        meta = parts["meta"]
+        if meta["epoch"] >= self.epoch:
+            raise ValueError(f"a successor needs an epoch above {meta['epoch']}, got {self.epoch}")
+        if meta["max_parallelism"] != self.config.max_parallelism:
             raise ValueError(
-                f"the stored state has {len(slots)} subtasks but max_parallelism is {self.config.max_parallelism}"
+                f"the stored state has {meta['max_parallelism']} subtasks but max_parallelism is "
+                f"{self.config.max_parallelism}; a source's max_parallelism cannot change"
             )
-        self.slots = slots
-        self.tracker = SplitAssignmentTracker.restore(snap["tracker"])
-        self.watermarks = WatermarkAggregator(
-            self.config.max_watermark_drift_ms, snap["watermarks"]["low_watermark"]
-        )
-        self.cseq = snap["cseq"]
-        self.inbox_offset = snap["inbox_offset"]
-        state = self.source.enumerator_state_codec.from_json(snap["enumerator"])
+        self.slots = [SubtaskSlot(s) for s in range(self.config.max_parallelism)]
+        self.tracker = SplitAssignmentTracker()
+        for s in range(self.config.max_parallelism):
+            part = parts.get(f"slot/{s}")
+            if part is not None:
+                self.slots[s] = SubtaskSlot.from_json(s, part["slot"])
+                self.tracker.restore_subtask(s, part["owned"])
+        self.watermarks = WatermarkAggregator(self.config.max_watermark_drift_ms, meta["watermarks"]["low_watermark"])
+        self.cseq = meta["cseq"]
+        self.inbox_offset = meta["inbox_offset"]
+        state = self.source.enumerator_state_codec.from_json(parts["enumerator"])
         self.enumerator = self.source.restore_enumerator(self._context, state)
+
+    def _touch(self, subtask: int) -> None:
+        self._dirty_slots.add(subtask)
 
     # -- step machinery -------------------------------------------------------
 
@@ -316,6 +343,9 @@ class CoordinatorCore(Generic[SplitT]):
 
     def _dispatch(self, slot: SubtaskSlot, body: Body, now_ms: int) -> None:
         s = slot.subtask
+        if not isinstance(body, Heartbeat):
+            self._touch(s)
+            self._enumerator_dirty = True
         if isinstance(body, Heartbeat):
             idle = body.idle or self.tracker.owned_count(s) == 0
             if self.watermarks.update(s, body.watermark, idle):
@@ -337,6 +367,8 @@ class CoordinatorCore(Generic[SplitT]):
     def _register(self, slot: SubtaskSlot, body: ReaderRegistration, now_ms: int) -> None:
         """Semantics 1: next attempt, fence the previous one, ReaderRegistered, then add_reader."""
         s = slot.subtask
+        self._touch(s)
+        self._enumerator_dirty = True
         if slot.live:
             self._fail_attempt(slot, ReleaseReason.FENCED, now_ms)
         slot.state = SlotState.LIVE
@@ -406,6 +438,7 @@ class CoordinatorCore(Generic[SplitT]):
     def _fail_attempt(self, slot: SubtaskSlot, reason: ReleaseReason, now_ms: int) -> None:
         """Semantics 3: splits assigned after the last CheckpointAck go back to the enumerator."""
         failed = slot.attempt
+        self._touch(slot.subtask)
         slot.state = SlotState.FAILED
         slot.failed_at_ms = now_ms
         self.metrics.counter(f"attempts_failed_{reason.value}")
@@ -437,7 +470,9 @@ class CoordinatorCore(Generic[SplitT]):
             reason=reason.value, failed_attempt=failed_attempt, split_ids=[s["split_id"] for s in released]
         )
         self._send(slot.subtask, slot.attempt, body)
+        self._touch(slot.subtask)
         if released:
+            self._enumerator_dirty = True
             self.enumerator.add_splits_back([self._codec.from_wire(s) for s in released], slot.subtask)
 
     def _on_tick(self, now_ms: int) -> None:
@@ -486,6 +521,7 @@ class CoordinatorCore(Generic[SplitT]):
                 seen.add(split_id)
         for s, splits in wire.items():
             slot = self.slots[s]
+            self._touch(s)
             for chunk in self._chunks(splits):
                 slot.seq += 1
                 self.tracker.record_assignment(s, slot.seq, chunk)
@@ -513,6 +549,7 @@ class CoordinatorCore(Generic[SplitT]):
         if slot.no_more_splits:
             return
         slot.no_more_splits = True
+        self._touch(subtask)
         slot.seq += 1
         self._send(subtask, slot.attempt, NoMoreSplits(seq=slot.seq))
 

@@ -143,19 +143,26 @@ class SplitAssignmentTracker:
 
     # -- persistence ----------------------------------------------------------
 
+    def snapshot_subtask(self, subtask: int) -> dict[str, Any]:
+        owned = self._owned.get(subtask, {})
+        return {"applied_seq": self.applied_seq(subtask), "owned": [[o.seq, o.split] for o in owned.values()]}
+
+    def restore_subtask(self, subtask: int, data: Mapping[str, Any]) -> None:
+        for split_id in list(self._owned.get(subtask, {})):
+            self._release(subtask, split_id)
+        for seq, split in data["owned"]:
+            self.record_assignment(subtask, seq, [split])
+        self._applied_seq[subtask] = data["applied_seq"]
+
+    def subtasks(self) -> list[int]:
+        return sorted(set(self._owned) | set(self._applied_seq))
+
     def snapshot(self) -> dict[str, Any]:
-        return {
-            "owned": {
-                str(s): [[o.seq, o.split] for o in owned.values()] for s, owned in self._owned.items() if owned
-            },
-            "applied_seq": {str(s): seq for s, seq in self._applied_seq.items()},
-        }
+        return {str(s): self.snapshot_subtask(s) for s in self.subtasks()}
 
     @classmethod
     def restore(cls, data: Mapping[str, Any]) -> SplitAssignmentTracker:
         tracker = cls()
-        for s, entries in data["owned"].items():
-            for seq, split in entries:
-                tracker.record_assignment(int(s), seq, [split])
-        tracker._applied_seq = {int(s): seq for s, seq in data["applied_seq"].items()}
+        for s, part in data.items():
+            tracker.restore_subtask(int(s), part)
         return tracker
