@@ -531,6 +531,8 @@ class CoordinatorCore(Generic[SplitT]):
     def _chunks(self, splits: list[WireSplit]) -> list[list[WireSplit]]:
         """Cut an assignment so that no AddSplits record exceeds max_message_bytes."""
         limit = self.config.max_message_bytes - _ENVELOPE_OVERHEAD_BYTES
+        if len(orjson.dumps(splits)) <= limit:  # the common case: one record, one encoding pass
+            return [splits]
         chunks: list[list[WireSplit]] = [[]]
         size = 0
         for split in splits:
