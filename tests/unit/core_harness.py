@@ -92,6 +92,8 @@ class SimReader:
         if isinstance(body, ReaderRegistered):
             if body.incarnation == self.incarnation and self.attempt is None:
                 self.attempt = body.attempt
+                for split_id in body.dropped_split_ids:
+                    self.splits.pop(split_id, None)
                 self.received.append(env)
             return
         if self.attempt is None or env.attempt != self.attempt or self.failed:

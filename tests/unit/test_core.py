@@ -438,12 +438,6 @@ def test_a_fresh_reader_without_state_releases_what_the_subtask_held() -> None:
     assert {(s.split_id, s.position) for s in enumerator(h).returned} == {("a", 0), ("b", 3)}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="protocol gap: without FLIP-537 reassignment, a reader restored from an acknowledged "
-    "checkpoint keeps reported splits that departed and now belong to another subtask; the core "
-    "only counts reported_split_conflicts",
-)
 def test_a_restored_reader_is_not_left_reading_a_split_that_departed_to_another_subtask() -> None:
     h = scripted(max_parallelism=2, session_timeout_ms=1_000, reader_departure_timeout_ms=3_000)
     h.register(0)
@@ -455,7 +449,7 @@ def test_a_restored_reader_is_not_left_reading_a_split_that_departed_to_another_
     assert h.core.tracker.owner_of("a") == 1
     restored = h.register(0, restore=True)  # restarts from that acknowledged checkpoint
     assert h.counters["reported_split_conflicts"] == 1
-    assert "a" not in restored.splits  # fails: both subtasks now read split a
+    assert "a" not in restored.splits  # ReaderRegistered.dropped_split_ids told it to drop a
 
 
 # -- the enumerator context -----------------------------------------------------------

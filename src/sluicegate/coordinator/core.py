@@ -379,36 +379,49 @@ class CoordinatorCore(Generic[SplitT]):
         slot.failed_at_ms = None
         slot.no_more_splits = False
         slot.reported_splits = list(body.reported_splits)
-        self._send(s, slot.attempt, ReaderRegistered(incarnation=body.incarnation, attempt=slot.attempt))
+        kept = self._reported_splits_kept(slot, body)
+        dropped = [split["split_id"] for split in body.reported_splits if split["split_id"] not in kept]
+        self._send(
+            s,
+            slot.attempt,
+            ReaderRegistered(incarnation=body.incarnation, attempt=slot.attempt, dropped_split_ids=dropped),
+        )
         log.info("subtask %d registered as attempt %d from %s", s, slot.attempt, body.location or "?")
-        self._reconcile_reported_splits(slot, body)
+        self._reconcile_reported_splits(slot, body, kept)
         self.enumerator.add_reader(s)
 
-    def _reconcile_reported_splits(self, slot: SubtaskSlot, body: ReaderRegistration) -> None:
-        """FLIP-537: with reassignment on recovery, everything the subtask held goes to the
-        enumerator; otherwise the reader keeps what it restored and the coordinator takes
-        back only what the coordinator attributes to it but the reader did not restore."""
-        s = slot.subtask
-        reported = {split["split_id"]: split for split in body.reported_splits}
-        reported_is_current = body.restored_checkpoint_id is not None and (
-            slot.checkpoint_id is None or body.restored_checkpoint_id >= slot.checkpoint_id
-        )
+    def _reported_splits_kept(self, slot: SubtaskSlot, body: ReaderRegistration) -> set[str]:
+        """Which reported splits the new attempt keeps reading (semantics 1, FLIP-537)."""
         if self._reassign_on_recovery:
+            return set()
+        owned = self.tracker.owned_ids(slot.subtask)
+        kept = {split["split_id"] for split in body.reported_splits if split["split_id"] in owned}
+        conflicts = len(body.reported_splits) - len(kept)
+        if conflicts:
+            self.metrics.counter("reported_split_conflicts", conflicts)
+            log.warning(
+                "subtask %d restored %d splits the coordinator does not attribute to it; "
+                "ReaderRegistered tells it to drop them",
+                slot.subtask,
+                conflicts,
+            )
+        return kept
+
+    def _reconcile_reported_splits(self, slot: SubtaskSlot, body: ReaderRegistration, kept: set[str]) -> None:
+        """With reassignment on recovery, everything the subtask held goes to the
+        enumerator; otherwise the subtask keeps what its reader kept, and whatever the
+        coordinator attributed to it but the reader did not restore goes back."""
+        s = slot.subtask
+        if self._reassign_on_recovery:
+            reported = {split["split_id"]: split for split in body.reported_splits}
+            reported_is_current = body.restored_checkpoint_id is not None and (
+                slot.checkpoint_id is None or body.restored_checkpoint_id >= slot.checkpoint_id
+            )
             released = self.tracker.take_all(s, reported if reported_is_current else None)
             self._release(slot, ReleaseReason.RECOVERY, None, released)
             return
-        owned = self.tracker.owned_ids(s)
-        conflicts = [sid for sid in reported if sid not in owned]
-        if conflicts:
-            self.metrics.counter("reported_split_conflicts", len(conflicts))
-            log.warning(
-                "subtask %d restored %d splits the coordinator does not attribute to it (e.g. %s); "
-                "restore readers from acknowledged checkpoints only",
-                s,
-                len(conflicts),
-                conflicts[:5],
-            )
-        self._release(slot, ReleaseReason.RECOVERY, None, self.tracker.take(s, sorted(owned - reported.keys())))
+        not_restored = sorted(self.tracker.owned_ids(s) - kept)
+        self._release(slot, ReleaseReason.RECOVERY, None, self.tracker.take(s, not_restored))
 
     def _on_checkpoint(self, slot: SubtaskSlot, body: CheckpointAck) -> None:
         if body.applied_seq > slot.seq:

@@ -97,7 +97,8 @@ def decode(raw: bytes | None, direction: Direction) -> Envelope:
     if problem is not None:
         raise DecodeError(DecodeErrorKind.SCHEMA, f"{type_}: {problem}")
     body_data: dict[str, Any] = data["body"]
-    body = body_cls(**{name: body_data[name] for name in _field_names(body_cls)})
+    # Fields a version-1 sender does not know (v2 additions) keep their defaults.
+    body = body_cls(**{name: body_data[name] for name in _field_names(body_cls) if name in body_data})
     return Envelope(
         type=type_,
         source=data["source"],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from sluicegate.api.split import WireSplit
@@ -90,10 +90,16 @@ class ReaderLeaving(Body):
 
 @dataclass(frozen=True, slots=True)
 class ReaderRegistered(Body):
+    """``dropped_split_ids`` (v2): reported splits the reader must not keep; it reads
+    ``reported_splits`` minus these. All of them for a source with reassignment on
+    recovery (FLIP-537); otherwise those that the coordinator no longer attributes
+    to this subtask (they departed to another one, or were never acknowledged)."""
+
     TYPE = "ReaderRegistered"
     DIRECTION = Direction.TO_READER
     incarnation: str
     attempt: int
+    dropped_split_ids: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
