@@ -81,7 +81,7 @@ async def test_two_readers_read_a_bounded_source_exactly_once(
             )
             for k in range(2)
         ]
-        codes = await asyncio.wait_for(asyncio.gather(*(h.run() for h in hosts)), timeout=60)
+        codes = await run_hosts(coord, hosts, 40)
         assert codes == [0, 0]
         await coord.wait_until(
             lambda: len(coord.received_of_type("ReaderLeaving")) == 2, timeout_s=10
@@ -104,6 +104,37 @@ async def test_two_readers_read_a_bounded_source_exactly_once(
         leaving = coord.received_of_type("ReaderLeaving", k)[-1]
         assert leaving.attempt == 1 and leaving.body.to_json() == {"splits": []}
     assert coord.undecodable == 0
+
+
+def describe(coord: InlineCoordinator, hosts: list[ReaderHost]) -> str:
+    """What the coordinator and the hosts were doing, for a failure message."""
+    lines = [f"coordinator slots: {[(s.state.value, s.attempt, s.seq) for s in coord.core.slots]}"]
+    lines.append(f"owned: {coord.core.tracker.snapshot()['owned']}")
+    lines.append(f"sent: {[(e.type, e.subtask, e.attempt) for e in coord.sent][-30:]}")
+    inbox = [(e.type, e.subtask, e.attempt) for e in coord.received if e.type != "Heartbeat"]
+    lines.append(f"received: {inbox[-30:]}")
+    for host in hosts:
+        s = host.session
+        if s is not None:
+            lines.append(
+                f"host {s.subtask}: {s.phase.value} attempt {s.attempt} owned {list(s.owned)} "
+                f"applied {s.applied_seq} no_more {s.no_more_splits} counters {dict(s.counters)}"
+            )
+    return "\n".join(lines)
+
+
+async def run_hosts(
+    coord: InlineCoordinator, hosts: list[ReaderHost], timeout_s: float
+) -> list[int]:
+    tasks = [asyncio.create_task(h.run()) for h in hosts]
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    if pending:
+        report = describe(coord, hosts)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        raise AssertionError(f"reader hosts still running after {timeout_s} s:\n{report}")
+    return [t.result() for t in tasks]
 
 
 def start_reader(
@@ -223,7 +254,9 @@ async def test_kafka_output_commits_data_with_the_checkpoint(
     await create_topics(kafka_bootstrap, unique_source, 2)
     await apply_topics(kafka_bootstrap, [TopicSpec(out_topic, 3)])
     source = SequenceSource(SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT))
-    async with InlineCoordinator(kafka_bootstrap, unique_source, source, max_parallelism=2):
+    async with InlineCoordinator(
+        kafka_bootstrap, unique_source, source, max_parallelism=2
+    ) as coord:
         hosts = [
             ReaderHost(
                 dataclasses.replace(
@@ -234,7 +267,7 @@ async def test_kafka_output_commits_data_with_the_checkpoint(
             )
             for k in range(2)
         ]
-        assert await asyncio.wait_for(asyncio.gather(*(h.run() for h in hosts)), 60) == [0, 0]
+        assert await run_hosts(coord, hosts, 40) == [0, 0]
 
     consumer = AIOKafkaConsumer(
         out_topic,

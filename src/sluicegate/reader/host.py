@@ -373,17 +373,25 @@ class ReaderHost:
                 last_checkpoint_s = time.monotonic()
             await self._poll_control(self._poll_timeout_ms(last_batch))
             last_batch = 0
+            if self._finished_idle and not session.is_finished:
+                self._finished_idle = False  # --no-exit-when-finished and new work came
             if session.active:
                 result = session.read(s.max_batch)
                 last_batch = len(result.records)
                 if result.records:
                     await self._ensure_txn_for_output()
                     await self._output_.write(s.subtask, result.records)
-                await self._flush_outbox()
-                if time.monotonic() - last_checkpoint_s >= s.checkpoint_interval_ms / 1000:
+                interval_over = (
+                    time.monotonic() - last_checkpoint_s >= s.checkpoint_interval_ms / 1000
+                )
+                # Out of work with finished splits not yet reported: checkpoint now, so the
+                # coordinator learns of them (and can hand out more, or end) without waiting.
+                ran_dry = session.nothing_to_read and bool(session.finished_pending)
+                if interval_over or ran_dry:
                     last_checkpoint_s = time.monotonic()
                     if session.checkpoint_due:
                         await self._checkpoint()
+                await self._flush_outbox()
                 if session.is_finished and not self._finished_idle and await self._checkpoint():
                     if s.exit_when_finished:
                         await self._send_plain(ReaderLeaving(splits=[]), wait=True)

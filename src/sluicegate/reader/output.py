@@ -163,8 +163,7 @@ class KafkaOutput(Output):
                 self.topic,
                 value=record_json(subtask, r),
                 key=r.split_id.encode(),
-                timestamp_ms=r.event_time_ms,
-            )
+            )  # the broker's timestamp: an old event time would fall to retention at once
             self._futures.append(future)
         self.records_pending += len(records)
 
