@@ -245,6 +245,16 @@ def test_without_reassignment_the_reader_keeps_its_restored_splits() -> None:
     assert session.applied_seq == 2
 
 
+def test_without_reassignment_dropped_splits_are_not_kept() -> None:
+    restored = checkpoint(3, 2, [split("a", 1), split("b", 2), split("c", 0)])
+    session, source = fake_session(restored)
+    reg = session.begin_registration()
+    out = session.on_message(to_reader(ReaderRegistered(reg.incarnation, 1, ["b"]), 1))
+    assert out is Disposition.REGISTERED
+    assert source.readers[0].added == ["a", "c"]
+    assert list(session.owned) == ["a", "c"]
+
+
 def test_with_reassignment_restored_splits_go_back_through_the_coordinator() -> None:
     source = SequenceSource(SequenceOptions(splits=2, records_per_split=5))
     restored = checkpoint(3, 2, [{"split_id": "seq-00000", "start": 0, "end": 5, "position": 2}])

@@ -38,6 +38,7 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from sluicegate_topics import NAMESPACE_PATTERN, ControlTopics
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.api.reader import Record
 from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
 from sluicegate.coordinator.config import validate_source_name
@@ -184,6 +185,9 @@ class ReaderHost:
             return EXIT_CONFIG
         except ReaderTakenOver as exc:
             log.error("%s", exc)
+            return EXIT_FAILED
+        except (KafkaError, OSError, TimeoutError) as exc:
+            log.error("the reader of subtask %d stops: %s", self.settings.subtask, exc)
             return EXIT_FAILED
         finally:
             await self._shutdown()
@@ -379,8 +383,7 @@ class ReaderHost:
                 result = session.read(s.max_batch)
                 last_batch = len(result.records)
                 if result.records:
-                    await self._ensure_txn_for_output()
-                    await self._output_.write(s.subtask, result.records)
+                    await self._write(result.records)
                 interval_over = (
                     time.monotonic() - last_checkpoint_s >= s.checkpoint_interval_ms / 1000
                 )
@@ -407,6 +410,21 @@ class ReaderHost:
                 self._registration_notice()
             self._progress()
             await asyncio.sleep(0)
+
+    async def _write(self, records: list[Record]) -> None:
+        output = self._output_
+        try:
+            await self._ensure_txn_for_output()
+            await output.write(self.settings.subtask, records)
+        except KafkaError as exc:
+            if isinstance(exc, ProducerFenced):
+                raise self._taken_over() from exc
+            # The records read since the last checkpoint cannot be committed: start over
+            # from that checkpoint, as after being fenced.
+            reason = f"writing to {self.settings.output} failed ({exc})"
+            log.warning("%s", reason)
+            self._session.self_fence(reason)
+            await self._recover_after_fence(reason)
 
     def _poll_timeout_ms(self, last_batch: int) -> int:
         """Do not wait for control records while there is data; back off a little when the

@@ -229,7 +229,7 @@ class ReaderSession(Generic[SplitT]):
 
     def _on_registered(self, env: Envelope, body: ReaderRegistered) -> Disposition:
         if self.phase is Phase.REGISTERING and body.incarnation == self.incarnation:
-            self._activate(body.attempt)
+            self._activate(body.attempt, body.dropped_split_ids)
             return Disposition.REGISTERED
         if (
             self.phase is Phase.ACTIVE
@@ -242,7 +242,9 @@ class ReaderSession(Generic[SplitT]):
         self.counters["ignored_other_attempt"] += 1
         return Disposition.IGNORED_ATTEMPT
 
-    def _activate(self, attempt: int) -> None:
+    def _activate(self, attempt: int, dropped_split_ids: list[str]) -> None:
+        """Registered: a fresh connector reader, keeping the restored splits minus the
+        dropped ones (none at all for a source with reassignment on recovery)."""
         self.attempt = attempt
         self.phase = Phase.ACTIVE
         cp = self.last_checkpoint
@@ -257,26 +259,35 @@ class ReaderSession(Generic[SplitT]):
         self.reader = self.source.create_reader(context)
         self.reader.start()
         restored = self.restored_splits
-        if restored and not self.reassign_on_recovery:
-            self._give(restored)
-            log.info(
-                "registered as attempt %d; kept %d restored splits (checkpoint %s, applied seq %d)",
-                attempt,
-                len(restored),
-                cp.checkpoint_id if cp else None,
-                self.applied_seq,
-            )
-        elif restored:
+        checkpoint_id = cp.checkpoint_id if cp else None
+        if not restored:
+            log.info("registered as attempt %d (applied seq %d)", attempt, self.applied_seq)
+            return
+        if self.reassign_on_recovery:
             log.info(
                 "registered as attempt %d; reported %d restored splits to the coordinator "
                 "for reassignment (checkpoint %s, applied seq %d)",
                 attempt,
                 len(restored),
-                cp.checkpoint_id if cp else None,
+                checkpoint_id,
                 self.applied_seq,
             )
-        else:
-            log.info("registered as attempt %d (applied seq %d)", attempt, self.applied_seq)
+            return
+        dropped = set(dropped_split_ids)
+        kept = [split for split in restored if split["split_id"] not in dropped]
+        self._give(kept)
+        log.info(
+            "registered as attempt %d; kept %d of %d restored splits (checkpoint %s, "
+            "applied seq %d)%s",
+            attempt,
+            len(kept),
+            len(restored),
+            checkpoint_id,
+            self.applied_seq,
+            f"; the coordinator dropped {len(restored) - len(kept)}"
+            if len(kept) < len(restored)
+            else "",
+        )
 
     def _on_add_splits(self, body: AddSplits) -> Disposition:
         if body.seq <= self.applied_seq:
