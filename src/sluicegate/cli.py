@@ -8,8 +8,10 @@ import os
 import typer
 from rich.logging import RichHandler
 
+from sluicegate.audit.commands import audit_command
 from sluicegate.broker.commands import broker_app
 from sluicegate.coordinator.commands import coordinator_command
+from sluicegate.reader.commands import reader_command
 from sluicegate.transport.topics_commands import topics_app
 
 app = typer.Typer(
@@ -19,6 +21,8 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.command("coordinator")(coordinator_command)
+app.command("reader")(reader_command)
+app.command("audit")(audit_command)
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
 

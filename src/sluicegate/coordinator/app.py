@@ -1,5 +1,6 @@
 """The module `faust -A sluicegate.coordinator.app worker` loads: the coordinator app
-configured from SLUICEGATE_* variables (see CoordinatorSettings.from_env)."""
+configured from SLUICEGATE_* variables (see CoordinatorSettings.from_env). The
+topics must exist: `sluicegate topics apply`, or one `sluicegate coordinator` run."""
 
 from __future__ import annotations
 

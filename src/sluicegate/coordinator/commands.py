@@ -4,50 +4,89 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from sluicegate.api.errors import ConfigError
-from sluicegate.connectors import load_source, parse_options
-from sluicegate.coordinator.settings import CoordinatorSettings, resolve_bootstrap
+from sluicegate.connectors import parse_options
+from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings, resolve_bootstrap
 
 log = logging.getLogger("sluicegate.coordinator")
 
 
 def coordinator_command(
-    source: Annotated[str, typer.Option(help="Source name S (topics NS.S.*)")],
-    connector: Annotated[str, typer.Option(help="Connector name (entry point in sluicegate.connectors)")],
-    max_parallelism: Annotated[int, typer.Option(help="Number of reader subtasks (partitions of NS.S.readers)")],
+    source: Annotated[str | None, typer.Option(help="Source name S (topics NS.S.*); or use --config")] = None,
+    connector: Annotated[str | None, typer.Option(help="Connector name (entry point in sluicegate.connectors)")] = None,
+    max_parallelism: Annotated[int | None, typer.Option(help="Reader subtasks (partitions of NS.S.readers)")] = None,
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="Connector option key=value (repeatable)")] = None,
+    config: Annotated[Path | None, typer.Option(help="sources.toml with one [[source]] table per source")] = None,
     bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap (default: $KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    namespace: Annotated[str, typer.Option(help="Topic namespace NS")] = "sluicegate",
+    namespace: Annotated[str | None, typer.Option(help="Topic namespace NS (default sluicegate)")] = None,
     session_timeout_ms: Annotated[int, typer.Option(help="A reader silent this long has failed")] = 10_000,
     reader_departure_timeout_ms: Annotated[int, typer.Option(help="A failed subtask's checkpointed splits return after this")] = 60_000,
     watermark_announce_interval_ms: Annotated[int, typer.Option()] = 1_000,
     max_watermark_drift_ms: Annotated[int | None, typer.Option(help="Watermark alignment bound (off if unset)")] = None,
-    web_port: Annotated[int | None, typer.Option(help="Serve Faust's web endpoints on this port")] = None,
+    app_id: Annotated[str | None, typer.Option(help="Faust app id; workers with the same id share the sources")] = None,
+    web_port: Annotated[int | None, typer.Option(help="Serve /health, /metrics, /sources/S on this port")] = None,
 ) -> None:
-    """Run the coordinator of one source as a Faust worker (stop with SIGTERM or Ctrl-C)."""
+    """Run a coordinator worker (a Faust app) for one source, or for every source of --config.
+    Start several with the same arguments: one is active per source, the others take over."""
     try:
-        settings = CoordinatorSettings(
-            source=source,
-            connector=connector,
-            max_parallelism=max_parallelism,
-            bootstrap_servers=resolve_bootstrap(bootstrap_servers),
-            options=parse_options(option or []),
-            namespace=namespace,
-            session_timeout_ms=session_timeout_ms,
-            reader_departure_timeout_ms=reader_departure_timeout_ms,
-            watermark_announce_interval_ms=watermark_announce_interval_ms,
-            max_watermark_drift_ms=max_watermark_drift_ms,
-            web_port=web_port,
+        settings = _settings(
+            source, connector, max_parallelism, option or [], config, bootstrap_servers, namespace,
+            session_timeout_ms, reader_departure_timeout_ms, watermark_announce_interval_ms,
+            max_watermark_drift_ms, app_id, web_port,
         )
-        load_source(settings.connector, settings.options)  # fail on bad connector options now
     except ConfigError as exc:
         typer.echo(f"sluicegate coordinator: {exc}", err=True)
         raise typer.Exit(2) from None
     run_coordinator(settings)
+
+
+def _settings(
+    source: str | None,
+    connector: str | None,
+    max_parallelism: int | None,
+    option: list[str],
+    config: Path | None,
+    bootstrap_servers: str | None,
+    namespace: str | None,
+    session_timeout_ms: int,
+    reader_departure_timeout_ms: int,
+    watermark_announce_interval_ms: int,
+    max_watermark_drift_ms: int | None,
+    app_id: str | None,
+    web_port: int | None,
+) -> CoordinatorSettings:
+    if config is not None:
+        if source or connector or max_parallelism is not None or option:
+            raise ConfigError("--config", "give either --config or --source/--connector/--max-parallelism/--option")
+        return CoordinatorSettings.from_toml(
+            config, bootstrap_servers, namespace=namespace, app_id=app_id, web_port=web_port
+        )
+    for value, setting in ((source, "--source"), (connector, "--connector"), (max_parallelism, "--max-parallelism")):
+        if value is None:
+            raise ConfigError(setting, "is required (or give --config)")
+    assert source is not None and connector is not None and max_parallelism is not None
+    single = SourceSettings(
+        source=source,
+        connector=connector,
+        max_parallelism=max_parallelism,
+        options=parse_options(option),
+        session_timeout_ms=session_timeout_ms,
+        reader_departure_timeout_ms=reader_departure_timeout_ms,
+        watermark_announce_interval_ms=watermark_announce_interval_ms,
+        max_watermark_drift_ms=max_watermark_drift_ms,
+    )
+    return CoordinatorSettings(
+        sources=(single,),
+        bootstrap_servers=resolve_bootstrap(bootstrap_servers),
+        namespace=namespace or "sluicegate",
+        app_id=app_id,
+        web_port=web_port,
+    )
 
 
 def run_coordinator(settings: CoordinatorSettings) -> None:
@@ -57,7 +96,11 @@ def run_coordinator(settings: CoordinatorSettings) -> None:
     from sluicegate.transport.topics import apply_topics
     from sluicegate_topics import topic_specs
 
-    specs = topic_specs(settings.namespace, settings.source, settings.max_parallelism)
+    specs = [
+        spec
+        for s in settings.sources
+        for spec in topic_specs(settings.namespace, s.source, s.max_parallelism)
+    ]
     asyncio.run(apply_topics(settings.bootstrap_servers, specs))
     app = build_app(settings)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)

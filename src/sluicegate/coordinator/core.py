@@ -303,6 +303,11 @@ class CoordinatorCore(Generic[SplitT]):
         state = self.source.enumerator_state_codec.from_json(parts["enumerator"])
         self.enumerator = self.source.restore_enumerator(self._context, state)
 
+    @property
+    def has_state_changes(self) -> bool:
+        """Whether state_parts(only_changed=True) holds more than ``meta``."""
+        return bool(self._dirty_slots) or self._enumerator_dirty
+
     def _touch(self, subtask: int) -> None:
         self._dirty_slots.add(subtask)
 

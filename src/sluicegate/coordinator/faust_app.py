@@ -1,10 +1,17 @@
 """The coordinator deployed as a Faust (faust-streaming) app.
 
-One agent consumes the source's inbox topic (NS.S.coordinator, one partition,
-so the coordinator sees one total order of its readers' messages) and hands
-each record to the CoordinatorRuntime; a timer drives session timeouts and
-watermark announcements; outgoing records go to NS.S.readers through Faust's
-producer, partition = subtask.
+Faust does what it is good at: workers join one consumer group, and Faust's
+partition assignment gives each source's inbox topic (NS.S.coordinator, one
+partition) to exactly one worker — the active coordinator of that source; the
+others are standbys that take over when the group rebalances. Faust also runs
+the web server (/health, /metrics, /sources/{S}) and the worker lifecycle.
+
+The exactly-once work itself is done by a SourceRunner per active source with
+aiokafka's transactional producer (see source_runner.py and docs/architecture.md
+for why not Faust's own exactly-once mode). A runner starts when its inbox
+partition is assigned to this worker and stops when it is taken away; if two
+workers briefly both believe they are active, Kafka's producer fencing lets only
+the newer one commit.
 """
 
 from __future__ import annotations
@@ -16,23 +23,77 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from aiokafka import TopicPartition
 
-from sluicegate.connectors import load_source
-from sluicegate.coordinator.core import CoordinatorCore
-from sluicegate.coordinator.runtime import CoordinatorRuntime, OutgoingRecord
+from sluicegate.coordinator.metrics import CoordinatorMetrics
 from sluicegate.coordinator.settings import CoordinatorSettings
+from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 from sluicegate_topics import ControlTopics
 
 log = logging.getLogger("sluicegate.coordinator")
 
 PROGRESS_INTERVAL_S = 5.0
+RESTART_DELAY_S = 1.0
+
+
+class SourceRunners:
+    """The runners of the sources this worker is active for, kept in line with the
+    Faust assignment."""
+
+    def __init__(self, settings: CoordinatorSettings) -> None:
+        self.settings = settings
+        self.runners: dict[str, SourceRunner] = {}
+        self.assigned: set[str] = set()
+        self._by_inbox = {
+            ControlTopics.for_source(s.source, settings.namespace).coordinator: s.source for s in settings.sources
+        }
+
+    @property
+    def inbox_topics(self) -> list[str]:
+        return sorted(self._by_inbox)
+
+    async def on_assignment(self, assigned: set[TopicPartition]) -> None:
+        sources = {self._by_inbox[tp.topic] for tp in assigned if tp.topic in self._by_inbox}
+        self.assigned = sources
+        for name in sorted(set(self.runners) - sources):
+            log.info("source %s moved to another worker; stopping its coordinator here", name)
+            await self.runners.pop(name).stop()
+        for name in sorted(sources - set(self.runners)):
+            self._start(name)
+
+    def _start(self, name: str) -> None:
+        runner = SourceRunner(
+            self.settings.source(name),
+            self.settings.bootstrap_servers,
+            self.settings.namespace,
+            tick_interval_ms=self.settings.tick_interval_ms,
+            commit_interval_ms=self.settings.commit_interval_ms,
+            on_stop=self._on_runner_stopped,
+        )
+        self.runners[name] = runner
+        log.info("this worker is now the active coordinator of source %s", name)
+        runner.start()
+
+    def _on_runner_stopped(self, runner: SourceRunner) -> None:
+        if self.runners.get(runner.source) is not runner:
+            return
+        del self.runners[runner.source]
+        if runner.state is RunnerState.FAILED and runner.source in self.assigned:
+            log.warning("restarting the coordinator of source %s from its last commit", runner.source)
+            asyncio.get_running_loop().call_later(RESTART_DELAY_S, self._restart_if_assigned, runner.source)
+
+    def _restart_if_assigned(self, name: str) -> None:
+        if name in self.assigned and name not in self.runners:
+            self._start(name)
+
+    async def stop_all(self) -> None:
+        for name in sorted(self.runners):
+            await self.runners.pop(name).stop()
 
 
 def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> faust.App:
-    """A Faust app coordinating one source. Topics must exist (see ensure_topics)."""
-    source = load_source(settings.connector, settings.options)
-    topics = ControlTopics.for_source(settings.source, settings.namespace)
-    app_id = f"{settings.namespace}.{settings.source}.coordinator-app"
+    """A Faust app coordinating ``settings.sources``. Their topics must exist."""
+    app_id = settings.group_id
     datadir = datadir or Path(tempfile.gettempdir()) / "sluicegate-faust" / app_id
     datadir.mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -42,85 +103,46 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
         datadir=str(datadir),
         web_enabled=settings.web_port is not None,
         web_port=settings.web_port or 6066,
-        # A worker joins its group in seconds instead of Faust's ~30 s defaults.
-        broker_session_timeout=10.0,
+        web_bind="127.0.0.1",
+        # Takeover: a killed worker's sources move after the group session timeout.
+        # 6 s is the broker's minimum (group.min.session.timeout.ms); see docs/deploy.md.
+        broker_session_timeout=6.0,
         broker_heartbeat_interval=1.0,
         broker_rebalance_timeout=10.0,
-        broker_commit_every=1,
-        broker_commit_interval=1.0,
-        consumer_auto_offset_reset="earliest",
-        producer_linger=0.0,
+        broker_commit_interval=5.0,
+        consumer_auto_offset_reset="latest",
         topic_allow_declare=False,
         topic_disable_leader=True,
         key_serializer="raw",
         value_serializer="raw",
     )
-    inbox = app.topic(topics.coordinator, key_type=bytes, value_type=bytes, internal=False)
-    faust_topics = {
-        name: app.topic(name, key_type=bytes, value_type=bytes, internal=False)
-        for name in (topics.readers, topics.dead_letter)
-    }
+    runners = SourceRunners(settings)
+    metrics = CoordinatorMetrics(runners)
+    app.sluicegate_runners = runners  # type: ignore[attr-defined]  # for ops endpoints and tests
+    inboxes = app.topic(*runners.inbox_topics, key_type=bytes, value_type=bytes, internal=False)
 
-    async def send(records: list[OutgoingRecord]) -> None:
-        futures = [
-            await faust_topics[r.topic].send(key=r.key, value=r.value, partition=r.partition, headers=r.headers)
-            for r in records
-        ]
-        # Wait for the broker's acks: a record the core considers sent must not vanish silently.
-        await asyncio.gather(*futures)
+    @app.agent(inboxes)
+    async def leadership(stream: Any) -> None:
+        # Faust consumes the inboxes only to hold their partitions: whoever holds a
+        # source's inbox partition is its active coordinator. The runner reads the
+        # inbox itself, from the offset committed with its state.
+        async for _ in stream:
+            pass
 
-    core: CoordinatorCore[Any] = CoordinatorCore(source, settings.core_config())
-    runtime = CoordinatorRuntime(core, topics.readers, topics.dead_letter, send)
-    started = asyncio.Event()
-    app.sluicegate_runtime = runtime  # type: ignore[attr-defined]  # for tests and ops endpoints
-
-    @app.task
-    async def start_enumerator() -> None:
-        for noisy in ("faust", "mode", "aiokafka"):
-            logging.getLogger(noisy).setLevel(max(logging.getLogger(noisy).getEffectiveLevel(), logging.WARNING))
-        await runtime.start()
-        started.set()
-        log.info(
-            "coordinator for source %s (connector %s, %d subtasks, epoch %d) is serving %s",
-            settings.source,
-            settings.connector,
-            settings.max_parallelism,
-            core.epoch,
-            topics.coordinator,
-        )
-
-    @app.agent(inbox)
-    async def inbox_agent(stream: Any) -> None:
-        async for event in stream.events():
-            await started.wait()
-            msg = event.message
-            await runtime.on_record(msg.topic, msg.partition, msg.offset, msg.key, msg.value)
-
-    @app.timer(interval=settings.tick_interval_ms / 1000)
-    async def tick() -> None:
-        if started.is_set():
-            await runtime.on_tick()
+    @app.on_partitions_assigned.connect
+    async def _assigned(sender: Any, assigned: set[TopicPartition], **kwargs: Any) -> None:
+        await runners.on_assignment(set(assigned))
 
     @app.timer(interval=PROGRESS_INTERVAL_S)
     async def progress() -> None:
-        if started.is_set():
-            log.info("%s", describe_progress(runtime))
+        for runner in list(runners.runners.values()):
+            log.info("%s", runner.describe())
 
     @app.on_before_shutdown.connect
-    async def _on_shutdown(app: faust.App, **kwargs: Any) -> None:
-        await runtime.close()
-        log.info("coordinator for source %s stopped: %s", settings.source, describe_progress(runtime))
+    async def _shutdown(sender: Any, **kwargs: Any) -> None:
+        for runner in list(runners.runners.values()):
+            log.info("stopping: %s", runner.describe())
+        await runners.stop_all()
 
+    metrics.install(app)
     return app
-
-
-def describe_progress(runtime: CoordinatorRuntime) -> str:
-    core = runtime.core
-    counters = core.metrics.counters
-    return (
-        f"{len(core.live_subtasks())}/{core.config.max_parallelism} readers live, "
-        f"{core.tracker.total_owned()} splits owned, {counters['splits_assigned']} assigned in all, "
-        f"{runtime.records_in} records in, {runtime.records_out} out, "
-        f"{counters['fenced_messages']} fenced, {runtime.dead_letters} dead-lettered"
-        + (", finished" if core.is_finished() else "")
-    )

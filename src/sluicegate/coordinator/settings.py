@@ -1,4 +1,5 @@
-"""Everything a coordinator process needs, from CLI flags or SLUICEGATE_* variables.
+"""Everything a coordinator worker needs: the sources it may coordinate and how to
+reach Kafka. From CLI flags, a sources.toml file, or SLUICEGATE_* variables.
 
 Bad settings fail here, at start-up, with a ConfigError naming the setting.
 """
@@ -6,10 +7,14 @@ Bad settings fail here, at start-up, with a ConfigError naming the setting.
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.connectors import load_source
 from sluicegate.coordinator.config import CoordinatorConfig, validate_source_name
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -27,28 +32,21 @@ def resolve_bootstrap(value: str | None, setting: str = "--bootstrap-servers") -
 
 
 @dataclass(frozen=True)
-class CoordinatorSettings:
+class SourceSettings:
+    """One source: its connector and the coordinator's contract settings for it."""
+
     source: str
     connector: str
     max_parallelism: int
-    bootstrap_servers: str
     options: Mapping[str, str] = field(default_factory=dict)
-    namespace: str = "sluicegate"
     session_timeout_ms: int = 10_000
     reader_departure_timeout_ms: int = 60_000
     watermark_announce_interval_ms: int = 1_000
     max_watermark_drift_ms: int | None = None
-    tick_interval_ms: int = 200
-    web_port: int | None = None
 
     def __post_init__(self) -> None:
-        validate_source_name(self.source)
-        validate_source_name(self.namespace, "namespace")
-        if not 10 <= self.tick_interval_ms <= 60_000:
-            raise ConfigError("tick_interval_ms", f"must be between 10 and 60000, got {self.tick_interval_ms}")
-        if self.web_port is not None and not 0 <= self.web_port <= 65535:
-            raise ConfigError("web_port", f"must be a TCP port, got {self.web_port}")
-        self.core_config()  # validates the core's settings too
+        self.core_config()  # validates the core's settings
+        load_source(self.connector, self.options)  # fails on a bad connector or option now
 
     def core_config(self) -> CoordinatorConfig:
         return CoordinatorConfig(
@@ -61,46 +59,141 @@ class CoordinatorSettings:
         )
 
     @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], where: str) -> SourceSettings:
+        known = {f for f in cls.__dataclass_fields__}
+        for key in data:
+            if key not in known:
+                raise ConfigError(f"{where}.{key}", f"unknown setting (known: {', '.join(sorted(known))})")
+        for required in ("source", "connector", "max_parallelism"):
+            if required not in data:
+                raise ConfigError(f"{where}.{required}", "is required")
+        options = data.get("options", {})
+        if not isinstance(options, Mapping):
+            raise ConfigError(f"{where}.options", "must be a table of key = value")
+        values = dict(data)
+        values["options"] = {str(k): str(v) for k, v in options.items()}
+        for key in ("max_parallelism", "session_timeout_ms", "reader_departure_timeout_ms",
+                    "watermark_announce_interval_ms", "max_watermark_drift_ms"):
+            if key in values and not isinstance(values[key], int):
+                raise ConfigError(f"{where}.{key}", f"must be an integer, got {values[key]!r}")
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    """A coordinator worker: the sources it may coordinate (the Faust partition
+    assignment decides which of them it actually serves) and the cluster."""
+
+    sources: tuple[SourceSettings, ...]
+    bootstrap_servers: str
+    namespace: str = "sluicegate"
+    app_id: str | None = None
+    """Faust app id = consumer group of the coordinator workers; workers with the same
+    id share the sources, one active worker per source."""
+    tick_interval_ms: int = 200
+    web_port: int | None = None
+    commit_interval_ms: int = 1_000
+    """How long offset-only progress (heartbeats) may wait before it is committed."""
+
+    def __post_init__(self) -> None:
+        validate_source_name(self.namespace, "namespace")
+        if not self.sources:
+            raise ConfigError("sources", "at least one source is required")
+        names = [s.source for s in self.sources]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigError("sources", f"source names must be unique, repeated: {', '.join(duplicates)}")
+        if not 10 <= self.tick_interval_ms <= 60_000:
+            raise ConfigError("tick_interval_ms", f"must be between 10 and 60000, got {self.tick_interval_ms}")
+        if not 10 <= self.commit_interval_ms <= 60_000:
+            raise ConfigError("commit_interval_ms", f"must be between 10 and 60000, got {self.commit_interval_ms}")
+        if self.web_port is not None and not 0 <= self.web_port <= 65535:
+            raise ConfigError("web_port", f"must be a TCP port, got {self.web_port}")
+
+    @property
+    def group_id(self) -> str:
+        if self.app_id:
+            return self.app_id
+        if len(self.sources) == 1:
+            return f"{self.namespace}.{self.sources[0].source}.coordinator"
+        return f"{self.namespace}.coordinator"
+
+    def source(self, name: str) -> SourceSettings:
+        for settings in self.sources:
+            if settings.source == name:
+                return settings
+        raise KeyError(name)
+
+    @classmethod
+    def from_toml(cls, path: Path, bootstrap_servers: str | None = None, **overrides: Any) -> CoordinatorSettings:
+        """sources.toml: top-level namespace, app_id, tick_interval_ms, web_port,
+        bootstrap_servers; one [[source]] table per source."""
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError("--config", f"{path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from None
+        tables = data.pop("source", [])
+        if not isinstance(tables, list):
+            raise ConfigError("source", "use [[source]] tables, one per source")
+        sources = tuple(SourceSettings.from_mapping(t, f"source[{i}]") for i, t in enumerate(tables))
+        bootstrap = resolve_bootstrap(bootstrap_servers or data.pop("bootstrap_servers", None))
+        known = {"namespace", "app_id", "tick_interval_ms", "web_port", "commit_interval_ms"}
+        for key in data:
+            if key not in known:
+                raise ConfigError(key, f"unknown top-level setting in {path} (known: {', '.join(sorted(known))})")
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(sources=sources, bootstrap_servers=bootstrap, **data)
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CoordinatorSettings:
-        """For `faust -A sluicegate.coordinator.app worker`: SLUICEGATE_SOURCE, SLUICEGATE_CONNECTOR,
-        SLUICEGATE_MAX_PARALLELISM, SLUICEGATE_OPTIONS ("k=v,k=v"), SLUICEGATE_NAMESPACE,
-        SLUICEGATE_SESSION_TIMEOUT_MS, ... and KAFKA_BOOTSTRAP_SERVERS."""
+        """For `faust -A sluicegate.coordinator.app worker`: SLUICEGATE_CONFIG (a sources.toml),
+        or one source from SLUICEGATE_SOURCE, SLUICEGATE_CONNECTOR, SLUICEGATE_MAX_PARALLELISM,
+        SLUICEGATE_OPTIONS ("k=v,k=v"), SLUICEGATE_SESSION_TIMEOUT_MS ...; plus
+        SLUICEGATE_NAMESPACE, SLUICEGATE_WEB_PORT and KAFKA_BOOTSTRAP_SERVERS."""
         env = os.environ if env is None else env
 
-        def required(name: str) -> str:
-            value = env.get(name, "").strip()
-            if not value:
-                raise ConfigError(name, "is not set")
-            return value
-
-        def integer(name: str, default: int | None) -> int | None:
+        def integer(name: str) -> int | None:
             raw = env.get(name, "").strip()
             if not raw:
-                return default
+                return None
             try:
                 return int(raw)
             except ValueError:
                 raise ConfigError(name, f"must be an integer, got {raw!r}") from None
 
+        bootstrap = resolve_bootstrap(env.get(BOOTSTRAP_ENV), BOOTSTRAP_ENV)
+        common: dict[str, Any] = {"web_port": integer("SLUICEGATE_WEB_PORT")}
+        if env.get("SLUICEGATE_NAMESPACE"):
+            common["namespace"] = env["SLUICEGATE_NAMESPACE"]
+        if env.get("SLUICEGATE_CONFIG"):
+            return cls.from_toml(Path(env["SLUICEGATE_CONFIG"]), bootstrap, **common)
         options: dict[str, str] = {}
         for pair in filter(None, (p.strip() for p in env.get("SLUICEGATE_OPTIONS", "").split(","))):
             key, sep, value = pair.partition("=")
             if not sep:
                 raise ConfigError("SLUICEGATE_OPTIONS", f"expected key=value pairs separated by commas, got {pair!r}")
             options[key.strip()] = value.strip()
-        max_parallelism = integer("SLUICEGATE_MAX_PARALLELISM", None)
-        if max_parallelism is None:
+        source: dict[str, Any] = {"options": options}
+        for name, key in (("SLUICEGATE_SOURCE", "source"), ("SLUICEGATE_CONNECTOR", "connector")):
+            if not env.get(name, "").strip():
+                raise ConfigError(name, "is not set (or set SLUICEGATE_CONFIG to a sources.toml)")
+            source[key] = env[name].strip()
+        for name, key in (
+            ("SLUICEGATE_MAX_PARALLELISM", "max_parallelism"),
+            ("SLUICEGATE_SESSION_TIMEOUT_MS", "session_timeout_ms"),
+            ("SLUICEGATE_READER_DEPARTURE_TIMEOUT_MS", "reader_departure_timeout_ms"),
+            ("SLUICEGATE_WATERMARK_ANNOUNCE_INTERVAL_MS", "watermark_announce_interval_ms"),
+            ("SLUICEGATE_MAX_WATERMARK_DRIFT_MS", "max_watermark_drift_ms"),
+        ):
+            value = integer(name)
+            if value is not None:
+                source[key] = value
+        if "max_parallelism" not in source:
             raise ConfigError("SLUICEGATE_MAX_PARALLELISM", "is not set")
         return cls(
-            source=required("SLUICEGATE_SOURCE"),
-            connector=required("SLUICEGATE_CONNECTOR"),
-            max_parallelism=max_parallelism,
-            bootstrap_servers=resolve_bootstrap(env.get(BOOTSTRAP_ENV), BOOTSTRAP_ENV),
-            options=options,
-            namespace=env.get("SLUICEGATE_NAMESPACE", "sluicegate"),
-            session_timeout_ms=integer("SLUICEGATE_SESSION_TIMEOUT_MS", 10_000) or 10_000,
-            reader_departure_timeout_ms=integer("SLUICEGATE_READER_DEPARTURE_TIMEOUT_MS", 60_000) or 60_000,
-            watermark_announce_interval_ms=integer("SLUICEGATE_WATERMARK_ANNOUNCE_INTERVAL_MS", 1_000) or 1_000,
-            max_watermark_drift_ms=integer("SLUICEGATE_MAX_WATERMARK_DRIFT_MS", None),
-            web_port=integer("SLUICEGATE_WEB_PORT", None),
+            sources=(SourceSettings.from_mapping(source, "SLUICEGATE"),),
+            bootstrap_servers=bootstrap,
+            **{k: v for k, v in common.items() if v is not None},
         )

@@ -35,7 +35,7 @@ def reader_command(
     ],
     option: Annotated[
         list[str] | None,
-        typer.Option("--option", help="A connector option key=value (repeatable)."),
+        typer.Option("--option", "-o", help="A connector option key=value (repeatable)."),
     ] = None,
     namespace: Annotated[
         str, typer.Option("--namespace", help="Topic namespace NS.")

@@ -1,0 +1,116 @@
+"""Operations endpoints on the Faust web server: /health, /metrics (Prometheus),
+/sources/{S} (a JSON snapshot of one source's ownership, attempts and seq counters).
+
+The Prometheus collector reads the runners at scrape time, so nothing on the
+coordinator's hot path updates metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import faust
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
+
+if TYPE_CHECKING:
+    from sluicegate.coordinator.faust_app import SourceRunners
+
+
+def source_snapshot(runner: SourceRunner) -> dict[str, Any]:
+    core = runner.core
+    out: dict[str, Any] = {"source": runner.source, "state": runner.state.value, "stats": vars(runner.stats)}
+    if core is None:
+        return out
+    out.update(
+        epoch=core.epoch,
+        cseq=core.cseq,
+        inbox_offset=core.inbox_offset,
+        low_watermark=core.watermarks.state.low_watermark,
+        finished=core.is_finished(),
+        counters=dict(core.metrics.counters),
+        subtasks=[
+            {
+                "subtask": slot.subtask,
+                "state": slot.state.value,
+                "attempt": slot.attempt,
+                "location": slot.location,
+                "seq": slot.seq,
+                "applied_seq": core.tracker.applied_seq(slot.subtask),
+                "checkpoint_id": slot.checkpoint_id,
+                "owned_splits": sorted(core.tracker.owned_ids(slot.subtask)),
+                "no_more_splits": slot.no_more_splits,
+            }
+            for slot in core.slots
+        ],
+    )
+    return out
+
+
+class _RunnerCollector(Collector):
+    def __init__(self, runners: SourceRunners) -> None:
+        self._runners = runners
+
+    def collect(self) -> Iterator[Any]:
+        labels = ["source"]
+        readers = GaugeMetricFamily("sluicegate_registered_readers", "Live reader attempts", labels=labels)
+        assigned = GaugeMetricFamily("sluicegate_assigned_splits", "Splits owned by subtasks", labels=labels)
+        epoch = GaugeMetricFamily("sluicegate_coordinator_epoch", "Epoch of the active coordinator", labels=labels)
+        lag = GaugeMetricFamily("sluicegate_inbox_records_pending", "Inbox records read but not committed", labels=labels)
+        commit = GaugeMetricFamily("sluicegate_commit_latency_seconds", "Duration of the last transaction", labels=labels)
+        active = GaugeMetricFamily("sluicegate_active_source", "1 if this worker coordinates the source", labels=labels)
+        counters = CounterMetricFamily(
+            "sluicegate_coordinator_events", "Coordinator counters (fenced messages, dead letters ...)",
+            labels=["source", "event"],
+        )
+        for name in sorted(s.source for s in self._runners.settings.sources):
+            runner = self._runners.runners.get(name)
+            active.add_metric([name], 1.0 if runner is not None and runner.state is RunnerState.ACTIVE else 0.0)
+            if runner is None or runner.core is None:
+                continue
+            core = runner.core
+            readers.add_metric([name], len(core.live_subtasks()))
+            assigned.add_metric([name], core.tracker.total_owned())
+            epoch.add_metric([name], core.epoch)
+            committed = runner.committed_offset
+            lag.add_metric([name], 0 if core.inbox_offset is None or committed is None else core.inbox_offset - committed)
+            commit.add_metric([name], runner.stats.last_commit_ms / 1000)
+            for event, value in sorted(core.metrics.counters.items()):
+                counters.add_metric([name, event], value)
+        yield from (readers, assigned, epoch, lag, commit, active, counters)
+
+
+class CoordinatorMetrics:
+    def __init__(self, runners: SourceRunners) -> None:
+        self.runners = runners
+        self.registry = CollectorRegistry()
+        self.registry.register(_RunnerCollector(runners))
+
+    def install(self, app: faust.App) -> None:
+        runners = self.runners
+        registry = self.registry
+
+        @app.page("/health")
+        async def health(web: Any, request: Any) -> Any:
+            failed = [r.source for r in runners.runners.values() if r.state is RunnerState.FAILED]
+            body = {
+                "status": "failing" if failed else "ok",
+                "active_sources": sorted(runners.runners),
+                "failed_sources": failed,
+            }
+            return web.json(body, status=503 if failed else 200)
+
+        @app.page("/metrics")
+        async def metrics(web: Any, request: Any) -> Any:
+            return web.bytes(generate_latest(registry), content_type="text/plain; version=0.0.4")
+
+        @app.page("/sources/{source}")
+        async def source(web: Any, request: Any, source: str) -> Any:
+            runner = runners.runners.get(source)
+            if runner is None:
+                return web.json({"error": f"this worker is not the active coordinator of {source!r}"}, status=404)
+            return web.json(source_snapshot(runner))

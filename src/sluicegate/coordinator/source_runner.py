@@ -1,0 +1,325 @@
+"""The active coordinator of one source: the exactly-once loop around the core.
+
+    fence  -> a transactional producer with the source's transactional id; Kafka
+              fences the previous incarnation's producer and aborts its open
+              transaction (PROTOCOL semantics 4)
+    restore-> the last committed state parts, read_committed; epoch = stored + 1
+    loop   -> read inbox records (read_committed) from the stored inbox offset,
+              feed the core, and commit in ONE transaction: the outgoing records,
+              dead letters, the changed state parts and the new inbox offset
+
+Nothing leaves this process outside a transaction, so a coordinator killed at any
+instant leaves either all of a step's effects visible or none, and its successor
+resumes from exactly there. Readers are never reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import gc
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
+
+from sluicegate.connectors import load_source
+from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects
+from sluicegate.coordinator.settings import SourceSettings
+from sluicegate.coordinator.state_store import STATE_RECORD_MAX_BYTES, encode_parts, read_state
+from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
+from sluicegate.protocol.dead_letter import DeadLetter
+from sluicegate.protocol.messages import Direction
+from sluicegate_topics import ControlTopics
+
+log = logging.getLogger("sluicegate.coordinator")
+
+INBOX_BATCH = 500
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RunnerState(enum.Enum):
+    STARTING = "starting"
+    ACTIVE = "active"
+    FENCED = "fenced"  # a newer incarnation took over; this one stepped down
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingRecord:
+    topic: str
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None = None
+
+
+@dataclass
+class RunnerStats:
+    records_in: int = 0
+    records_out: int = 0
+    dead_letters: int = 0
+    commits: int = 0
+    last_commit_ms: float = 0.0
+    """Duration of the last transaction, ms."""
+    inbox_lag: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+
+
+class SourceRunner:
+    def __init__(
+        self,
+        settings: SourceSettings,
+        bootstrap: str,
+        namespace: str,
+        tick_interval_ms: int = 200,
+        commit_interval_ms: int = 1_000,
+        on_stop: Callable[[SourceRunner], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.topics = ControlTopics.for_source(settings.source, namespace)
+        self.transactional_id = f"{namespace}.{settings.source}.coordinator"
+        self.tick_interval_ms = tick_interval_ms
+        self.commit_interval_ms = commit_interval_ms
+        self.state = RunnerState.STARTING
+        self.stats = RunnerStats()
+        self.core: CoordinatorCore[Any] | None = None
+        self._on_stop = on_stop
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._inbox = TopicPartition(self.topics.coordinator, 0)
+        self._pending: list[OutgoingRecord] = []
+        self._async_results: asyncio.Queue[tuple[int, Any, BaseException | None]] = asyncio.Queue()
+        self._async_tasks: set[asyncio.Task[None]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._committed_offset: int | None = None
+        self._last_commit = 0.0
+        self._next_tick = 0.0
+
+    @property
+    def source(self) -> str:
+        return self.settings.source
+
+    @property
+    def committed_offset(self) -> int | None:
+        """The last inbox offset whose effects are committed."""
+        return self._committed_offset
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"coordinator {self.source}")
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self.state in (RunnerState.STARTING, RunnerState.ACTIVE):
+            self.state = RunnerState.STOPPED
+
+    async def _run(self) -> None:
+        try:
+            await self._start_up()
+            await self._loop()
+        except ProducerFenced:
+            self.state = RunnerState.FENCED
+            log.warning("source %s: a newer coordinator took over (this producer is fenced); stepping down", self.source)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.state = RunnerState.FAILED
+            log.exception("source %s: the coordinator loop failed", self.source)
+        finally:
+            await self._close()
+            if self._on_stop is not None:
+                self._on_stop(self)
+
+    async def _start_up(self) -> None:
+        source = load_source(self.settings.connector, self.settings.options)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            transactional_id=self.transactional_id,
+            enable_idempotence=True,
+            max_request_size=STATE_RECORD_MAX_BYTES,
+            compression_type="gzip",
+            linger_ms=0,
+        )
+        await self._producer.start()  # init_transactions: fences the previous incarnation
+        parts = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
+        epoch = parts["meta"]["epoch"] + 1 if parts else 1
+        core: CoordinatorCore[Any] = CoordinatorCore(source, self.settings.core_config(), epoch, snapshot=parts)
+        self.core = core
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            fetch_max_wait_ms=50,
+        )
+        await self._consumer.start()
+        self._consumer.assign([self._inbox])
+        if core.inbox_offset is None:
+            await self._consumer.seek_to_beginning(self._inbox)
+        else:
+            self._consumer.seek(self._inbox, core.inbox_offset + 1)
+        self._committed_offset = core.inbox_offset
+        self._queue(core.start(now_ms()))
+        await self._commit(force=True)  # the new epoch is durable before anything else happens
+        gc.freeze()  # the restored state is long-lived: keep the collector from rescanning it
+        self.state = RunnerState.ACTIVE
+        log.info(
+            "coordinator for source %s (connector %s, %d subtasks, epoch %d) is serving %s from offset %s",
+            self.source,
+            self.settings.connector,
+            self.settings.max_parallelism,
+            epoch,
+            self.topics.coordinator,
+            "the beginning" if core.inbox_offset is None else core.inbox_offset + 1,
+        )
+
+    async def _close(self) -> None:
+        for task in list(self._async_tasks):
+            task.cancel()
+        if self.core is not None:
+            with contextlib.suppress(Exception):
+                self.core.enumerator.close()
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await self._producer.stop()
+
+    # -- the loop -------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        assert self._consumer is not None and self.core is not None
+        core = self.core
+        while True:
+            batch = await self._consumer.getmany(self._inbox, timeout_ms=self.tick_interval_ms, max_records=INBOX_BATCH)
+            for record in batch.get(self._inbox, []):
+                self._on_record(record.partition, record.offset, record.key, record.value)
+            while not self._async_results.empty():
+                call_id, result, error = self._async_results.get_nowait()
+                self._queue(core.on_async_result(call_id, result, error, now_ms()))
+            if time.monotonic() >= self._next_tick:
+                self._next_tick = time.monotonic() + self.tick_interval_ms / 1000
+                self._queue(core.tick(now_ms()))
+            await self._commit()
+
+    def _on_record(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        assert self.core is not None
+        self.stats.records_in += 1
+        topic = self.topics.coordinator
+        try:
+            env = decode(value, Direction.TO_COORDINATOR)
+        except DecodeError as exc:
+            self.core.inbox_offset = offset
+            self._dead_letter(DeadLetter(topic, partition, offset, key, value, exc.kind.value, exc.detail))
+            return
+        try:
+            effects = self.core.on_message(env, offset, now_ms())
+        except Exception as exc:  # a bug must cost one record, not the coordinator
+            log.exception("internal error on %s[%d]@%d", topic, partition, offset)
+            self.core.metrics.counter("internal_errors")
+            self.core.inbox_offset = offset
+            self._dead_letter(DeadLetter(topic, partition, offset, key, value, "internal-error", repr(exc)))
+            return
+        if effects.rejection is not None:
+            self._dead_letter(DeadLetter(topic, partition, offset, key, value, "rejected", effects.rejection))
+        self._queue(effects)
+
+    def _dead_letter(self, letter: DeadLetter) -> None:
+        letter.log()
+        self.stats.dead_letters += 1
+        assert self.core is not None
+        self.core.metrics.counter("dead_letters")
+        self._pending.append(
+            OutgoingRecord(self.topics.dead_letter, 0, letter.key, letter.value, letter.headers())
+        )
+
+    def _queue(self, effects: Effects) -> None:
+        for env in effects.messages:
+            self._pending.append(OutgoingRecord(self.topics.readers, env.subtask, encode_key(env.subtask), encode(env)))
+        for call in effects.async_calls:
+            task = asyncio.get_running_loop().create_task(self._run_async_call(call))
+            self._async_tasks.add(task)
+            task.add_done_callback(self._async_tasks.discard)
+
+    async def _commit(self, force: bool = False) -> None:
+        """One transaction: pending records + changed state parts + inbox offset (in meta).
+        Offset-only progress (heartbeats) waits up to commit_interval_ms."""
+        assert self._producer is not None and self.core is not None
+        core = self.core
+        offset_moved = core.inbox_offset != self._committed_offset
+        due = (time.monotonic() - self._last_commit) * 1000 >= self.commit_interval_ms
+        if not (force or self._pending or core.has_state_changes or (offset_moved and due)):
+            return
+        records, self._pending = self._pending, []
+        parts = encode_parts(self.source, core.state_parts(only_changed=True))
+        started = time.perf_counter()
+        try:
+            async with self._producer.transaction():
+                futures = [
+                    await self._producer.send(r.topic, r.value, key=r.key, partition=r.partition, headers=r.headers)
+                    for r in records
+                ]
+                futures += [
+                    await self._producer.send(self.topics.coordinator_state, value, key=key, partition=0)
+                    for key, value in parts
+                ]
+            await asyncio.gather(*futures)
+        except KafkaError as exc:
+            if isinstance(exc, ProducerFenced):
+                raise
+            # The transaction was aborted; nothing of it is visible. Failing the runner makes
+            # the host restart it from the last commit, which is exactly where readers are.
+            raise RuntimeError(f"commit failed, restarting from the last commit: {exc!r}") from exc
+        self._committed_offset = core.inbox_offset
+        self._last_commit = time.monotonic()
+        self.stats.commits += 1
+        self.stats.records_out += len(records)
+        self.stats.last_commit_ms = (time.perf_counter() - started) * 1000
+
+    async def _run_async_call(self, call: AsyncCall) -> None:
+        """call_async: the callable runs in a worker thread, its handler on the loop."""
+        delay_ms = call.initial_delay_ms
+        while True:
+            if delay_ms > 0:
+                await asyncio.sleep(delay_ms / 1000)
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = await asyncio.get_running_loop().run_in_executor(None, call.fn)
+            except Exception as exc:  # handed to the enumerator's handler, as in Flink
+                error = exc
+            await self._async_results.put((call.call_id, result, error))
+            if call.period_ms <= 0:
+                return
+            delay_ms = call.period_ms
+
+    # -- for humans -----------------------------------------------------------
+
+    def describe(self) -> str:
+        core = self.core
+        if core is None:
+            return f"source {self.source}: {self.state.value}"
+        counters = core.metrics.counters
+        return (
+            f"source {self.source} epoch {core.epoch}: {len(core.live_subtasks())}/{core.config.max_parallelism} "
+            f"readers live, {core.tracker.total_owned()} splits owned, {counters['splits_assigned']} assigned in all, "
+            f"{self.stats.records_in} records in, {self.stats.records_out} out, {self.stats.commits} commits, "
+            f"{counters['fenced_messages']} fenced, {self.stats.dead_letters} dead-lettered"
+            + (", finished" if core.is_finished() else "")
+        )
