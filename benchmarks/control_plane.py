@@ -217,9 +217,7 @@ class Coordinator:
     async def wait_serving(self, timeout_s: float) -> None:
         serving = asyncio.create_task(self.serving.wait())
         exited = asyncio.create_task(self.exited.wait())
-        _, pending = await asyncio.wait(
-            {serving, exited}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
+        _, pending = await asyncio.wait({serving, exited}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
             task.cancel()
         if not self.serving.is_set():
@@ -250,10 +248,7 @@ class Coordinator:
             try:
                 await asyncio.wait_for(self.proc.wait(), grace_s)
             except TimeoutError:
-                log(
-                    f"[yellow]coordinator still running {grace_s:.0f}s after SIGTERM: "
-                    "SIGKILL[/yellow]"
-                )
+                log(f"[yellow]coordinator still running {grace_s:.0f}s after SIGTERM: SIGKILL[/yellow]")
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.kill()
                 await self.proc.wait()
@@ -270,9 +265,7 @@ def sluicegate_executable() -> str:
         return str(candidate)
     found = shutil.which("sluicegate")
     if found is None:
-        raise SystemExit(
-            "the `sluicegate` command was not found (install the project into this venv)"
-        )
+        raise SystemExit("the `sluicegate` command was not found (install the project into this venv)")
     return found
 
 
@@ -349,9 +342,7 @@ class Readers:
         # The producer's metadata wait is the public way to learn a topic's partitions.
         partitions = await asyncio.wait_for(self.producer.partitions_for(self.outbox), 30)
         if len(partitions) != len(self.readers):
-            raise RuntimeError(
-                f"{self.outbox} has {len(partitions)} partitions, expected {len(self.readers)}"
-            )
+            raise RuntimeError(f"{self.outbox} has {len(partitions)} partitions, expected {len(self.readers)}")
         tps = [TopicPartition(self.outbox, p) for p in sorted(partitions)]
         self.consumer.assign(tps)
         await self.consumer.seek_to_end(*tps)
@@ -383,9 +374,7 @@ class Readers:
             epoch=self.epoch,
             ts=now_ms(),
         )
-        return await self.producer.send(
-            self.inbox, value=encode(env), key=encode_key(subtask), partition=0
-        )
+        return await self.producer.send(self.inbox, value=encode(env), key=encode_key(subtask), partition=0)
 
     async def register(self, reader: SimReader) -> asyncio.Future[Any]:
         """Send a ReaderRegistration for a new incarnation of ``reader``.
@@ -410,9 +399,7 @@ class Readers:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
             for reader in self.readers:
                 if reader.attempt is not None:
-                    await self._send(
-                        reader.subtask, Heartbeat(watermark=None, idle=False), reader.attempt
-                    )
+                    await self._send(reader.subtask, Heartbeat(watermark=None, idle=False), reader.attempt)
 
     # -- receiving ----------------------------------------------------------------
 
@@ -506,12 +493,7 @@ class Results:
 
     @property
     def exactly_once(self) -> bool:
-        return (
-            self.distinct == self.splits
-            and self.duplicates == 0
-            and self.missing == 0
-            and self.unexpected == 0
-        )
+        return self.distinct == self.splits and self.duplicates == 0 and self.missing == 0 and self.unexpected == 0
 
 
 def expected_split_ids(splits: int) -> set[str]:
@@ -558,10 +540,7 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
             f"RSS {coordinator.rss_at_serving / 2**20:.0f} MB)"
         )
         await readers.start()
-        log(
-            f"{args.readers} readers: consumer assigned to {args.readers} partitions "
-            f"of {readers.outbox}, at their end"
-        )
+        log(f"{args.readers} readers: consumer assigned to {args.readers} partitions of {readers.outbox}, at their end")
 
         # "is serving" is logged when the enumerator starts, possibly before Faust's consumer
         # group owns the inbox partition; wait for the group so phase 1 does not time a join.
@@ -570,10 +549,7 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
         # -- phase 1 ------------------------------------------------------------------
         readers.phase1_target = args.splits
         readers.phase = 1
-        log(
-            f"[bold]phase 1[/bold]: {args.readers} readers register at once; "
-            f"waiting for {args.splits:,} splits"
-        )
+        log(f"[bold]phase 1[/bold]: {args.readers} readers register at once; waiting for {args.splits:,} splits")
         started = time.perf_counter()
         futures = [await readers.register(r) for r in readers.readers]
         await asyncio.gather(*futures)
@@ -588,9 +564,7 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
                     f"{readers.phase1_total:,}/{args.splits:,} splits applied"
                 )
                 if not coordinator.alive():
-                    raise RuntimeError(
-                        f"the coordinator died during phase 1:\n{coordinator.tail()}"
-                    ) from None
+                    raise RuntimeError(f"the coordinator died during phase 1:\n{coordinator.tail()}") from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"phase 1 did not complete within {args.timeout:.0f}s "
@@ -617,10 +591,7 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
         )
 
         # -- phase 2 ------------------------------------------------------------------
-        log(
-            f"[bold]phase 2[/bold]: {args.rounds} rounds x {args.readers} "
-            "re-registrations (one at a time)"
-        )
+        log(f"[bold]phase 2[/bold]: {args.rounds} rounds x {args.readers} re-registrations (one at a time)")
         readers.phase = 2
         for round_no in range(1, args.rounds + 1):
             for reader in readers.readers:
@@ -629,8 +600,7 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
                     await asyncio.wait_for(reader.first_assignment.wait(), 30.0)
                 except TimeoutError:
                     raise RuntimeError(
-                        f"round {round_no}: subtask {reader.subtask} got no AddSplits "
-                        "within 30s of registering"
+                        f"round {round_no}: subtask {reader.subtask} got no AddSplits within 30s of registering"
                     ) from None
             samples = [x * 1000 for x in readers.latencies_applied]
             log(
@@ -674,16 +644,12 @@ async def wait_group_stable(bootstrap: str, group: str, timeout_s: float) -> Non
                     state = entry[2]
                     members = entry[5]
                     if state == "Stable" and members:
-                        log(
-                            f"coordinator consumer group {group} is {state} "
-                            f"with {len(members)} member(s)"
-                        )
+                        log(f"coordinator consumer group {group} is {state} with {len(members)} member(s)")
                         await asyncio.sleep(1.0)  # the fetcher starts right after the assignment
                         return
             await asyncio.sleep(0.2)
         raise RuntimeError(
-            f"the coordinator's consumer group {group} is not stable after {timeout_s:.0f}s "
-            f"(state {state})"
+            f"the coordinator's consumer group {group} is not stable after {timeout_s:.0f}s (state {state})"
         )
     finally:
         await admin.close()
@@ -719,9 +685,7 @@ def report(results: Results, bootstrap_desc: str) -> None:
         "",
         "",
     )
-    recv_rate = (
-        results.splits / results.phase1_received_s if results.phase1_received_s > 0 else math.nan
-    )
+    recv_rate = results.splits / results.phase1_received_s if results.phase1_received_s > 0 else math.nan
     table.add_row(
         "  same, received (before reader decode)",
         f"{recv_rate:,.0f} splits/s",
@@ -730,8 +694,7 @@ def report(results: Results, bootstrap_desc: str) -> None:
     )
     table.add_row(
         "  every split assigned exactly once",
-        f"{results.distinct:,} distinct / {results.splits:,}; "
-        f"{results.duplicates} dup, {results.missing} missing",
+        f"{results.distinct:,} distinct / {results.splits:,}; {results.duplicates} dup, {results.missing} missing",
         "all, once",
         verdict(results.exactly_once),
     )
@@ -786,9 +749,7 @@ def report(results: Results, bootstrap_desc: str) -> None:
     console.print(table)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(results.records.items()))
     console.print(f"records decoded by the readers: {counts}")
-    console.print(
-        f"coordinator log: {results.coordinator_log} (exit code {results.coordinator_exit})"
-    )
+    console.print(f"coordinator log: {results.coordinator_log} (exit code {results.coordinator_exit})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -796,9 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--splits", type=int, default=100_000)
-    parser.add_argument(
-        "--readers", type=int, default=16, help="readers = the coordinator's --max-parallelism"
-    )
+    parser.add_argument("--readers", type=int, default=16, help="readers = the coordinator's --max-parallelism")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument(
         "--bootstrap-servers",
@@ -820,17 +779,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="run the coordinator under `python -m cProfile -o FILE` (slows it down)",
     )
-    parser.add_argument(
-        "--keep-logs", action="store_true", help="keep the temporary directory (coordinator log)"
-    )
+    parser.add_argument("--keep-logs", action="store_true", help="keep the temporary directory (coordinator log)")
     args = parser.parse_args(argv)
     if args.splits < 1 or args.readers < 1 or args.rounds < 0:
         parser.error("--splits and --readers must be >= 1, --rounds >= 0")
 
     workdir = Path(tempfile.mkdtemp(prefix="sluicegate-bench-"))
-    bootstrap = (
-        args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() or None
-    )
+    bootstrap = args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() or None
     broker = None
     results = Results(
         splits=args.splits,

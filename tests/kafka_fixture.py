@@ -110,9 +110,7 @@ def _announce(config: pytest.Config, message: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
+def kafka_bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Bootstrap address of a real Kafka broker for the whole session (see module docstring)."""
     with provide_kafka(lambda: tmp_path_factory.mktemp("kafka-broker")) as (bootstrap, how):
         _announce(request.config, f"Kafka for this session: {bootstrap} via {how}")

@@ -1,6 +1,6 @@
 """The built-in ``sequence`` connector: integer ranges with event times, bounded or not."""
 
-from sluicegate_connectors.sequence.source import (
+from .source import (
     SequenceEnumerator,
     SequenceOptions,
     SequenceReader,

@@ -145,7 +145,9 @@ class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery)
 
 
 class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
-    def __init__(self, context: SplitEnumeratorContext[SequenceSplit], unassigned: list[SequenceSplit], bounded: bool) -> None:
+    def __init__(
+        self, context: SplitEnumeratorContext[SequenceSplit], unassigned: list[SequenceSplit], bounded: bool
+    ) -> None:
         self._context = context
         self._unassigned = unassigned
         self._bounded = bounded

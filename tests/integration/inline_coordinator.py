@@ -23,20 +23,18 @@ from types import TracebackType
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from sluicegate_topics import ControlTopics, topic_specs
 
 from sluicegate.api.source import Source
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.core import CoordinatorCore, Effects
 from sluicegate.protocol import DecodeError, Direction, Envelope, decode, encode, encode_key
+from sluicegate.protocol.topics import ControlTopics, topic_specs
 from sluicegate.transport.topics import apply_topics
 
 log = logging.getLogger("sluicegate.tests.inline_coordinator")
 
 
-async def create_topics(
-    bootstrap: str, source: str, max_parallelism: int, ns: str = "sluicegate"
-) -> None:
+async def create_topics(bootstrap: str, source: str, max_parallelism: int, ns: str = "sluicegate") -> None:
     await apply_topics(bootstrap, topic_specs(ns, source, max_parallelism))
 
 
@@ -86,9 +84,7 @@ class InlineCoordinator:
         await self.stop()
 
     async def start(self) -> None:
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all"
-        )
+        self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all")
         await self._producer.start()
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
@@ -162,16 +158,10 @@ class InlineCoordinator:
             await asyncio.sleep(0.1)
 
     def sent_of_type(self, type_: str, subtask: int | None = None) -> list[Envelope]:
-        return [
-            e for e in self.sent if e.type == type_ and (subtask is None or e.subtask == subtask)
-        ]
+        return [e for e in self.sent if e.type == type_ and (subtask is None or e.subtask == subtask)]
 
     def received_of_type(self, type_: str, subtask: int | None = None) -> list[Envelope]:
-        return [
-            e
-            for e in self.received
-            if e.type == type_ and (subtask is None or e.subtask == subtask)
-        ]
+        return [e for e in self.received if e.type == type_ and (subtask is None or e.subtask == subtask)]
 
 
 def _now_ms() -> int:

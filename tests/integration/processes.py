@@ -29,7 +29,9 @@ class Proc:
             if text in self.log():
                 return
             if self.popen.poll() is not None:
-                raise AssertionError(f"{self.name} exited with {self.popen.returncode} before logging {text!r}:\n{self.tail()}")
+                raise AssertionError(
+                    f"{self.name} exited with {self.popen.returncode} before logging {text!r}:\n{self.tail()}"
+                )
             time.sleep(0.1)
         raise AssertionError(f"{self.name} did not log {text!r} within {timeout_s} s:\n{self.tail()}")
 
@@ -92,8 +94,17 @@ class ProcessGroup:
         return proc
 
     def reader(self, source: str, subtask: int, options: dict[str, str], output: Path, *extra: str) -> Proc:
-        args = ["reader", "--source", source, "--subtask", str(subtask), "--connector", "sequence",
-                "--output", f"jsonl:{output}"]
+        args = [
+            "reader",
+            "--source",
+            source,
+            "--subtask",
+            str(subtask),
+            "--connector",
+            "sequence",
+            "--output",
+            f"jsonl:{output}",
+        ]
         for key, value in options.items():
             args += ["--option", f"{key}={value}"]
         return self.start(f"reader-{source}-{subtask}-{len(self.procs)}", [*args, *extra])

@@ -84,9 +84,7 @@ class KafkaRun:
         self.held: dict[int, dict[str, dict[str, Any]]] = {s: {} for s in range(PARALLELISM)}
         self.epoch_seen = 0
         self.inbox_producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, transactional_id=f"audit-test-{uuid.uuid4()}"
-        )
+        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"audit-test-{uuid.uuid4()}")
 
     async def __aenter__(self) -> KafkaRun:
         await self.inbox_producer.start()
@@ -147,9 +145,7 @@ class KafkaRun:
             ts=self.now,
         )
         raw = encode(env)
-        meta = await self.inbox_producer.send_and_wait(
-            self.inbox_topic, raw, key=encode_key(subtask), partition=0
-        )
+        meta = await self.inbox_producer.send_and_wait(self.inbox_topic, raw, key=encode_key(subtask), partition=0)
         self.inbox_offsets.append(meta.offset)
         self.last_inbox_offset = meta.offset
         decoded = decode(raw, Direction.TO_COORDINATOR)
@@ -191,9 +187,7 @@ class KafkaRun:
             inbox_offset=0,
         )
         await self.producer.begin_transaction()
-        future = await self.producer.send(
-            self.readers_topic, encode(bogus), key=encode_key(0), partition=0
-        )
+        future = await self.producer.send(self.readers_topic, encode(bogus), key=encode_key(0), partition=0)
         meta = await future
         await self.producer.abort_transaction()
         return int(meta.offset)
@@ -238,9 +232,7 @@ async def write_history(run: KafkaRun) -> int:
     return aborted_offset
 
 
-async def test_audit_of_a_committed_history_then_a_violation(
-    kafka_bootstrap: str, unique_source: str
-) -> None:
+async def test_audit_of_a_committed_history_then_a_violation(kafka_bootstrap: str, unique_source: str) -> None:
     inbox_topic, readers_topic = await create_topics(kafka_bootstrap, unique_source)
     async with KafkaRun(kafka_bootstrap, unique_source, inbox_topic, readers_topic) as run:
         aborted_offset = await write_history(run)
@@ -334,9 +326,7 @@ def test_audit_command_exit_codes(kafka_bootstrap: str, unique_source: str) -> N
     failed = runner.invoke(app, ["audit", "--source", unique_source, "-b", kafka_bootstrap])
     assert failed.exit_code == 1, failed.output
     assert f"partition {partition} offset {offset}" in failed.output
-    as_json = runner.invoke(
-        app, ["audit", "--source", unique_source, "-b", kafka_bootstrap, "--json"]
-    )
+    as_json = runner.invoke(app, ["audit", "--source", unique_source, "-b", kafka_bootstrap, "--json"])
     assert as_json.exit_code == 1
     data = orjson.loads(as_json.stdout)
     assert data["ok"] is False
@@ -351,8 +341,6 @@ def runner_json(runner: CliRunner, app: typer.Typer, source: str, bootstrap: str
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        result = pool.submit(
-            runner.invoke, app, ["audit", "--source", source, "-b", bootstrap, "--json"]
-        ).result()
+        result = pool.submit(runner.invoke, app, ["audit", "--source", source, "-b", bootstrap, "--json"]).result()
     assert result.exit_code == 0, result.output
     return orjson.loads(result.stdout)

@@ -13,10 +13,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
-from sluicegate_topics import ControlTopics, topic_specs
 from typer.testing import CliRunner
 
 from sluicegate.broker.commands import broker_app
+from sluicegate.protocol.topics import ControlTopics, topic_specs
 from sluicegate.transport.topics import (
     TopicMismatchError,
     apply_topics,
@@ -77,17 +77,13 @@ async def test_apply_is_idempotent(kafka_bootstrap: str, unique_source: str) -> 
 
 async def test_concurrent_applies_both_succeed(kafka_bootstrap: str, unique_source: str) -> None:
     specs = topic_specs("sluicegate", unique_source, 2)
-    a, b = await asyncio.gather(
-        apply_topics(kafka_bootstrap, specs), apply_topics(kafka_bootstrap, specs)
-    )
+    a, b = await asyncio.gather(apply_topics(kafka_bootstrap, specs), apply_topics(kafka_bootstrap, specs))
     for ra, rb in zip(a, b, strict=True):
         assert ra.partitions == rb.partitions
         assert not (ra.created and rb.created)  # exactly one creator per topic, no error
 
 
-async def test_wrong_partition_count_is_a_mismatch(
-    kafka_bootstrap: str, unique_source: str, admin: Any
-) -> None:
+async def test_wrong_partition_count_is_a_mismatch(kafka_bootstrap: str, unique_source: str, admin: Any) -> None:
     readers = ControlTopics.for_source(unique_source).readers
     await admin.create_topics([NewTopic(readers, 2, 1)])
     with pytest.raises(TopicMismatchError) as err:
@@ -99,18 +95,14 @@ async def test_wrong_partition_count_is_a_mismatch(
     assert err.value.topics == [readers]
 
 
-async def test_wrong_cleanup_policy_is_a_mismatch(
-    kafka_bootstrap: str, unique_source: str, admin: Any
-) -> None:
+async def test_wrong_cleanup_policy_is_a_mismatch(kafka_bootstrap: str, unique_source: str, admin: Any) -> None:
     state = ControlTopics.for_source(unique_source).coordinator_state
     await admin.create_topics([NewTopic(state, 1, 1, topic_configs={"cleanup.policy": "delete"})])
     with pytest.raises(TopicMismatchError, match=f"topic {state} has cleanup.policy=delete"):
         await apply_topics(kafka_bootstrap, topic_specs("sluicegate", unique_source, 1))
 
 
-async def test_producing_does_not_auto_create_topics(
-    kafka_bootstrap: str, unique_source: str, admin: Any
-) -> None:
+async def test_producing_does_not_auto_create_topics(kafka_bootstrap: str, unique_source: str, admin: Any) -> None:
     topic = f"{unique_source}.never-created"
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, request_timeout_ms=3000)
     await producer.start()
@@ -125,9 +117,7 @@ async def test_producing_does_not_auto_create_topics(
 async def test_transactional_producer_commits(kafka_bootstrap: str, unique_source: str) -> None:
     topics = ControlTopics.for_source(unique_source)
     await apply_topics(kafka_bootstrap, topic_specs("sluicegate", unique_source, 2))
-    producer = AIOKafkaProducer(
-        bootstrap_servers=kafka_bootstrap, transactional_id=f"{unique_source}-coordinator"
-    )
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=f"{unique_source}-coordinator")
     await producer.start()
     try:
         async with producer.transaction():
@@ -164,9 +154,7 @@ async def test_wait_for_topics(kafka_bootstrap: str, unique_source: str) -> None
     with pytest.raises(TimeoutError, match="sluicegate topics apply"):
         await wait_for_topics(kafka_bootstrap, names, timeout_s=1.0, poll_interval_s=0.2)
 
-    waiter = asyncio.create_task(
-        wait_for_topics(kafka_bootstrap, names, timeout_s=30.0, poll_interval_s=0.2)
-    )
+    waiter = asyncio.create_task(wait_for_topics(kafka_bootstrap, names, timeout_s=30.0, poll_interval_s=0.2))
     await asyncio.sleep(0.5)
     assert not waiter.done()
     await apply_topics(kafka_bootstrap, topic_specs("sluicegate", unique_source, 3))
@@ -201,9 +189,7 @@ def test_fixture_exports_bootstrap(kafka_bootstrap: str) -> None:
     assert os.environ["KAFKA_BOOTSTRAP_SERVERS"] == kafka_bootstrap
 
 
-@pytest.mark.skipif(
-    shutil.which("java") is None or shutil.which("mvn") is None, reason="needs java and mvn"
-)
+@pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is None, reason="needs java and mvn")
 def test_broker_cli_start_status_stop(tmp_path: Path) -> None:
     """A second, detached broker through `sluicegate broker` in its own run directory."""
     runner = CliRunner()

@@ -18,7 +18,6 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from inline_coordinator import InlineCoordinator, create_topics
 from sluicegate_connectors.sequence import SequenceOptions, SequenceSource
-from sluicegate_topics import ControlTopics, TopicSpec
 
 from sluicegate.protocol import (
     CheckpointAck,
@@ -27,6 +26,7 @@ from sluicegate.protocol import (
     encode,
     envelope,
 )
+from sluicegate.protocol.topics import ControlTopics, TopicSpec
 from sluicegate.reader.host import ReaderHost, ReaderSettings, read_latest_value
 from sluicegate.reader.output import OutputSpec
 from sluicegate.reader.state import ReaderCheckpoint
@@ -71,9 +71,7 @@ async def test_two_readers_read_a_bounded_source_exactly_once(
     await create_topics(kafka_bootstrap, unique_source, 2)
     source = SequenceSource(SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT))
     outs = [tmp_path / "reader-0.jsonl", tmp_path / "reader-1.jsonl"]
-    async with InlineCoordinator(
-        kafka_bootstrap, unique_source, source, max_parallelism=2
-    ) as coord:
+    async with InlineCoordinator(kafka_bootstrap, unique_source, source, max_parallelism=2) as coord:
         hosts = [
             ReaderHost(
                 settings(kafka_bootstrap, unique_source, k, outs[k]),
@@ -83,9 +81,7 @@ async def test_two_readers_read_a_bounded_source_exactly_once(
         ]
         codes = await run_hosts(coord, hosts, 40)
         assert codes == [0, 0]
-        await coord.wait_until(
-            lambda: len(coord.received_of_type("ReaderLeaving")) == 2, timeout_s=10
-        )
+        await coord.wait_until(lambda: len(coord.received_of_type("ReaderLeaving")) == 2, timeout_s=10)
         assert coord.core.is_finished()
 
     counts = values_in(*outs)
@@ -123,9 +119,7 @@ def describe(coord: InlineCoordinator, hosts: list[ReaderHost]) -> str:
     return "\n".join(lines)
 
 
-async def run_hosts(
-    coord: InlineCoordinator, hosts: list[ReaderHost], timeout_s: float
-) -> list[int]:
+async def run_hosts(coord: InlineCoordinator, hosts: list[ReaderHost], timeout_s: float) -> list[int]:
     tasks = [asyncio.create_task(h.run()) for h in hosts]
     _, pending = await asyncio.wait(tasks, timeout=timeout_s)
     if pending:
@@ -150,27 +144,19 @@ def start_reader(
     ]  # fmt: skip
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, PYTHONUNBUFFERED="1")
     with log_path.open("ab") as log:
-        return subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-async def wait_for_text(
-    log_path: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: float
-) -> None:
+async def wait_for_text(log_path: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         content = log_path.read_text(errors="replace") if log_path.exists() else ""
         if text in content:
             return
         if proc.poll() is not None:
-            raise AssertionError(
-                f"reader exited with {proc.returncode} before logging {text!r}:\n{content[-3000:]}"
-            )
+            raise AssertionError(f"reader exited with {proc.returncode} before logging {text!r}:\n{content[-3000:]}")
         await asyncio.sleep(0.1)
-    raise AssertionError(
-        f"no {text!r} in {log_path} within {timeout_s} s:\n{log_path.read_text()[-3000:]}"
-    )
+    raise AssertionError(f"no {text!r} in {log_path} within {timeout_s} s:\n{log_path.read_text()[-3000:]}")
 
 
 async def wait_exit(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float) -> int:
@@ -178,9 +164,7 @@ async def wait_exit(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: fl
     while proc.poll() is None:
         if time.monotonic() > deadline:
             proc.kill()
-            raise AssertionError(
-                f"reader still running after {timeout_s} s:\n{log_path.read_text()[-3000:]}"
-            )
+            raise AssertionError(f"reader still running after {timeout_s} s:\n{log_path.read_text()[-3000:]}")
         await asyncio.sleep(0.1)
     return proc.returncode
 
@@ -198,9 +182,7 @@ async def test_a_reader_killed_mid_run_restarts_from_its_checkpoint(
     logs = [tmp_path / "r0.log", tmp_path / "r0-restarted.log", tmp_path / "r1.log"]
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        async with InlineCoordinator(
-            kafka_bootstrap, unique_source, source, max_parallelism=2
-        ) as coord:
+        async with InlineCoordinator(kafka_bootstrap, unique_source, source, max_parallelism=2) as coord:
             procs.append(start_reader(unique_source, 0, first, logs[0], kafka_bootstrap, rate=150))
             procs.append(start_reader(unique_source, 1, other, logs[2], kafka_bootstrap, rate=150))
             await wait_for_text(logs[0], "registered as attempt 1", procs[0], 30)
@@ -210,9 +192,7 @@ async def test_a_reader_killed_mid_run_restarts_from_its_checkpoint(
             procs[0].wait(10)
             assert values_in(first), "the killed reader wrote nothing"
 
-            procs.append(
-                start_reader(unique_source, 0, restarted, logs[1], kafka_bootstrap, rate=400)
-            )
+            procs.append(start_reader(unique_source, 0, restarted, logs[1], kafka_bootstrap, rate=400))
             await wait_for_text(logs[1], "restored checkpoint", procs[2], 30)
             await wait_for_text(logs[1], "registered as attempt 2", procs[2], 30)
             assert await wait_exit(procs[2], logs[1], 40) == 0
@@ -221,9 +201,7 @@ async def test_a_reader_killed_mid_run_restarts_from_its_checkpoint(
             # the restarted reader reported exactly what its killed predecessor last acknowledged
             # (in inbox order: the acks of subtask 0 before its second registration)
             inbox = coord.received
-            second = [
-                i for i, e in enumerate(inbox) if e.type == "ReaderRegistration" and e.subtask == 0
-            ]
+            second = [i for i, e in enumerate(inbox) if e.type == "ReaderRegistration" and e.subtask == 0]
             assert len(second) == 2
             acks = [e for e in inbox[: second[1]] if e.type == "CheckpointAck" and e.subtask == 0]
             assert acks
@@ -254,9 +232,7 @@ async def test_kafka_output_commits_data_with_the_checkpoint(
     await create_topics(kafka_bootstrap, unique_source, 2)
     await apply_topics(kafka_bootstrap, [TopicSpec(out_topic, 3)])
     source = SequenceSource(SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT))
-    async with InlineCoordinator(
-        kafka_bootstrap, unique_source, source, max_parallelism=2
-    ) as coord:
+    async with InlineCoordinator(kafka_bootstrap, unique_source, source, max_parallelism=2) as coord:
         hosts = [
             ReaderHost(
                 dataclasses.replace(
@@ -295,9 +271,7 @@ async def test_sigterm_leaves_with_positions_and_an_empty_state_record(
     await create_topics(kafka_bootstrap, unique_source, 1)
     source = SequenceSource(SequenceOptions(splits=4, records_per_split=None))
     log_path, out = tmp_path / "r.log", tmp_path / "r.jsonl"
-    async with InlineCoordinator(
-        kafka_bootstrap, unique_source, source, max_parallelism=1
-    ) as coord:
+    async with InlineCoordinator(kafka_bootstrap, unique_source, source, max_parallelism=1) as coord:
         args = [
             *(sys.executable, "-m", "sluicegate.reader", "--source", unique_source),
             *("--subtask", "0", "--connector", "sequence", "--option", "splits=4"),
@@ -323,9 +297,7 @@ async def test_sigterm_leaves_with_positions_and_an_empty_state_record(
         assert any(s["position"] > s["start"] for s in leaving.splits)
         assert coord.core.tracker.total_owned() == 0  # every split went back to the enumerator
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=kafka_bootstrap, group_id=None, isolation_level="read_committed"
-    )
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=None, isolation_level="read_committed")
     await consumer.start()
     try:
         state_topic = ControlTopics.for_source(unique_source).reader_state
@@ -345,9 +317,7 @@ async def test_a_fenced_reader_registers_again_and_bad_records_are_dead_lettered
     topics = ControlTopics.for_source(unique_source)
     options = SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT, rate=300)
     out = tmp_path / "r.jsonl"
-    async with InlineCoordinator(
-        kafka_bootstrap, unique_source, SequenceSource(options), 1
-    ) as coord:
+    async with InlineCoordinator(kafka_bootstrap, unique_source, SequenceSource(options), 1) as coord:
         host = ReaderHost(
             dataclasses.replace(
                 settings(kafka_bootstrap, unique_source, 0, out),
@@ -407,9 +377,7 @@ async def test_a_second_process_of_the_same_subtask_stops_the_first(
             SequenceSource(options),
         )
 
-    async with InlineCoordinator(
-        kafka_bootstrap, unique_source, SequenceSource(options), 1
-    ) as coord:
+    async with InlineCoordinator(kafka_bootstrap, unique_source, SequenceSource(options), 1) as coord:
         zombie = make_host(outs[0])
         first = asyncio.create_task(zombie.run())
         await coord.wait_until(lambda: len(coord.received_of_type("CheckpointAck", 0)) >= 2, 30)

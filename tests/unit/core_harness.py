@@ -53,9 +53,7 @@ START_MS = 1_000_000
 _CURRENT = object()
 
 
-def sequence_source(
-    splits: int = 8, records_per_split: int | str = 10, **options: str
-) -> SequenceSource:
+def sequence_source(splits: int = 8, records_per_split: int | str = 10, **options: str) -> SequenceSource:
     opts = {"splits": str(splits), "records_per_split": str(records_per_split), **options}
     return SequenceSource.from_options(opts)
 
@@ -134,12 +132,8 @@ class CoreHarness:
         **config: Any,
     ) -> None:
         self.source = source if source is not None else sequence_source()
-        self.config = CoordinatorConfig(
-            source=source_name, max_parallelism=max_parallelism, **config
-        )
-        self.core: CoordinatorCore[Any] = CoordinatorCore(
-            self.source, self.config, epoch=epoch, snapshot=snapshot
-        )
+        self.config = CoordinatorConfig(source=source_name, max_parallelism=max_parallelism, **config)
+        self.core: CoordinatorCore[Any] = CoordinatorCore(self.source, self.config, epoch=epoch, snapshot=snapshot)
         self.now_ms = now_ms
         self.next_offset = first_offset
         self.sent: list[Envelope] = []
@@ -160,9 +154,7 @@ class CoreHarness:
         """The coordinator process dies after its last step; a successor at the next
         epoch restores the stored (JSON) snapshot and starts. Readers keep running."""
         snapshot = orjson.loads(orjson.dumps(self.core.snapshot()))
-        self.core = CoordinatorCore(
-            self.source, self.config, epoch=self.core.epoch + 1, snapshot=snapshot
-        )
+        self.core = CoordinatorCore(self.source, self.config, epoch=self.core.epoch + 1, snapshot=snapshot)
         return self.start()
 
     def tick(self) -> Effects:
@@ -189,9 +181,7 @@ class CoreHarness:
                     self.heartbeat(subtask, idle=not self.reader(subtask).splits)
         return self.sent[first:]
 
-    def envelope(
-        self, subtask: int, body: Body, attempt: int | None, *, source: str | None = None
-    ) -> Envelope:
+    def envelope(self, subtask: int, body: Body, attempt: int | None, *, source: str | None = None) -> Envelope:
         return Envelope(
             type=body.TYPE,
             source=self.config.source if source is None else source,
@@ -299,18 +289,10 @@ class CoreHarness:
 
     def to(self, subtask: int, *types: type[Body]) -> list[Envelope]:
         """Every record sent to ``subtask`` so far (optionally only these body types)."""
-        return [
-            e
-            for e in self.sent
-            if e.subtask == subtask and (not types or isinstance(e.body, types))
-        ]
+        return [e for e in self.sent if e.subtask == subtask and (not types or isinstance(e.body, types))]
 
-    def of_type(
-        self, *types: type[Body], messages: Sequence[Envelope] | None = None
-    ) -> list[Envelope]:
-        return [
-            e for e in (self.sent if messages is None else messages) if isinstance(e.body, types)
-        ]
+    def of_type(self, *types: type[Body], messages: Sequence[Envelope] | None = None) -> list[Envelope]:
+        return [e for e in (self.sent if messages is None else messages) if isinstance(e.body, types)]
 
     def owned(self, subtask: int) -> set[str]:
         return self.core.tracker.owned_ids(subtask)

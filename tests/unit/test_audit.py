@@ -222,9 +222,7 @@ def decoded(readers: ReadersRecords) -> list[tuple[int, int, Envelope]]:
     return [(p, o, decode(raw, Direction.TO_READER)) for p, o, raw in readers]
 
 
-def rewrite(
-    readers: ReadersRecords, index: int, change: Callable[[Envelope], Envelope]
-) -> ReadersRecords:
+def rewrite(readers: ReadersRecords, index: int, change: Callable[[Envelope], Envelope]) -> ReadersRecords:
     out = list(readers)
     p, o, raw = out[index]
     out[index] = (p, o, encode(change(decode(raw, Direction.TO_READER))))
@@ -269,9 +267,7 @@ def test_clean_run_is_ok(clean_run: Run) -> None:
     assert s.epochs == [1, 2]
     assert s.fenced_messages >= 1
     assert s.undecodable_total == 0
-    assert {"fenced", "session-timeout", "recovery", "departed", "left"} <= set(
-        s.released_by_reason
-    )
+    assert {"fenced", "session-timeout", "recovery", "departed", "left"} <= set(s.released_by_reason)
     assert s.released_by_reason["departed"] > 0
     assert s.released_by_reason["session-timeout"] > 0
     assert s.messages_by_type["readers:NoMoreSplits"] >= 3
@@ -320,9 +316,7 @@ def test_undecodable_records_are_counted_not_violations(clean_run: Run) -> None:
 def test_v1_records_without_cseq_fall_back_to_ts_order() -> None:
     def rec(body: Body, subtask: int, attempt: int | None, ts: int) -> bytes:
         return encode(
-            dataclasses.replace(
-                envelope(body, source=SOURCE, subtask=subtask, attempt=attempt, epoch=1, ts=ts), v=1
-            )
+            dataclasses.replace(envelope(body, source=SOURCE, subtask=subtask, attempt=attempt, epoch=1, ts=ts), v=1)
         )
 
     split = {"split_id": "a", "start": 0, "end": 5, "position": 0}
@@ -348,11 +342,7 @@ def test_dropped_release_means_split_owned_twice(clean_run: Run) -> None:
     readers = clean_run.readers
     i = find(
         readers,
-        lambda e: (
-            isinstance(e.body, SplitsReleased)
-            and e.body.reason == "departed"
-            and bool(e.body.split_ids)
-        ),
+        lambda e: isinstance(e.body, SplitsReleased) and e.body.reason == "departed" and bool(e.body.split_ids),
     )
     dropped = decode(readers[i][2], Direction.TO_READER)
     assert isinstance(dropped.body, SplitsReleased)
@@ -360,10 +350,7 @@ def test_dropped_release_means_split_owned_twice(clean_run: Run) -> None:
     assert dropped.cseq is not None
     j = find(
         readers,
-        lambda e: (
-            isinstance(e.body, AddSplits)
-            and bool(released & {s["split_id"] for s in e.body.splits})
-        ),
+        lambda e: isinstance(e.body, AddSplits) and bool(released & {s["split_id"] for s in e.body.splits}),
         after=dropped.cseq,
     )
     tampered = [r for k, r in enumerate(readers) if k != i]
@@ -403,9 +390,7 @@ def test_duplicated_add_splits(clean_run: Run) -> None:
     kinds = {v.kind for v in result.violations if v.location.offset == copy_offset}
     assert ViolationKind.SEQ_REUSED in kinds
     # its splits are finished by then: assigning them again is a violation too
-    assert (
-        ViolationKind.FINISHED_SPLIT_ASSIGNED in kinds or ViolationKind.SPLIT_OWNED_TWICE in kinds
-    )
+    assert ViolationKind.FINISHED_SPLIT_ASSIGNED in kinds or ViolationKind.SPLIT_OWNED_TWICE in kinds
 
 
 def test_epoch_going_backwards(clean_run: Run) -> None:
@@ -432,9 +417,7 @@ def test_watermark_decreasing(clean_run: Run) -> None:
 
 def test_add_splits_to_fenced_attempt(clean_run: Run) -> None:
     readers = clean_run.readers
-    registered = find(
-        readers, lambda e: isinstance(e.body, ReaderRegistered) and e.body.attempt == 2
-    )
+    registered = find(readers, lambda e: isinstance(e.body, ReaderRegistered) and e.body.attempt == 2)
     reg = decode(readers[registered][2], Direction.TO_READER)
     assert reg.cseq is not None
     i = find(
@@ -451,15 +434,9 @@ def test_add_splits_to_fenced_attempt(clean_run: Run) -> None:
 def test_add_splits_to_subtask_without_live_attempt(clean_run: Run) -> None:
     readers = clean_run.readers
     envs = decoded(readers)
-    left = next(
-        e for _, _, e in envs if isinstance(e.body, SplitsReleased) and e.body.reason == "left"
-    )
+    left = next(e for _, _, e in envs if isinstance(e.body, SplitsReleased) and e.body.reason == "left")
     last_cseq = max(e.cseq or 0 for _, _, e in envs)
-    last_seq = max(
-        e.body.seq
-        for _, _, e in envs
-        if isinstance(e.body, AddSplits) and e.subtask == left.subtask
-    )
+    last_seq = max(e.body.seq for _, _, e in envs if isinstance(e.body, AddSplits) and e.subtask == left.subtask)
     offset = max(o for p, o, _ in readers if p == left.subtask) + 1
     fake = envelope(
         AddSplits(last_seq + 1, [split("new-split")]),
@@ -481,11 +458,7 @@ def test_imprecise_release_of_a_failed_attempt(clean_run: Run) -> None:
     readers = clean_run.readers
     i = find(
         readers,
-        lambda e: (
-            isinstance(e.body, SplitsReleased)
-            and e.body.reason == "session-timeout"
-            and bool(e.body.split_ids)
-        ),
+        lambda e: isinstance(e.body, SplitsReleased) and e.body.reason == "session-timeout" and bool(e.body.split_ids),
     )
     env = decode(readers[i][2], Direction.TO_READER)
     assert isinstance(env.body, SplitsReleased)
@@ -644,9 +617,7 @@ def test_hand_stream_finish_from_fenced_attempt_changes_nothing() -> None:
 def test_hand_stream_wrong_partition_and_duplicate_cseq() -> None:
     h = Hand()
     h.register(0, 1)
-    env = envelope(
-        AddSplits(1, [split("a")]), source=SOURCE, subtask=0, attempt=1, epoch=1, ts=1, cseq=1
-    )
+    env = envelope(AddSplits(1, [split("a")]), source=SOURCE, subtask=0, attempt=1, epoch=1, ts=1, cseq=1)
     h.readers.append((3, 0, encode(env)))
     kinds = {(v.kind, v.location.partition) for v in h.audit().violations}
     assert (ViolationKind.WRONG_PARTITION, 3) in kinds

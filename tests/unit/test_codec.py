@@ -38,12 +38,8 @@ from sluicegate.protocol import (
 SPLIT = {"split_id": "seq-00001", "start": 10, "end": 20, "position": 13}
 
 EXAMPLES: list[Body] = [
-    ReaderRegistration(
-        incarnation="3f2a", location="host-1", reported_splits=[SPLIT], restored_checkpoint_id=7
-    ),
-    ReaderRegistration(
-        incarnation="3f2b", location="", reported_splits=[], restored_checkpoint_id=None
-    ),
+    ReaderRegistration(incarnation="3f2a", location="host-1", reported_splits=[SPLIT], restored_checkpoint_id=7),
+    ReaderRegistration(incarnation="3f2b", location="", reported_splits=[], restored_checkpoint_id=None),
     RequestSplit(hostname="host-1"),
     RequestSplit(hostname=None),
     ReaderSourceEvent(payload={"kind": "lag", "values": [1, 2.5, None, True, "x"]}),
@@ -96,11 +92,7 @@ def test_every_message_type_is_covered_by_the_examples() -> None:
 
 @pytest.mark.parametrize("body", EXAMPLES, ids=lambda b: f"{b.DIRECTION.value}:{b.TYPE}")
 def test_round_trip_of_every_message_type(body: Body) -> None:
-    env = (
-        _env(body, inbox_offset=41, cseq=99)
-        if body.DIRECTION is Direction.TO_READER
-        else _env(body)
-    )
+    env = _env(body, inbox_offset=41, cseq=99) if body.DIRECTION is Direction.TO_READER else _env(body)
     decoded = decode(encode(env), body.DIRECTION)
     assert decoded == env
     assert type(decoded.body) is type(body)
@@ -214,9 +206,7 @@ def test_a_type_of_the_other_direction_is_unknown() -> None:
         (
             Direction.TO_COORDINATOR,
             _raw(
-                ReaderRegistration(
-                    incarnation="x", location="h", reported_splits=[], restored_checkpoint_id=None
-                ),
+                ReaderRegistration(incarnation="x", location="h", reported_splits=[], restored_checkpoint_id=None),
                 body={
                     "incarnation": "",
                     "location": "h",
@@ -274,9 +264,7 @@ def test_version_1_records_are_accepted() -> None:
     assert env.body == CheckpointAck(checkpoint_id=3, applied_seq=2, splits=[SPLIT])
     assert env.cseq is None and env.inbox_offset is None
     v1_to_reader = {**data, "type": "AddSplits", "body": {"seq": 1, "splits": [SPLIT]}}
-    assert decode(orjson.dumps(v1_to_reader), Direction.TO_READER).body == AddSplits(
-        seq=1, splits=[SPLIT]
-    )
+    assert decode(orjson.dumps(v1_to_reader), Direction.TO_READER).body == AddSplits(seq=1, splits=[SPLIT])
 
 
 def test_unknown_body_fields_are_ignored() -> None:
@@ -295,9 +283,7 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
     max_leaves=12,
 )
-WIRE_SPLIT = st.builds(
-    lambda sid, extra: {**extra, "split_id": sid}, ID, st.dictionaries(TEXT, JSON, max_size=3)
-)
+WIRE_SPLIT = st.builds(lambda sid, extra: {**extra, "split_id": sid}, ID, st.dictionaries(TEXT, JSON, max_size=3))
 SPLITS = st.lists(WIRE_SPLIT, max_size=4)
 OPT_INT = st.none() | INT64
 

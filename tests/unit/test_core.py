@@ -64,9 +64,7 @@ class ScriptedEnumerator(SplitEnumerator[Item]):
     ``["no_more", subtask]``, ``["raise", message]``. Errors of assign/no_more are
     kept in ``errors`` (like an enumerator that keeps its splits on NoLiveReaderError)."""
 
-    def __init__(
-        self, context: SplitEnumeratorContext[Item], returned: list[Item] | None = None
-    ) -> None:
+    def __init__(self, context: SplitEnumeratorContext[Item], returned: list[Item] | None = None) -> None:
         self.context = context
         self.returned: list[Item] = returned or []
         self.readers_added: list[int] = []
@@ -88,9 +86,7 @@ class ScriptedEnumerator(SplitEnumerator[Item]):
         for command, *args in event:
             if command == "assign":
                 try:
-                    self.context.assign_splits(
-                        {int(s): [Item(i) for i in items] for s, items in args[0].items()}
-                    )
+                    self.context.assign_splits({int(s): [Item(i) for i in items] for s, items in args[0].items()})
                 except Exception as exc:
                     self.errors.append(exc)
             elif command == "no_more":
@@ -122,12 +118,8 @@ class ScriptedSource(Source[Item]):
     def create_enumerator(self, context: SplitEnumeratorContext[Item]) -> ScriptedEnumerator:
         return ScriptedEnumerator(context)
 
-    def restore_enumerator(
-        self, context: SplitEnumeratorContext[Item], checkpoint: Any
-    ) -> ScriptedEnumerator:
-        return ScriptedEnumerator(
-            context, [ItemCodec().from_wire(s) for s in checkpoint["returned"]]
-        )
+    def restore_enumerator(self, context: SplitEnumeratorContext[Item], checkpoint: Any) -> ScriptedEnumerator:
+        return ScriptedEnumerator(context, [ItemCodec().from_wire(s) for s in checkpoint["returned"]])
 
     def create_reader(self, context: SourceReaderContext) -> SourceReader[Item]:
         raise NotImplementedError
@@ -310,9 +302,7 @@ def test_session_timeout_releases_exactly_the_uncheckpointed_splits() -> None:
     msgs = h.pass_time(1_200, alive=[1, 2])
     assert h.reader(0).failed
     releases = h.of_type(SplitsReleased, messages=msgs)
-    assert [e.body for e in releases] == [
-        SplitsReleased(reason="session-timeout", failed_attempt=1, split_ids=late)
-    ]
+    assert [e.body for e in releases] == [SplitsReleased(reason="session-timeout", failed_attempt=1, split_ids=late)]
     assert releases[0].subtask == 0 and releases[0].attempt == 1
     # the released split went to another live reader, after the release
     adds = h.of_type(AddSplits, messages=msgs)
@@ -361,9 +351,7 @@ def test_restored_reader_gets_its_checkpointed_splits_back_at_their_positions() 
     new = h.register(0, restore=True)
     msgs = h.last.messages
     assert kinds(msgs)[:2] == [(0, "ReaderRegistered"), (0, "SplitsReleased")]
-    assert msgs[1].body == SplitsReleased(
-        reason="recovery", failed_attempt=None, split_ids=["seq-00000", "seq-00001"]
-    )
+    assert msgs[1].body == SplitsReleased(reason="recovery", failed_attempt=None, split_ids=["seq-00000", "seq-00001"])
     assert new.attempt == 2
     positions = {s["split_id"]: s["position"] for s in new.splits.values()}
     assert positions == {"seq-00000": 4, "seq-00001": 17}
@@ -397,9 +385,7 @@ def test_leaving_with_no_splits_still_says_so() -> None:
     h.register(1)
     assert h.owned(1) == set()
     msgs = h.leave(1).messages
-    assert [m.body for m in msgs] == [
-        SplitsReleased(reason="left", failed_attempt=None, split_ids=[])
-    ]
+    assert [m.body for m in msgs] == [SplitsReleased(reason="left", failed_attempt=None, split_ids=[])]
 
 
 # -- recovery without reassignment (reported splits stay with the reader) ------------
@@ -536,14 +522,10 @@ def test_an_enumerator_that_raises_does_not_crash_the_core() -> None:
     h = scripted(max_parallelism=2)
     h.register(0)
     msgs = run(h, 0, ["event", 0, "before", None], ["raise", "boom"], ["event", 0, "after", None])
-    assert [m.body for m in msgs] == [
-        CoordinatorSourceEvent(payload="before")
-    ]  # effects so far stand
+    assert [m.body for m in msgs] == [CoordinatorSourceEvent(payload="before")]  # effects so far stand
     assert h.counters["enumerator_errors"] == 1
     # the core keeps working
-    assert [m.body for m in run(h, 0, ["event", 0, "later", None])] == [
-        CoordinatorSourceEvent(payload="later")
-    ]
+    assert [m.body for m in run(h, 0, ["event", 0, "later", None])] == [CoordinatorSourceEvent(payload="later")]
     h.register(1)
     assert h.last.messages[0].body.attempt == 1  # type: ignore[attr-defined]
 
@@ -582,9 +564,7 @@ def test_a_registration_beyond_max_parallelism_is_rejected() -> None:
     effects = h.feed(
         h.envelope(
             2,
-            ReaderRegistration(
-                incarnation="x", location="h", reported_splits=[], restored_checkpoint_id=None
-            ),
+            ReaderRegistration(incarnation="x", location="h", reported_splits=[], restored_checkpoint_id=None),
             None,
         )
     )
@@ -787,9 +767,7 @@ def test_watermark_announcements_go_to_every_live_reader_when_the_low_advances()
 
 
 def test_watermark_is_reannounced_every_interval() -> None:
-    h = CoreHarness(
-        sequence_source(splits=2), max_parallelism=2, watermark_announce_interval_ms=500
-    )
+    h = CoreHarness(sequence_source(splits=2), max_parallelism=2, watermark_announce_interval_ms=500)
     h.register(0)
     h.register(1)
     assert _announcements(h.advance(1_000).messages) == []  # nothing known yet

@@ -96,11 +96,7 @@ class ProtocolAudit:
     def _reader_record(self, env: Envelope) -> None:
         """Only SplitsFinished moves ownership on its own; the rest shows in the replies."""
         s = env.subtask
-        if (
-            isinstance(env.body, SplitsFinished)
-            and env.attempt is not None
-            and self.live.get(s) == env.attempt
-        ):
+        if isinstance(env.body, SplitsFinished) and env.attempt is not None and self.live.get(s) == env.attempt:
             for split_id in env.body.split_ids:
                 if self.owner.get(split_id) == s:
                     del self.owner[split_id]
@@ -113,12 +109,8 @@ class ProtocolAudit:
         assert env.epoch >= self.epoch, "epoch went back"
         self.epoch = env.epoch
         if isinstance(body, ReaderRegistered):
-            assert body.attempt > self.last_attempt.get(s, 0), (
-                f"attempt {body.attempt} not increasing"
-            )
-            assert self.live.get(s) is None, (
-                f"subtask {s} registered while attempt {self.live.get(s)} is live"
-            )
+            assert body.attempt > self.last_attempt.get(s, 0), f"attempt {body.attempt} not increasing"
+            assert self.live.get(s) is None, f"subtask {s} registered while attempt {self.live.get(s)} is live"
             assert env.attempt == body.attempt
             self.live[s] = self.last_attempt[s] = body.attempt
             return
@@ -130,9 +122,7 @@ class ProtocolAudit:
                 )
                 del self.owner[split_id]
             if body.reason in ("fenced", "session-timeout"):
-                assert body.failed_attempt == self.live.get(s) is not None, (
-                    "failure of a non-live attempt"
-                )
+                assert body.failed_attempt == self.live.get(s) is not None, "failure of a non-live attempt"
             else:
                 assert body.failed_attempt is None
             if body.failed_attempt is not None or body.reason == "left":
@@ -142,23 +132,17 @@ class ProtocolAudit:
             f"{env.type} to subtask {s} attempt {env.attempt}, live attempt {self.live.get(s)}"
         )
         if isinstance(body, AddSplits | NoMoreSplits):
-            assert body.seq == self.seq.get(s, 0) + 1, (
-                f"subtask {s}: seq {body.seq} after {self.seq.get(s, 0)}"
-            )
+            assert body.seq == self.seq.get(s, 0) + 1, f"subtask {s}: seq {body.seq} after {self.seq.get(s, 0)}"
             self.seq[s] = body.seq
         if isinstance(body, AddSplits):
             for split in body.splits:
                 split_id = split["split_id"]
-                assert split_id not in self.owner, (
-                    f"AddSplits gives {split_id} to {s}; {self.owner[split_id]} owns it"
-                )
+                assert split_id not in self.owner, f"AddSplits gives {split_id} to {s}; {self.owner[split_id]} owns it"
                 assert split_id not in self.finished, f"finished split {split_id} assigned again"
                 self.owner[split_id] = s
         elif isinstance(body, WatermarkAnnouncement):
             assert body.low_watermark is not None
-            assert self.low is None or body.low_watermark >= self.low, (
-                "announced watermark went back"
-            )
+            assert self.low is None or body.low_watermark >= self.low, "announced watermark went back"
             self.low = body.low_watermark
         else:
             assert isinstance(body, NoMoreSplits | CoordinatorSourceEvent), env.type
@@ -188,9 +172,7 @@ class ProtocolAudit:
             if not reader.live or reader.attempt != self.live.get(s):
                 continue
             mine = core.tracker.owned_ids(s)
-            assert mine <= set(reader.splits), (
-                f"subtask {s} lost {sorted(mine - set(reader.splits))}"
-            )
+            assert mine <= set(reader.splits), f"subtask {s} lost {sorted(mine - set(reader.splits))}"
             if reassign_on_recovery:
                 # Without reassignment a restored reader keeps every reported split, even one
                 # that departed to another subtask meanwhile (see test_core, xfail), so this
@@ -218,9 +200,7 @@ class ItemCodec:
 
 
 class RandomEnumerator(SplitEnumerator[Item]):
-    def __init__(
-        self, context: SplitEnumeratorContext[Item], unassigned: list[Item], rng: random.Random
-    ) -> None:
+    def __init__(self, context: SplitEnumeratorContext[Item], unassigned: list[Item], rng: random.Random) -> None:
         self.context = context
         self.unassigned = unassigned
         self.rng = rng
@@ -290,12 +270,8 @@ class RandomSource(Source[Item]):
     def create_enumerator(self, context: SplitEnumeratorContext[Item]) -> RandomEnumerator:
         return RandomEnumerator(context, [Item(f"r{k}") for k in range(self.splits)], self.rng)
 
-    def restore_enumerator(
-        self, context: SplitEnumeratorContext[Item], checkpoint: Any
-    ) -> RandomEnumerator:
-        return RandomEnumerator(
-            context, [ItemCodec().from_wire(s) for s in checkpoint["unassigned"]], self.rng
-        )
+    def restore_enumerator(self, context: SplitEnumeratorContext[Item], checkpoint: Any) -> RandomEnumerator:
+        return RandomEnumerator(context, [ItemCodec().from_wire(s) for s in checkpoint["unassigned"]], self.rng)
 
     def create_reader(self, context: SourceReaderContext) -> SourceReader[Item]:
         raise NotImplementedError
@@ -314,10 +290,7 @@ def _zombies(h: CoreHarness | None) -> list[tuple[int, int]]:
     if h is None:
         return []
     return [
-        (s, r.attempt)
-        for s, readers in h.incarnations.items()
-        for r in readers
-        if r.attempt is not None and not r.live
+        (s, r.attempt) for s, readers in h.incarnations.items() for r in readers if r.attempt is not None and not r.live
     ]
 
 
@@ -339,9 +312,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.audit: ProtocolAudit | None = None
         self.watermark = 0
 
-    @initialize(
-        seed=st.integers(0, 2**32 - 1), first=st.lists(SUBTASKS, unique=True, max_size=PARALLELISM)
-    )
+    @initialize(seed=st.integers(0, 2**32 - 1), first=st.lists(SUBTASKS, unique=True, max_size=PARALLELISM))
     def setup(self, seed: int, first: list[int]) -> None:
         self.h = CoreHarness(
             self.make_source(seed),

@@ -131,9 +131,7 @@ class FakeSource(Source[FakeSplit]):
     def split_codec(self) -> FakeCodec:
         return FakeCodec()
 
-    def create_enumerator(
-        self, context: SplitEnumeratorContext[FakeSplit]
-    ) -> SplitEnumerator[FakeSplit]:
+    def create_enumerator(self, context: SplitEnumeratorContext[FakeSplit]) -> SplitEnumerator[FakeSplit]:
         raise NotImplementedError
 
     def restore_enumerator(
@@ -174,9 +172,7 @@ def registered(session: ReaderSession[Any], attempt: int = 1, epoch: int = 1) ->
     assert session.attempt == attempt
 
 
-def checkpoint(
-    cid: int, applied_seq: int, splits: list[WireSplit], epoch: int = 1
-) -> ReaderCheckpoint:
+def checkpoint(cid: int, applied_seq: int, splits: list[WireSplit], epoch: int = 1) -> ReaderCheckpoint:
     return ReaderCheckpoint(SOURCE, SUBTASK, cid, applied_seq, splits, epoch=epoch, attempt=1)
 
 
@@ -199,12 +195,7 @@ def test_registration_reports_the_restored_checkpoint() -> None:
     assert reg.location == "host-a:42"
     assert session.phase is Phase.REGISTERING
     env = session.envelope(reg, now_ms=5)
-    assert (
-        env.attempt is None
-        and env.epoch == 2
-        and env.subtask == SUBTASK
-        and env.type == "ReaderRegistration"
-    )
+    assert env.attempt is None and env.epoch == 2 and env.subtask == SUBTASK and env.type == "ReaderRegistration"
 
 
 def test_fresh_registration_reports_nothing() -> None:
@@ -219,10 +210,7 @@ def test_only_our_incarnation_registers_us() -> None:
     other = to_reader(ReaderRegistered("someone-else", 4), 4)
     assert session.on_message(other) is Disposition.IGNORED_ATTEMPT
     assert session.phase is Phase.REGISTERING and not source.readers
-    assert (
-        session.on_message(to_reader(ReaderRegistered(reg.incarnation, 5), 5))
-        is Disposition.REGISTERED
-    )
+    assert session.on_message(to_reader(ReaderRegistered(reg.incarnation, 5), 5)) is Disposition.REGISTERED
     assert session.active and session.attempt == 5
     assert session.envelope(session.heartbeat(), 1).attempt == 5
 
@@ -230,9 +218,7 @@ def test_only_our_incarnation_registers_us() -> None:
 def test_messages_before_registration_are_ignored() -> None:
     session, _ = fake_session()
     session.begin_registration()
-    assert (
-        session.on_message(to_reader(AddSplits(1, [split("a")]), 1)) is Disposition.IGNORED_ATTEMPT
-    )
+    assert session.on_message(to_reader(AddSplits(1, [split("a")]), 1)) is Disposition.IGNORED_ATTEMPT
     assert session.applied_seq == 0
 
 
@@ -258,9 +244,7 @@ def test_without_reassignment_dropped_splits_are_not_kept() -> None:
 def test_with_reassignment_restored_splits_go_back_through_the_coordinator() -> None:
     source = SequenceSource(SequenceOptions(splits=2, records_per_split=5))
     restored = checkpoint(3, 2, [{"split_id": "seq-00000", "start": 0, "end": 5, "position": 2}])
-    session: ReaderSession[Any] = ReaderSession(
-        SOURCE, SUBTASK, source, location="h:1", restored=restored
-    )
+    session: ReaderSession[Any] = ReaderSession(SOURCE, SUBTASK, source, location="h:1", restored=restored)
     reg = session.begin_registration()
     assert reg.reported_splits == restored.splits
     registered(session)
@@ -290,17 +274,9 @@ def test_add_splits_apply_in_seq_order_and_old_seqs_are_skipped() -> None:
 def test_messages_to_other_attempts_and_older_epochs_are_ignored() -> None:
     session, source = fake_session()
     registered(session, attempt=2, epoch=3)
-    assert (
-        session.on_message(to_reader(AddSplits(1, [split("x")]), 1, epoch=3))
-        is Disposition.IGNORED_ATTEMPT
-    )
-    assert (
-        session.on_message(to_reader(AddSplits(1, [split("y")]), 2, epoch=2))
-        is Disposition.IGNORED_EPOCH
-    )
-    assert (
-        session.on_message(to_reader(AddSplits(1, [split("z")]), 2, epoch=4)) is Disposition.APPLIED
-    )
+    assert session.on_message(to_reader(AddSplits(1, [split("x")]), 1, epoch=3)) is Disposition.IGNORED_ATTEMPT
+    assert session.on_message(to_reader(AddSplits(1, [split("y")]), 2, epoch=2)) is Disposition.IGNORED_EPOCH
+    assert session.on_message(to_reader(AddSplits(1, [split("z")]), 2, epoch=4)) is Disposition.APPLIED
     assert session.highest_epoch == 4
     assert source.readers[0].added == ["z"]
     assert session.envelope(session.heartbeat(), 1).epoch == 4
@@ -392,10 +368,7 @@ def test_splits_released_for_our_attempt_fences_and_restores_the_last_checkpoint
 def test_a_newer_incarnation_fences_us() -> None:
     session, _ = fake_session()
     registered(session, attempt=3)
-    assert (
-        session.on_message(to_reader(ReaderRegistered("older", 2), 2))
-        is Disposition.IGNORED_ATTEMPT
-    )
+    assert session.on_message(to_reader(ReaderRegistered("older", 2), 2)) is Disposition.IGNORED_ATTEMPT
     assert session.active
     assert session.on_message(to_reader(ReaderRegistered("newer", 4), 4)) is Disposition.FENCED
     assert session.phase is Phase.UNREGISTERED
@@ -490,9 +463,7 @@ def test_heartbeat_watermark_is_min_over_unfinished_splits() -> None:
 def test_alignment_pauses_splits_past_the_allowed_watermark_and_resumes_them() -> None:
     session, source = fake_session()
     registered(session)
-    session.on_message(
-        to_reader(AddSplits(1, [split("slow", 0, end=100), split("fast", 50, end=100)]), 1)
-    )
+    session.on_message(to_reader(AddSplits(1, [split("slow", 0, end=100), split("fast", 50, end=100)]), 1))
     session.read(10)  # slow at 0 ms, fast at 50000 ms
     session.on_message(to_reader(WatermarkAnnouncement(0, 10_000), 1))
     reader = source.readers[0]
@@ -530,8 +501,7 @@ def test_state_record_round_trip_and_errors() -> None:
         ReaderCheckpoint.decode(b'{"v": 1, "source": "s", "subtask": 0}')
     with pytest.raises(StateRecordError):
         ReaderCheckpoint.decode(
-            b'{"v": 1, "source": "s", "subtask": 0, "checkpoint_id": 1, "applied_seq": 0, '
-            b'"epoch": 0, "splits": [{}]}'
+            b'{"v": 1, "source": "s", "subtask": 0, "checkpoint_id": 1, "applied_seq": 0, "epoch": 0, "splits": [{}]}'
         )
 
 
@@ -539,8 +509,7 @@ def test_messages_for_another_subtask_are_ignored() -> None:
     session, _ = fake_session()
     registered(session)
     assert (
-        session.on_message(to_reader(AddSplits(1, [split("a")]), 1, subtask=SUBTASK + 1))
-        is Disposition.IGNORED_SOURCE
+        session.on_message(to_reader(AddSplits(1, [split("a")]), 1, subtask=SUBTASK + 1)) is Disposition.IGNORED_SOURCE
     )
 
 

@@ -34,9 +34,7 @@ def reader_for(**options: str) -> SequenceReader:
     return SequenceSource.from_options(options).create_reader(CTX)
 
 
-def drain(
-    reader: SequenceReader, batch: int = 7, limit: int = 10_000
-) -> tuple[list[Record], list[str]]:
+def drain(reader: SequenceReader, batch: int = 7, limit: int = 10_000) -> tuple[list[Record], list[str]]:
     records: list[Record] = []
     finished: list[str] = []
     for _ in range(limit):
@@ -110,9 +108,7 @@ def test_the_connector_is_found_by_name() -> None:
         ({"event_interval_ms": "-10"}, "event_interval_ms"),
     ],
 )
-def test_bad_options_raise_config_error_naming_the_option(
-    options: dict[str, str], setting: str
-) -> None:
+def test_bad_options_raise_config_error_naming_the_option(options: dict[str, str], setting: str) -> None:
     with pytest.raises(ConfigError) as info:
         SequenceSource.from_options(options)
     assert info.value.setting == setting
@@ -132,9 +128,7 @@ def test_split_k_is_the_kth_range() -> None:
     many = SequenceOptions.parse({"splits": "123456", "records_per_split": "1"}).all_splits()
     assert many[-1].split_id == "seq-123455"
     assert len({s.split_id for s in many}) == 123456
-    unbounded = SequenceOptions.parse(
-        {"splits": "2", "records_per_split": "unbounded"}
-    ).all_splits()
+    unbounded = SequenceOptions.parse({"splits": "2", "records_per_split": "unbounded"}).all_splits()
     assert unbounded[1] == SequenceSplit("seq-00001", UNBOUNDED_STRIDE, None, UNBOUNDED_STRIDE)
 
 
@@ -149,9 +143,7 @@ def test_split_wire_codec_round_trips() -> None:
 
 
 def test_reader_reads_every_value_of_its_splits_once_in_order() -> None:
-    reader = reader_for(
-        splits="5", records_per_split="10", start_time_ms="1000", event_interval_ms="5"
-    )
+    reader = reader_for(splits="5", records_per_split="10", start_time_ms="1000", event_interval_ms="5")
     splits = SequenceOptions.parse({"splits": "5", "records_per_split": "10"}).all_splits()
     reader.add_splits([splits[1], splits[3]])
     reader.add_splits([splits[4]])
@@ -230,9 +222,7 @@ def test_paused_splits_are_not_read() -> None:
 
 def test_unbounded_splits_never_finish() -> None:
     reader = reader_for(splits="2", records_per_split="unbounded")
-    reader.add_splits(
-        SequenceOptions.parse({"splits": "2", "records_per_split": "unbounded"}).all_splits()
-    )
+    reader.add_splits(SequenceOptions.parse({"splits": "2", "records_per_split": "unbounded"}).all_splits())
     seen: dict[str, list[int]] = defaultdict(list)
     for _ in range(500):
         result = reader.next_batch(50)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from sluicegate_topics import ControlTopics, TopicSpec, topic_specs
+
+from sluicegate.protocol.topics import ControlTopics, TopicSpec, topic_specs
 
 
 def by_role(specs: list[TopicSpec]) -> dict[str, TopicSpec]:

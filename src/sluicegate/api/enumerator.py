@@ -89,7 +89,7 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
 class SplitEnumerator(ABC, Generic[SplitT]):
     """Discovers splits and decides which reader gets which (FLIP-27)."""
 
-    def start(self) -> None:  # noqa: B027 - optional hook
+    def start(self) -> None:
         """Called once before any other method."""
 
     @abstractmethod
@@ -106,11 +106,11 @@ class SplitEnumerator(ABC, Generic[SplitT]):
     def snapshot_state(self, checkpoint_id: int) -> Any:
         """JSON-compatible state from which ``Source.restore_enumerator`` rebuilds it."""
 
-    def handle_source_event(self, subtask: int, event: Any) -> None:  # noqa: B027
+    def handle_source_event(self, subtask: int, event: Any) -> None:
         """A connector event from a reader."""
 
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:  # noqa: B027
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """The coordinator state up to ``checkpoint_id`` is durable."""
 
-    def close(self) -> None:  # noqa: B027
+    def close(self) -> None:
         """Release resources."""

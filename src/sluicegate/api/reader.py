@@ -44,7 +44,7 @@ class SourceReaderContext:
 class SourceReader(ABC, Generic[SplitT]):
     """Flink's SourceReader, pull style: the host calls ``next_batch`` in a loop."""
 
-    def start(self) -> None:  # noqa: B027
+    def start(self) -> None:
         """Called once before the first batch."""
 
     @abstractmethod
@@ -58,17 +58,17 @@ class SourceReader(ABC, Generic[SplitT]):
     def snapshot_state(self, checkpoint_id: int) -> list[SplitT]:
         """The unfinished splits with their current positions."""
 
-    def notify_no_more_splits(self) -> None:  # noqa: B027
+    def notify_no_more_splits(self) -> None:
         """No further splits will come to this subtask."""
 
-    def handle_source_event(self, event: Any) -> None:  # noqa: B027
+    def handle_source_event(self, event: Any) -> None:
         """A connector event from the enumerator."""
 
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:  # noqa: B027
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """The host's checkpoint ``checkpoint_id`` is durable."""
 
-    def pause_or_resume_splits(self, to_pause: Sequence[str], to_resume: Sequence[str]) -> None:  # noqa: B027
+    def pause_or_resume_splits(self, to_pause: Sequence[str], to_resume: Sequence[str]) -> None:
         """Watermark alignment: stop or restart reading some splits."""
 
-    def close(self) -> None:  # noqa: B027
+    def close(self) -> None:
         """Release resources."""

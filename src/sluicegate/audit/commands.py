@@ -46,19 +46,13 @@ def _fail(message: str, json_output: bool) -> typer.Exit:
     if json_output:
         sys.stdout.buffer.write(b'{"ok": false, "error": ' + orjson.dumps(message) + b"}\n")
         sys.stdout.flush()
-    Console(stderr=True).print(
-        f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True
-    )
+    Console(stderr=True).print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
 def audit_command(
-    source: Annotated[
-        str, typer.Option("--source", "-s", help="The source to audit (its name S).")
-    ],
-    namespace: Annotated[
-        str, typer.Option("--namespace", "-n", help="Topic namespace prefix NS.")
-    ] = "sluicegate",
+    source: Annotated[str, typer.Option("--source", "-s", help="The source to audit (its name S).")],
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Topic namespace prefix NS.")] = "sluicegate",
     bootstrap_servers: Annotated[
         str | None,
         typer.Option(
@@ -68,9 +62,7 @@ def audit_command(
             help=f"Kafka bootstrap servers (default: ${BOOTSTRAP_ENV}).",
         ),
     ] = None,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
-    ] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
 ) -> None:
     """Replay NS.S.coordinator and NS.S.readers and check ownership, seq, epoch and watermark
     invariants. Exit 1 at a violation (naming the first record that breaks one), 0 otherwise."""

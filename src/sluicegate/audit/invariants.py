@@ -334,21 +334,16 @@ class OwnershipModel:
                         f"low watermark {low} is below the {self.low_watermark} announced before: "
                         "the low watermark must never decrease",
                     )
-                self.low_watermark = (
-                    low if self.low_watermark is None else max(self.low_watermark, low)
-                )
+                self.low_watermark = low if self.low_watermark is None else max(self.low_watermark, low)
         elif isinstance(body, CoordinatorSourceEvent):
             self._addressed_to_live(slot, env.attempt, "SourceEvent")
 
-    def _registered(
-        self, slot: SubtaskState, body: ReaderRegistered, attempt: int | None, v: int
-    ) -> None:
+    def _registered(self, slot: SubtaskState, body: ReaderRegistered, attempt: int | None, v: int) -> None:
         s = slot.subtask
         if attempt != body.attempt:
             self._violation(
                 ViolationKind.MISADDRESSED,
-                f"ReaderRegistered for attempt {body.attempt} of subtask {s} "
-                f"is addressed to attempt {attempt}",
+                f"ReaderRegistered for attempt {body.attempt} of subtask {s} is addressed to attempt {attempt}",
             )
         if slot.attempt is not None and body.attempt <= slot.attempt:
             self._violation(
@@ -377,14 +372,12 @@ class OwnershipModel:
         if not slot.live:
             self._violation(
                 ViolationKind.NO_LIVE_ATTEMPT,
-                f"{what} is sent to subtask {s}, which has no live attempt "
-                f"({slot.describe_attempt()})",
+                f"{what} is sent to subtask {s}, which has no live attempt ({slot.describe_attempt()})",
             )
         elif attempt != slot.attempt:
             self._violation(
                 ViolationKind.MISADDRESSED,
-                f"{what} is addressed to attempt {attempt} of subtask {s}, "
-                f"but its current attempt is {slot.attempt}",
+                f"{what} is addressed to attempt {attempt} of subtask {s}, but its current attempt is {slot.attempt}",
             )
 
     def _check_seq(self, slot: SubtaskState, seq: int, what: str) -> None:
@@ -395,15 +388,13 @@ class OwnershipModel:
         elif seq < expected:
             self._violation(
                 ViolationKind.SEQ_REUSED,
-                f"{what} reuses seq {seq} for subtask {s}; the last seq was {slot.last_seq}, "
-                f"so it must be {expected}",
+                f"{what} reuses seq {seq} for subtask {s}; the last seq was {slot.last_seq}, so it must be {expected}",
             )
         else:
             missing = f"seq {expected}" if seq == expected + 1 else f"seqs {expected}..{seq - 1}"
             self._violation(
                 ViolationKind.SEQ_GAP,
-                f"{what} skips {missing} of subtask {s}: the last seq was {slot.last_seq}, "
-                f"so it must be {expected}",
+                f"{what} skips {missing} of subtask {s}: the last seq was {slot.last_seq}, so it must be {expected}",
             )
             slot.last_seq = seq
 
@@ -426,9 +417,7 @@ class OwnershipModel:
             )
         twice = {sid: self.owner[sid] for sid in ids if sid in self.owner}
         if twice:
-            owners = ", ".join(
-                f"{sid} (owned by subtask {owner})" for sid, owner in sorted(twice.items())[:_SHOWN]
-            )
+            owners = ", ".join(f"{sid} (owned by subtask {owner})" for sid, owner in sorted(twice.items())[:_SHOWN])
             more = f" and {len(twice) - _SHOWN} more" if len(twice) > _SHOWN else ""
             self._violation(
                 ViolationKind.SPLIT_OWNED_TWICE,
@@ -451,8 +440,7 @@ class OwnershipModel:
         if attempt != slot.attempt:
             self._violation(
                 ViolationKind.MISADDRESSED,
-                f"{what} is addressed to attempt {attempt} of subtask {s}, "
-                f"but its last attempt is {slot.attempt}",
+                f"{what} is addressed to attempt {attempt} of subtask {s}, but its last attempt is {slot.attempt}",
             )
         failing = body.failed_attempt is not None
         if failing != (reason in _FAILURE_REASONS):
@@ -480,8 +468,7 @@ class OwnershipModel:
             more = f" and {len(not_owned) - _SHOWN} more" if len(not_owned) > _SHOWN else ""
             self._violation(
                 ViolationKind.RELEASE_NOT_OWNED,
-                f"{what} releases {len(not_owned)} split(s) that subtask {s} does not own: "
-                f"{detail}{more}",
+                f"{what} releases {len(not_owned)} split(s) that subtask {s} does not own: {detail}{more}",
             )
         expected: set[str] | None = None
         rule = ""
@@ -571,9 +558,7 @@ class OwnershipModel:
 
 
 def _infer_source(inbox: Sequence[InboxRecord], readers: Sequence[ReadersRecord]) -> str | None:
-    candidates: list[tuple[bytes | None, Direction]] = [
-        (raw, Direction.TO_READER) for _, _, raw in readers[:50]
-    ]
+    candidates: list[tuple[bytes | None, Direction]] = [(raw, Direction.TO_READER) for _, _, raw in readers[:50]]
     candidates += [(raw, Direction.TO_COORDINATOR) for _, raw in inbox[:50]]
     for raw, direction in candidates:
         try:
@@ -605,9 +590,7 @@ def audit_records(
     merged = replay(inbox, readers, inbox_topic=inbox_topic, readers_topic=readers_topic)
     model = OwnershipModel(source=source, max_parallelism=max_parallelism)
     model.apply_all(merged.records)
-    violations = sorted(
-        [*merged.violations, *model.violations], key=lambda v: (v.position < 0, v.position)
-    )
+    violations = sorted([*merged.violations, *model.violations], key=lambda v: (v.position < 0, v.position))
     undecodable: Counter[str] = Counter({inbox_topic: 0, readers_topic: 0})
     for skipped in merged.skipped:
         undecodable[skipped.location.topic] += 1

@@ -103,9 +103,7 @@ async def read_control_topics_full(
                 if tp.topic == inbox_topic:
                     inbox.extend((m.offset, m.value) for m in messages if m.offset < end)
                 else:
-                    readers.extend(
-                        (tp.partition, m.offset, m.value) for m in messages if m.offset < end
-                    )
+                    readers.extend((tp.partition, m.offset, m.value) for m in messages if m.offset < end)
                 if messages:
                     last_progress = time.monotonic()
             for tp in list(pending):
@@ -115,8 +113,7 @@ async def read_control_topics_full(
             if pending and time.monotonic() - last_progress > stall_timeout_s:
                 stuck = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(pending))
                 raise ReadTimeoutError(
-                    f"no progress for {stall_timeout_s:.0f}s reading {stuck} "
-                    "up to the end offsets captured at start"
+                    f"no progress for {stall_timeout_s:.0f}s reading {stuck} up to the end offsets captured at start"
                 )
             await asyncio.sleep(0)
         return ControlTopicsRead(

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import enum
 import heapq
-import importlib
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sluicegate.protocol import DecodeError, Direction, Envelope, decode
+from sluicegate.protocol.topics import ControlTopics
 
 InboxRecord = tuple[int, bytes | None]
 """One record of ``NS.S.coordinator``: (offset, value)."""
@@ -42,15 +42,8 @@ ReadersRecord = tuple[int, int, bytes | None]
 
 def topic_names(source: str, namespace: str = "sluicegate") -> tuple[str, str]:
     """(inbox topic, readers topic) of ``source``, as the project's topic definitions name them."""
-    try:
-        module = importlib.import_module("sluicegate_topics")
-    except ImportError:
-        module = None
-    control_topics: Any = getattr(module, "ControlTopics", None)
-    if control_topics is not None:
-        topics = control_topics.for_source(source, ns=namespace)
-        return str(topics.coordinator), str(topics.readers)
-    return f"{namespace}.{source}.coordinator", f"{namespace}.{source}.readers"
+    topics = ControlTopics.for_source(source, ns=namespace)
+    return topics.coordinator, topics.readers
 
 
 class Ordering(enum.StrEnum):
@@ -174,10 +167,7 @@ def replay(
 ) -> Replay:
     skipped: list[SkippedRecord] = []
     inbox_records = _decode_all(
-        (
-            (Location(inbox_topic, 0, offset), raw)
-            for offset, raw in sorted(inbox, key=lambda r: r[0])
-        ),
+        ((Location(inbox_topic, 0, offset), raw) for offset, raw in sorted(inbox, key=lambda r: r[0])),
         Direction.TO_COORDINATOR,
         skipped,
     )
@@ -197,8 +187,7 @@ def replay(
     positions = {id(r): i for i, r in enumerate(result.records)}
     by_location = {r.location: positions[id(r)] for r in result.records}
     result.violations = [
-        Violation(v.kind, v.location, v.message, by_location.get(v.location, -1))
-        for v in result.violations
+        Violation(v.kind, v.location, v.message, by_location.get(v.location, -1)) for v in result.violations
     ]
     return result
 
@@ -240,8 +229,7 @@ def _merge_by_cseq(inbox: list[ReplayRecord], readers: list[ReplayRecord]) -> Re
                 Violation(
                     ViolationKind.CSEQ_ORDER,
                     r.location,
-                    f"cseq {_cseq(r)} is also used at {before.location}: "
-                    "cseq must be unique across partitions",
+                    f"cseq {_cseq(r)} is also used at {before.location}: cseq must be unique across partitions",
                 )
             )
     merged: list[ReplayRecord] = []
@@ -272,9 +260,7 @@ def _merge_by_cseq(inbox: list[ReplayRecord], readers: list[ReplayRecord]) -> Re
 
 
 def _merge_by_ts(inbox: list[ReplayRecord], readers: list[ReplayRecord]) -> Replay:
-    def keyed(
-        records: list[ReplayRecord], rank: int
-    ) -> Iterator[tuple[tuple[int, int, int, int], ReplayRecord]]:
+    def keyed(records: list[ReplayRecord], rank: int) -> Iterator[tuple[tuple[int, int, int, int], ReplayRecord]]:
         for r in records:
             yield (r.env.ts, rank, r.location.partition, r.location.offset), r
 

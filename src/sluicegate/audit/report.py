@@ -77,9 +77,7 @@ def totals_table(result: AuditResult) -> Table:
     table = Table(title="totals", title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value", overflow="fold")
-    released = (
-        ", ".join(f"{reason}: {n}" for reason, n in summary.released_by_reason.items()) or "none"
-    )
+    released = ", ".join(f"{reason}: {n}" for reason, n in summary.released_by_reason.items()) or "none"
     undecodable = ", ".join(f"{topic}: {n}" for topic, n in summary.undecodable.items())
     rows = [
         ("replay order", summary.ordering.value),
@@ -126,6 +124,4 @@ def print_report(result: AuditResult, console: Console | None = None) -> None:
     if first is None:
         console.print("[green]audit ok[/green]: no invariant of docs/protocol.md is broken")
     else:
-        console.print(
-            f"[red]audit failed[/red]: first violation at {escape(str(first))}", soft_wrap=True
-        )
+        console.print(f"[red]audit failed[/red]: first violation at {escape(str(first))}", soft_wrap=True)

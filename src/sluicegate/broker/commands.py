@@ -37,8 +37,7 @@ DirOption = Annotated[
     Path | None,
     typer.Option(
         "--dir",
-        help="Run directory of the broker (default: "
-        "$SLUICEGATE_CACHE_DIR/broker or ~/.cache/sluicegate/broker)",
+        help="Run directory of the broker (default: $SLUICEGATE_CACHE_DIR/broker or ~/.cache/sluicegate/broker)",
     ),
 ]
 
@@ -104,15 +103,11 @@ def status(run_dir: DirOption = None) -> None:
     """Show the broker of a run directory; exit code 1 if it is not running."""
     broker = _broker(run_dir)
     st = broker.status(probe=True)
-    table = Table(
-        title=f"sluicegate broker ({broker.run_dir})", show_header=False, title_justify="left"
-    )
+    table = Table(title=f"sluicegate broker ({broker.run_dir})", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     if st.running:
-        state = (
-            "[green]running[/green]" if st.reachable else "[yellow]running, not answering[/yellow]"
-        )
+        state = "[green]running[/green]" if st.reachable else "[yellow]running, not answering[/yellow]"
     elif st.pid is not None:
         state = f"[red]not running[/red] (stale broker.json, pid {st.pid} is gone)"
     else:

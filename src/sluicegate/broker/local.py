@@ -90,8 +90,7 @@ def _require_executable(name: str, purpose: str) -> str:
 
 def _pom_xml() -> str:
     deps = "\n".join(
-        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
-        f"<version>{v}</version></dependency>"
+        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
         for g, a, v in KAFKA_ARTIFACTS
     )
     return f"""<?xml version="1.0" encoding="UTF-8"?>
@@ -127,10 +126,7 @@ def ensure_kafka_artifacts(echo: Echo = _stderr_echo) -> Path:
         if (base / _MARKER).is_file() and libs.is_dir():
             return libs
         mvn = _require_executable("mvn", "resolve the Kafka jars from Maven Central")
-        echo(
-            f"Resolving Apache Kafka {KAFKA_VERSION} from Maven Central into {base} "
-            f"(first run only)..."
-        )
+        echo(f"Resolving Apache Kafka {KAFKA_VERSION} from Maven Central into {base} (first run only)...")
         started = time.monotonic()
         pom = base / "pom.xml"
         pom.write_text(_pom_xml(), encoding="utf-8")
@@ -145,9 +141,7 @@ def ensure_kafka_artifacts(echo: Echo = _stderr_echo) -> Path:
             "dependency:copy-dependencies",
             f"-DoutputDirectory={staging}",
         ]
-        proc = subprocess.run(
-            cmd, cwd=base, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
-        )
+        proc = subprocess.run(cmd, cwd=base, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
         jars = list(staging.glob("*.jar")) if staging.is_dir() else []
         if proc.returncode != 0 or not jars:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
@@ -448,10 +442,7 @@ class LocalKafkaBroker:
             fcntl.flock(lock, fcntl.LOCK_EX)
             current = self.status()
             if current.running and current.bootstrap:
-                self.echo(
-                    f"broker already running in {self.run_dir} (pid {current.pid}) "
-                    f"at {current.bootstrap}"
-                )
+                self.echo(f"broker already running in {self.run_dir} (pid {current.pid}) at {current.bootstrap}")
                 self._wait_ready(current.bootstrap, current.pid, time.monotonic() + timeout_s)
                 return current.bootstrap
             if current.pid is not None:
@@ -499,9 +490,7 @@ class LocalKafkaBroker:
 
         if not self.keep or not (self.data_dir / "meta.properties").is_file():
             shutil.rmtree(self.data_dir, ignore_errors=True)
-        self.server_properties.write_text(
-            _server_properties(port, cport, self.data_dir), encoding="utf-8"
-        )
+        self.server_properties.write_text(_server_properties(port, cport, self.data_dir), encoding="utf-8")
         log4j = self.run_dir / "log4j.properties"
         log4j.write_text(_LOG4J, encoding="utf-8")
 
@@ -531,10 +520,7 @@ class LocalKafkaBroker:
                     f"(exit {fmt.returncode}):\n{fmt.stdout}{fmt.stderr}"
                 )
 
-        self.echo(
-            f"starting Kafka {KAFKA_VERSION} (KRaft) at {bootstrap}, "
-            f"run dir {self.run_dir}, log {self.log_file}"
-        )
+        self.echo(f"starting Kafka {KAFKA_VERSION} (KRaft) at {bootstrap}, run dir {self.run_dir}, log {self.log_file}")
         cmd = [
             java,
             f"-Xmx{self.heap}",
@@ -582,10 +568,7 @@ class LocalKafkaBroker:
             self._terminate(self._proc.pid)
             self._cleanup()
             raise
-        self.echo(
-            f"broker ready at {bootstrap} in {time.monotonic() - started:.1f}s "
-            f"(pid {self._proc.pid})"
-        )
+        self.echo(f"broker ready at {bootstrap} in {time.monotonic() - started:.1f}s (pid {self._proc.pid})")
         return bootstrap
 
     def _wait_ready(self, bootstrap: str, pid: int | None, deadline: float) -> None:
@@ -593,17 +576,11 @@ class LocalKafkaBroker:
         while True:
             if pid is not None and not _pid_alive(pid):
                 code = self._proc.poll() if self._proc is not None else None
-                raise BrokerError(
-                    f"the Kafka broker exited during start (exit code {code}); "
-                    f"{self._failure_report()}"
-                )
+                raise BrokerError(f"the Kafka broker exited during start (exit code {code}); {self._failure_report()}")
             if _tcp_open(port) and probe_broker(bootstrap, timeout_s=5.0):
                 return
             if time.monotonic() > deadline:
-                raise BrokerError(
-                    f"the Kafka broker at {bootstrap} did not answer in time; "
-                    f"{self._failure_report()}"
-                )
+                raise BrokerError(f"the Kafka broker at {bootstrap} did not answer in time; {self._failure_report()}")
             time.sleep(0.25)
 
     def _terminate(self, pid: int) -> bool:
@@ -695,9 +672,7 @@ def _heap_mb(heap: str) -> int:
 
 
 @contextlib.contextmanager
-def local_kafka(
-    run_dir: Path | None = None, timeout_s: float = 60.0, keep: bool = False
-) -> Iterator[str]:
+def local_kafka(run_dir: Path | None = None, timeout_s: float = 60.0, keep: bool = False) -> Iterator[str]:
     """``with local_kafka() as bootstrap:`` — a broker for the duration of the block."""
     broker = LocalKafkaBroker(run_dir=run_dir or default_run_dir(), keep=keep)
     bootstrap = broker.start(timeout_s)

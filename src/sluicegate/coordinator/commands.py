@@ -20,12 +20,18 @@ def coordinator_command(
     source: Annotated[str | None, typer.Option(help="Source name S (topics NS.S.*); or use --config")] = None,
     connector: Annotated[str | None, typer.Option(help="Connector name (entry point in sluicegate.connectors)")] = None,
     max_parallelism: Annotated[int | None, typer.Option(help="Reader subtasks (partitions of NS.S.readers)")] = None,
-    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="Connector option key=value (repeatable)")] = None,
+    option: Annotated[
+        list[str] | None, typer.Option("--option", "-o", help="Connector option key=value (repeatable)")
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="sources.toml with one [[source]] table per source")] = None,
-    bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap (default: $KAFKA_BOOTSTRAP_SERVERS)")] = None,
+    bootstrap_servers: Annotated[
+        str | None, typer.Option(help="Kafka bootstrap (default: $KAFKA_BOOTSTRAP_SERVERS)")
+    ] = None,
     namespace: Annotated[str | None, typer.Option(help="Topic namespace NS (default sluicegate)")] = None,
     session_timeout_ms: Annotated[int, typer.Option(help="A reader silent this long has failed")] = 10_000,
-    reader_departure_timeout_ms: Annotated[int, typer.Option(help="A failed subtask's checkpointed splits return after this")] = 60_000,
+    reader_departure_timeout_ms: Annotated[
+        int, typer.Option(help="A failed subtask's checkpointed splits return after this")
+    ] = 60_000,
     watermark_announce_interval_ms: Annotated[int, typer.Option()] = 1_000,
     max_watermark_drift_ms: Annotated[int | None, typer.Option(help="Watermark alignment bound (off if unset)")] = None,
     app_id: Annotated[str | None, typer.Option(help="Faust app id; workers with the same id share the sources")] = None,
@@ -35,9 +41,19 @@ def coordinator_command(
     Start several with the same arguments: one is active per source, the others take over."""
     try:
         settings = _settings(
-            source, connector, max_parallelism, option or [], config, bootstrap_servers, namespace,
-            session_timeout_ms, reader_departure_timeout_ms, watermark_announce_interval_ms,
-            max_watermark_drift_ms, app_id, web_port,
+            source,
+            connector,
+            max_parallelism,
+            option or [],
+            config,
+            bootstrap_servers,
+            namespace,
+            session_timeout_ms,
+            reader_departure_timeout_ms,
+            watermark_announce_interval_ms,
+            max_watermark_drift_ms,
+            app_id,
+            web_port,
         )
     except ConfigError as exc:
         typer.echo(f"sluicegate coordinator: {exc}", err=True)
@@ -93,14 +109,10 @@ def run_coordinator(settings: CoordinatorSettings) -> None:
     import faust
 
     from sluicegate.coordinator.faust_app import build_app
+    from sluicegate.protocol.topics import topic_specs
     from sluicegate.transport.topics import apply_topics
-    from sluicegate_topics import topic_specs
 
-    specs = [
-        spec
-        for s in settings.sources
-        for spec in topic_specs(settings.namespace, s.source, s.max_parallelism)
-    ]
+    specs = [spec for s in settings.sources for spec in topic_specs(settings.namespace, s.source, s.max_parallelism)]
     asyncio.run(apply_topics(settings.bootstrap_servers, specs))
     app = build_app(settings)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)

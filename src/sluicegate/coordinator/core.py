@@ -208,14 +208,22 @@ class CoordinatorCore(Generic[SplitT]):
         if env.source != self.config.source:
             return self._reject(f"record is for source {env.source!r}, this coordinator serves {self.config.source!r}")
         if not 0 <= env.subtask < self.config.max_parallelism:
-            return self._reject(f"subtask {env.subtask} is outside 0..{self.config.max_parallelism - 1} (max_parallelism)")
+            return self._reject(
+                f"subtask {env.subtask} is outside 0..{self.config.max_parallelism - 1} (max_parallelism)"
+            )
         slot = self.slots[env.subtask]
         body = env.body
         if isinstance(body, ReaderRegistration):
             return self._step(now_ms, lambda: self._register(slot, body, now_ms))
         if not slot.live or env.attempt != slot.attempt:
             self.metrics.counter("fenced_messages")
-            log.debug("fenced %s from subtask %d attempt %s (current %s)", env.type, env.subtask, env.attempt, slot.attempt if slot.live else None)
+            log.debug(
+                "fenced %s from subtask %d attempt %s (current %s)",
+                env.type,
+                env.subtask,
+                env.attempt,
+                slot.attempt if slot.live else None,
+            )
             return Effects()
         slot.last_seen_ms = now_ms
         return self._step(now_ms, lambda: self._dispatch(slot, body, now_ms))
@@ -431,7 +439,12 @@ class CoordinatorCore(Generic[SplitT]):
     def _on_checkpoint(self, slot: SubtaskSlot, body: CheckpointAck) -> None:
         if body.applied_seq > slot.seq:
             self.metrics.counter("invalid_checkpoint_acks")
-            log.warning("subtask %d acknowledged seq %d but only %d were sent; ignored", slot.subtask, body.applied_seq, slot.seq)
+            log.warning(
+                "subtask %d acknowledged seq %d but only %d were sent; ignored",
+                slot.subtask,
+                body.applied_seq,
+                slot.seq,
+            )
             return
         outcome = self.tracker.on_checkpoint(slot.subtask, body.applied_seq, body.splits)
         slot.checkpoint_id = body.checkpoint_id
@@ -462,7 +475,8 @@ class CoordinatorCore(Generic[SplitT]):
         self.metrics.counter(f"attempts_failed_{reason.value}")
         released = self.tracker.take_uncheckpointed(slot.subtask)
         log.warning(
-            "subtask %d attempt %d failed (%s): %d uncheckpointed splits return to the enumerator, %d stay for its next attempt",
+            "subtask %d attempt %d failed (%s): %d uncheckpointed splits return to the enumerator, "
+            "%d stay for its next attempt",
             slot.subtask,
             failed,
             reason.value,
@@ -504,10 +518,17 @@ class CoordinatorCore(Generic[SplitT]):
                 and self.tracker.owned_count(slot.subtask) > 0
             ):
                 released = self.tracker.take_all(slot.subtask)
-                log.warning("subtask %d departed: no attempt for %d ms; its %d checkpointed splits return to the enumerator",
-                            slot.subtask, self.config.reader_departure_timeout_ms, len(released))
+                log.warning(
+                    "subtask %d departed: no attempt for %d ms; its %d checkpointed splits return to the enumerator",
+                    slot.subtask,
+                    self.config.reader_departure_timeout_ms,
+                    len(released),
+                )
                 self._release(slot, ReleaseReason.DEPARTED, None, released)
-        if self._last_announce_ms is None or now_ms - self._last_announce_ms >= self.config.watermark_announce_interval_ms:
+        if (
+            self._last_announce_ms is None
+            or now_ms - self._last_announce_ms >= self.config.watermark_announce_interval_ms
+        ):
             self._announce_watermark(now_ms, force=True)
 
     def _announce_watermark(self, now_ms: int, force: bool = False) -> None:
@@ -517,7 +538,9 @@ class CoordinatorCore(Generic[SplitT]):
             return
         self._announced = current
         self._last_announce_ms = now_ms
-        body = WatermarkAnnouncement(low_watermark=state.low_watermark, max_allowed_watermark=state.max_allowed_watermark)
+        body = WatermarkAnnouncement(
+            low_watermark=state.low_watermark, max_allowed_watermark=state.max_allowed_watermark
+        )
         for slot in self.slots:
             if slot.live:
                 self._send(slot.subtask, slot.attempt, body)

@@ -28,7 +28,7 @@ from aiokafka import TopicPartition
 from sluicegate.coordinator.metrics import CoordinatorMetrics
 from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
-from sluicegate_topics import ControlTopics
+from sluicegate.protocol.topics import ControlTopics
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -129,17 +129,18 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
         async for _ in stream:
             pass
 
-    @app.on_partitions_assigned.connect
-    async def _assigned(sender: Any, assigned: set[TopicPartition], **kwargs: Any) -> None:
-        await runners.on_assignment(set(assigned))
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def _assigned(sender: Any, *args: Any, **kwargs: Any) -> None:
+        assigned: set[TopicPartition] = set(args[0])  # the whole assignment (eager rebalancing)
+        await runners.on_assignment(assigned)
 
-    @app.timer(interval=PROGRESS_INTERVAL_S)
+    @app.timer(interval=PROGRESS_INTERVAL_S)  # type: ignore[untyped-decorator]
     async def progress() -> None:
         for runner in list(runners.runners.values()):
             log.info("%s", runner.describe())
 
-    @app.on_before_shutdown.connect
-    async def _shutdown(sender: Any, **kwargs: Any) -> None:
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def _shutdown(sender: Any, *args: Any, **kwargs: Any) -> None:
         for runner in list(runners.runners.values()):
             log.info("stopping: %s", runner.describe())
         await runners.stop_all()

@@ -15,17 +15,17 @@ from typing import Any
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 
-class _ReadCommittedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):  # type: ignore[misc]
+class _ReadCommittedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         consumer._isolation_level = "read_committed"  # read by the fetcher created in start()
         return consumer
 
 
-class ReadCommittedConsumer(faust_aiokafka.Consumer):  # type: ignore[misc]
+class ReadCommittedConsumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> _ReadCommittedConsumerThread:
         return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
-class Transport(faust_aiokafka.Transport):  # type: ignore[misc]
+class Transport(faust_aiokafka.Transport):
     Consumer = ReadCommittedConsumer

@@ -60,11 +60,16 @@ class _RunnerCollector(Collector):
         readers = GaugeMetricFamily("sluicegate_registered_readers", "Live reader attempts", labels=labels)
         assigned = GaugeMetricFamily("sluicegate_assigned_splits", "Splits owned by subtasks", labels=labels)
         epoch = GaugeMetricFamily("sluicegate_coordinator_epoch", "Epoch of the active coordinator", labels=labels)
-        lag = GaugeMetricFamily("sluicegate_inbox_records_pending", "Inbox records read but not committed", labels=labels)
-        commit = GaugeMetricFamily("sluicegate_commit_latency_seconds", "Duration of the last transaction", labels=labels)
+        lag = GaugeMetricFamily(
+            "sluicegate_inbox_records_pending", "Inbox records read but not committed", labels=labels
+        )
+        commit = GaugeMetricFamily(
+            "sluicegate_commit_latency_seconds", "Duration of the last transaction", labels=labels
+        )
         active = GaugeMetricFamily("sluicegate_active_source", "1 if this worker coordinates the source", labels=labels)
         counters = CounterMetricFamily(
-            "sluicegate_coordinator_events", "Coordinator counters (fenced messages, dead letters ...)",
+            "sluicegate_coordinator_events",
+            "Coordinator counters (fenced messages, dead letters ...)",
             labels=["source", "event"],
         )
         for name in sorted(s.source for s in self._runners.settings.sources):
@@ -77,7 +82,9 @@ class _RunnerCollector(Collector):
             assigned.add_metric([name], core.tracker.total_owned())
             epoch.add_metric([name], core.epoch)
             committed = runner.committed_offset
-            lag.add_metric([name], 0 if core.inbox_offset is None or committed is None else core.inbox_offset - committed)
+            lag.add_metric(
+                [name], 0 if core.inbox_offset is None or committed is None else core.inbox_offset - committed
+            )
             commit.add_metric([name], runner.stats.last_commit_ms / 1000)
             for event, value in sorted(core.metrics.counters.items()):
                 counters.add_metric([name, event], value)

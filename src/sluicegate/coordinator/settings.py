@@ -72,8 +72,13 @@ class SourceSettings:
             raise ConfigError(f"{where}.options", "must be a table of key = value")
         values = dict(data)
         values["options"] = {str(k): str(v) for k, v in options.items()}
-        for key in ("max_parallelism", "session_timeout_ms", "reader_departure_timeout_ms",
-                    "watermark_announce_interval_ms", "max_watermark_drift_ms"):
+        for key in (
+            "max_parallelism",
+            "session_timeout_ms",
+            "reader_departure_timeout_ms",
+            "watermark_announce_interval_ms",
+            "max_watermark_drift_ms",
+        ):
             if key in values and not isinstance(values[key], int):
                 raise ConfigError(f"{where}.{key}", f"must be an integer, got {values[key]!r}")
         return cls(**values)
@@ -187,9 +192,9 @@ class CoordinatorSettings:
             ("SLUICEGATE_WATERMARK_ANNOUNCE_INTERVAL_MS", "watermark_announce_interval_ms"),
             ("SLUICEGATE_MAX_WATERMARK_DRIFT_MS", "max_watermark_drift_ms"),
         ):
-            value = integer(name)
-            if value is not None:
-                source[key] = value
+            number = integer(name)
+            if number is not None:
+                source[key] = number
         if "max_parallelism" not in source:
             raise ConfigError("SLUICEGATE_MAX_PARALLELISM", "is not set")
         return cls(

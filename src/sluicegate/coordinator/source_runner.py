@@ -35,7 +35,7 @@ from sluicegate.coordinator.state_store import STATE_RECORD_MAX_BYTES, encode_pa
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.messages import Direction
-from sluicegate_topics import ControlTopics
+from sluicegate.protocol.topics import ControlTopics
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -134,7 +134,9 @@ class SourceRunner:
             await self._loop()
         except ProducerFenced:
             self.state = RunnerState.FENCED
-            log.warning("source %s: a newer coordinator took over (this producer is fenced); stepping down", self.source)
+            log.warning(
+                "source %s: a newer coordinator took over (this producer is fenced); stepping down", self.source
+            )
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -245,9 +247,7 @@ class SourceRunner:
         self.stats.dead_letters += 1
         assert self.core is not None
         self.core.metrics.counter("dead_letters")
-        self._pending.append(
-            OutgoingRecord(self.topics.dead_letter, 0, letter.key, letter.value, letter.headers())
-        )
+        self._pending.append(OutgoingRecord(self.topics.dead_letter, 0, letter.key, letter.value, letter.headers()))
 
     def _queue(self, effects: Effects) -> None:
         for env in effects.messages:

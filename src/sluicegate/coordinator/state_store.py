@@ -42,9 +42,9 @@ def merge_records(source: str, records: Iterable[tuple[bytes | None, bytes | Non
         if not name.startswith(prefix):
             continue
         if value is None:  # a tombstone
-            parts.pop(name[len(prefix):], None)
+            parts.pop(name[len(prefix) :], None)
         else:
-            parts[name[len(prefix):]] = orjson.loads(value)
+            parts[name[len(prefix) :]] = orjson.loads(value)
     return parts
 
 

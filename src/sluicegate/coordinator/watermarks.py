@@ -41,9 +41,7 @@ class WatermarkAggregator:
         return self._recompute()
 
     def _recompute(self) -> bool:
-        active = [
-            wm for s, wm in self._latest.items() if wm is not None and not self._idle.get(s, False)
-        ]
+        active = [wm for s, wm in self._latest.items() if wm is not None and not self._idle.get(s, False)]
         if not active:
             return False
         candidate = min(active)

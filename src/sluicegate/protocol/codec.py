@@ -9,8 +9,8 @@ from __future__ import annotations
 import enum
 import functools
 import json
-from importlib import resources
 from dataclasses import fields
+from importlib import resources
 from typing import Any
 
 import orjson
@@ -86,7 +86,9 @@ def decode(raw: bytes | None, direction: Direction) -> Envelope:
         raise DecodeError(DecodeErrorKind.MALFORMED, "not a JSON object")
     v = data.get("v")
     if type(v) is not int or v not in ACCEPTED_VERSIONS:
-        raise DecodeError(DecodeErrorKind.UNKNOWN_VERSION, f"protocol version {v!r} is not one of {sorted(ACCEPTED_VERSIONS)}")
+        raise DecodeError(
+            DecodeErrorKind.UNKNOWN_VERSION, f"protocol version {v!r} is not one of {sorted(ACCEPTED_VERSIONS)}"
+        )
     type_ = data.get("type")
     body_cls = BODY_TYPES.get((direction, type_)) if isinstance(type_, str) else None
     if body_cls is None or not isinstance(type_, str):
@@ -98,7 +100,7 @@ def decode(raw: bytes | None, direction: Direction) -> Envelope:
         raise DecodeError(DecodeErrorKind.SCHEMA, f"{type_}: {problem}")
     body_data: dict[str, Any] = data["body"]
     # Fields a version-1 sender does not know (v2 additions) keep their defaults.
-    body = body_cls(**{name: body_data[name] for name in _field_names(body_cls) if name in body_data})
+    body = body_cls(**{name: body_data[name] for name in _FIELD_NAMES[body_cls] if name in body_data})
     return Envelope(
         type=type_,
         source=data["source"],
@@ -136,6 +138,6 @@ def _check_body(direction: Direction, type_: str, body: Any) -> str | None:
     return _first_error(_body_validator(direction, type_), body, "body")
 
 
-@functools.cache
-def _field_names(body_cls: type[Body]) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(body_cls))
+_FIELD_NAMES: dict[type[Body], tuple[str, ...]] = {
+    cls: tuple(f.name for f in fields(cls)) for cls in BODY_TYPES.values()
+}

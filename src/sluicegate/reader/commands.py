@@ -20,12 +20,8 @@ log = logging.getLogger("sluicegate.reader")
 
 def reader_command(
     source: Annotated[str, typer.Option("--source", help="The source name S.")],
-    subtask: Annotated[
-        int, typer.Option("--subtask", help="This reader's subtask K (0 <= K < max_parallelism).")
-    ],
-    connector: Annotated[
-        str, typer.Option("--connector", help="The connector (entry point name), e.g. sequence.")
-    ],
+    subtask: Annotated[int, typer.Option("--subtask", help="This reader's subtask K (0 <= K < max_parallelism).")],
+    connector: Annotated[str, typer.Option("--connector", help="The connector (entry point name), e.g. sequence.")],
     output: Annotated[
         str,
         typer.Option(
@@ -37,9 +33,7 @@ def reader_command(
         list[str] | None,
         typer.Option("--option", "-o", help="A connector option key=value (repeatable)."),
     ] = None,
-    namespace: Annotated[
-        str, typer.Option("--namespace", help="Topic namespace NS.")
-    ] = "sluicegate",
+    namespace: Annotated[str, typer.Option("--namespace", help="Topic namespace NS.")] = "sluicegate",
     bootstrap_servers: Annotated[
         str | None,
         typer.Option(
@@ -54,9 +48,7 @@ def reader_command(
     heartbeat_interval_ms: Annotated[
         int, typer.Option("--heartbeat-interval-ms", help="Heartbeat every N ms.")
     ] = 1_000,
-    max_batch: Annotated[
-        int, typer.Option("--max-batch", help="Most records read in one batch.")
-    ] = 10_000,
+    max_batch: Annotated[int, typer.Option("--max-batch", help="Most records read in one batch.")] = 10_000,
     exit_when_finished: Annotated[
         bool,
         typer.Option(

@@ -35,7 +35,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
-from sluicegate_topics import NAMESPACE_PATTERN, ControlTopics
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.reader import Record
@@ -45,6 +44,7 @@ from sluicegate.coordinator.config import validate_source_name
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.messages import Body, Direction, ReaderLeaving
+from sluicegate.protocol.topics import NAMESPACE_PATTERN, ControlTopics
 from sluicegate.reader.output import Output, OutputSpec, gather_all, open_output
 from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
@@ -103,8 +103,7 @@ class ReaderSettings:
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ConfigError(
                 "--heartbeat-interval-ms",
-                f"must be below the session timeout ({self.session_timeout_ms} ms), "
-                f"got {self.heartbeat_interval_ms}",
+                f"must be below the session timeout ({self.session_timeout_ms} ms), got {self.heartbeat_interval_ms}",
             )
         if not self.connector.strip():
             raise ConfigError("--connector", "must name a connector")
@@ -145,9 +144,7 @@ class ReaderHost:
         location: str | None = None,
     ) -> None:
         self.settings = settings
-        self.source: Source[Any] = (
-            source if source is not None else load_source(settings.connector, settings.options)
-        )
+        self.source: Source[Any] = source if source is not None else load_source(settings.connector, settings.options)
         self.topics = ControlTopics.for_source(settings.source, settings.namespace)
         self.location = location or f"{socket.gethostname()}:{os.getpid()}"
         self.session: ReaderSession[Any] | None = None
@@ -226,8 +223,7 @@ class ReaderHost:
         if s.subtask >= count:
             raise ConfigError(
                 "--subtask",
-                f"{s.subtask} has no partition in {self.topics.readers} "
-                f"({count} partitions: subtasks 0..{count - 1})",
+                f"{s.subtask} has no partition in {self.topics.readers} ({count} partitions: subtasks 0..{count - 1})",
             )
         self._txn = AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
@@ -257,9 +253,7 @@ class ReaderHost:
         await self._control.start()
         self._control.assign([self._readers_tp])
         restored = await self._restore()
-        self.session = ReaderSession(
-            s.source, s.subtask, self.source, location=self.location, restored=restored
-        )
+        self.session = ReaderSession(s.source, s.subtask, self.source, location=self.location, restored=restored)
         self._output = open_output(s.output, self._txn_producer)
         await self._output.open()
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="reader-heartbeat"))
@@ -317,12 +311,8 @@ class ReaderHost:
         )
         await consumer.start()
         try:
-            if s.subtask not in (
-                consumer.partitions_for_topic(self.topics.reader_state) or {s.subtask}
-            ):
-                raise ConfigError(
-                    "--subtask", f"{s.subtask} has no partition in {self.topics.reader_state}"
-                )
+            if s.subtask not in (consumer.partitions_for_topic(self.topics.reader_state) or {s.subtask}):
+                raise ConfigError("--subtask", f"{s.subtask} has no partition in {self.topics.reader_state}")
             raw = await read_latest_value(consumer, tp, encode_key(s.subtask))
         finally:
             await consumer.stop()
@@ -384,9 +374,7 @@ class ReaderHost:
                 last_batch = len(result.records)
                 if result.records:
                     await self._write(result.records)
-                interval_over = (
-                    time.monotonic() - last_checkpoint_s >= s.checkpoint_interval_ms / 1000
-                )
+                interval_over = time.monotonic() - last_checkpoint_s >= s.checkpoint_interval_ms / 1000
                 # Out of work with finished splits not yet reported: checkpoint now, so the
                 # coordinator learns of them (and can hand out more, or end) without waiting.
                 ran_dry = session.nothing_to_read and bool(session.finished_pending)
@@ -402,9 +390,7 @@ class ReaderHost:
                         self._summary("finished")
                         return EXIT_OK
                     self._finished_idle = True
-                    log.info(
-                        "all splits finished; staying registered and idle (--no-exit-when-finished)"
-                    )
+                    log.info("all splits finished; staying registered and idle (--no-exit-when-finished)")
                 await self._check_contact()
             elif session.phase is Phase.REGISTERING:
                 self._registration_notice()
@@ -439,9 +425,7 @@ class ReaderHost:
     async def _poll_control(self, timeout_ms: int) -> None:
         assert self._control is not None
         try:
-            batches = await self._control.getmany(
-                self._readers_tp, timeout_ms=timeout_ms, max_records=500
-            )
+            batches = await self._control.getmany(self._readers_tp, timeout_ms=timeout_ms, max_records=500)
         except KafkaError as exc:
             log.warning("reading %s failed: %s", self.topics.readers, exc)
             await asyncio.sleep(0.5)
@@ -554,9 +538,7 @@ class ReaderHost:
             await self._abort_txn()
             output.discarded()
             if output.exactly_once:
-                session.self_fence(
-                    "a checkpoint failed, so the records read since the last one were not committed"
-                )
+                session.self_fence("a checkpoint failed, so the records read since the last one were not committed")
                 await self._recover_after_fence("checkpoint failed")
             return False
         self._committed(plan)
@@ -569,8 +551,7 @@ class ReaderHost:
         output.committed()
         self._last_contact_s = time.monotonic()
         log.info(
-            "checkpoint %d: %d splits, %d records since the last, %d splits finished, "
-            "applied seq %d",
+            "checkpoint %d: %d splits, %d records since the last, %d splits finished, applied seq %d",
             plan.checkpoint_id,
             len(plan.checkpoint.splits),
             plan.records_since_last,
@@ -603,9 +584,7 @@ class ReaderHost:
         except ProducerFenced as exc:
             raise self._taken_over() from exc
         except KafkaError as exc:
-            log.warning(
-                "could not send ReaderLeaving: %s (the coordinator will time the attempt out)", exc
-            )
+            log.warning("could not send ReaderLeaving: %s (the coordinator will time the attempt out)", exc)
             await self._abort_txn()
             return
         log.info("leaving: handed %d splits back to the coordinator", len(splits))
@@ -694,9 +673,7 @@ class ReaderHost:
         assert self._plain is not None
         env = self._session.envelope(body, _now_ms())
         try:
-            future = await self._plain.send(
-                self.topics.coordinator, encode(env), key=encode_key(self.settings.subtask)
-            )
+            future = await self._plain.send(self.topics.coordinator, encode(env), key=encode_key(self.settings.subtask))
             if wait:
                 await future
                 self._last_contact_s = time.monotonic()
@@ -738,9 +715,7 @@ class ReaderHost:
         self.stats.dead_letters += 1
         assert self._plain is not None
         try:
-            await self._plain.send(
-                self.topics.dead_letter, letter.value, key=letter.key, headers=letter.headers()
-            )
+            await self._plain.send(self.topics.dead_letter, letter.value, key=letter.key, headers=letter.headers())
         except KafkaError as exc:
             log.warning("could not copy the record to %s: %s", self.topics.dead_letter, exc)
 
@@ -827,9 +802,7 @@ def _retrieve_fatal_errors(producer: AIOKafkaProducer) -> None:
             future.exception()
 
 
-async def read_latest_value(
-    consumer: AIOKafkaConsumer, tp: TopicPartition, key: bytes
-) -> bytes | None:
+async def read_latest_value(consumer: AIOKafkaConsumer, tp: TopicPartition, key: bytes) -> bytes | None:
     """The value of the latest committed record with ``key`` in ``tp`` (None: none, or a tombstone).
 
     Reads backwards in growing windows from the read_committed end offset, so a
@@ -848,9 +821,7 @@ async def read_latest_value(
         deadline = time.monotonic() + 60
         while await consumer.position(tp) < high:
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"reading {tp.topic}[{tp.partition}] {low}..{high} took over 60 s"
-                )
+                raise TimeoutError(f"reading {tp.topic}[{tp.partition}] {low}..{high} took over 60 s")
             batches = await consumer.getmany(tp, timeout_ms=500)
             for record in batches.get(tp, []):
                 if record.offset >= high:

@@ -44,18 +44,14 @@ class OutputSpec:
         if not sep or kind not in ("kafka", "jsonl"):
             raise ConfigError(OUTPUT_SETTING, f"expected kafka:TOPIC or jsonl:PATH, got {text!r}")
         if not target:
-            raise ConfigError(
-                OUTPUT_SETTING, f"{kind}: needs a {'topic' if kind == 'kafka' else 'path'}"
-            )
+            raise ConfigError(OUTPUT_SETTING, f"{kind}: needs a {'topic' if kind == 'kafka' else 'path'}")
         if kind == "kafka":
             if len(target) > 249 or not all(c.isalnum() or c in "._-" for c in target):
                 raise ConfigError(OUTPUT_SETTING, f"{target!r} is not a valid Kafka topic name")
             return cls("kafka", target)
         parent = Path(target).expanduser().resolve().parent
         if not parent.is_dir():
-            raise ConfigError(
-                OUTPUT_SETTING, f"the directory {str(parent)!r} of {target!r} does not exist"
-            )
+            raise ConfigError(OUTPUT_SETTING, f"the directory {str(parent)!r} of {target!r} does not exist")
         return cls("jsonl", target)
 
     def __str__(self) -> str:

@@ -163,9 +163,7 @@ class ReaderSession(Generic[SplitT]):
     def begin_registration(self) -> ReaderRegistration:
         """A new incarnation; the host sends the returned registration (attempt null)."""
         if self.phase is Phase.ACTIVE:
-            raise RuntimeError(
-                "an active reader must be fenced or closed before it registers again"
-            )
+            raise RuntimeError("an active reader must be fenced or closed before it registers again")
         self.incarnation = str(uuid.uuid4())
         self.phase = Phase.REGISTERING
         self.attempt = None
@@ -277,16 +275,13 @@ class ReaderSession(Generic[SplitT]):
         kept = [split for split in restored if split["split_id"] not in dropped]
         self._give(kept)
         log.info(
-            "registered as attempt %d; kept %d of %d restored splits (checkpoint %s, "
-            "applied seq %d)%s",
+            "registered as attempt %d; kept %d of %d restored splits (checkpoint %s, applied seq %d)%s",
             attempt,
             len(kept),
             len(restored),
             checkpoint_id,
             self.applied_seq,
-            f"; the coordinator dropped {len(restored) - len(kept)}"
-            if len(kept) < len(restored)
-            else "",
+            f"; the coordinator dropped {len(restored) - len(kept)}" if len(kept) < len(restored) else "",
         )
 
     def _on_add_splits(self, body: AddSplits) -> Disposition:
@@ -426,9 +421,7 @@ class ReaderSession(Generic[SplitT]):
                 else:
                     self.counters["finished_not_owned"] += 1
             self.watermarks.remove(result.finished_split_ids)
-        self._nothing_to_read = (
-            not result.records and result.status is not InputStatus.MORE_AVAILABLE
-        )
+        self._nothing_to_read = not result.records and result.status is not InputStatus.MORE_AVAILABLE
         if self.max_allowed_watermark is not None and result.records:
             self._align()
         return result
@@ -441,10 +434,7 @@ class ReaderSession(Generic[SplitT]):
         """A RequestSplit when there is nothing to read and more may come, at most once a second."""
         if not self.active or self.no_more_splits or not self._nothing_to_read:
             return None
-        if (
-            self._last_request_ms is not None
-            and now_ms - self._last_request_ms < REQUEST_SPLIT_INTERVAL_MS
-        ):
+        if self._last_request_ms is not None and now_ms - self._last_request_ms < REQUEST_SPLIT_INTERVAL_MS:
             return None
         self._last_request_ms = now_ms
         return RequestSplit(hostname=self.location.rsplit(":", 1)[0] or None)
@@ -496,9 +486,7 @@ class ReaderSession(Generic[SplitT]):
     def prepare_checkpoint(self) -> CheckpointPlan:
         """Snapshot the connector reader. Nothing changes until ``checkpoint_committed``."""
         checkpoint_id = self.next_checkpoint_id
-        splits = [
-            self.codec.to_wire(s) for s in self._require_reader().snapshot_state(checkpoint_id)
-        ]
+        splits = [self.codec.to_wire(s) for s in self._require_reader().snapshot_state(checkpoint_id)]
         checkpoint = ReaderCheckpoint(
             source=self.source_name,
             subtask=self.subtask,
@@ -509,9 +497,7 @@ class ReaderSession(Generic[SplitT]):
             attempt=self.attempt,
             no_more_splits=self.no_more_splits,
         )
-        return CheckpointPlan(
-            checkpoint, list(self.finished_pending), self.records_read - self.records_at_checkpoint
-        )
+        return CheckpointPlan(checkpoint, list(self.finished_pending), self.records_read - self.records_at_checkpoint)
 
     def checkpoint_committed(self, plan: CheckpointPlan) -> None:
         self.last_checkpoint = plan.checkpoint

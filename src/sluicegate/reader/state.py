@@ -66,9 +66,7 @@ class ReaderCheckpoint:
             if not isinstance(splits, list) or not all(
                 isinstance(s, dict) and isinstance(s.get("split_id"), str) for s in splits
             ):
-                raise StateRecordError(
-                    "'splits' must be a list of objects with a string 'split_id'"
-                )
+                raise StateRecordError("'splits' must be a list of objects with a string 'split_id'")
             checkpoint = cls(
                 source=str(data["source"]),
                 subtask=_int(data, "subtask"),

@@ -76,11 +76,7 @@ class SplitWatermarks:
         if max_allowed_watermark is None:
             beyond: set[str] = set()
         else:
-            beyond = {
-                s for s, t in self._max.items() if t is not None and t > max_allowed_watermark
-            }
-        change = AlignmentChange(
-            to_pause=sorted(beyond - self._paused), to_resume=sorted(self._paused - beyond)
-        )
+            beyond = {s for s, t in self._max.items() if t is not None and t > max_allowed_watermark}
+        change = AlignmentChange(to_pause=sorted(beyond - self._paused), to_resume=sorted(self._paused - beyond))
         self._paused = beyond
         return change

@@ -21,7 +21,8 @@ from typing import Any, Literal
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, for_code
-from sluicegate_topics import TopicSpec
+
+from sluicegate.protocol.topics import TopicSpec
 
 __all__ = [
     "TopicApplyError",
@@ -156,8 +157,7 @@ async def _describe(admin: Any, names: Sequence[str], timeout_s: float) -> dict[
             break
         if time.monotonic() > deadline:
             raise TopicApplyError(
-                f"topics {', '.join(missing)} exist but their partitions have no leader "
-                f"after {timeout_s:.0f}s"
+                f"topics {', '.join(missing)} exist but their partitions have no leader after {timeout_s:.0f}s"
             )
         await asyncio.sleep(0.2)
     configs = await _topic_configs(admin, names)
@@ -233,10 +233,7 @@ async def apply_topics(
                 replication,
             )
             response = await admin.create_topics(
-                [
-                    NewTopic(s.name, s.partitions, replication, topic_configs=s.config)
-                    for s in to_create
-                ],
+                [NewTopic(s.name, s.partitions, replication, topic_configs=s.config) for s in to_create],
                 timeout_ms=int(timeout_s * 1000),
             )
             failures: list[str] = []
@@ -246,8 +243,7 @@ async def apply_topics(
                     created.add(str(entry["topic"]))
                 elif code != _TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
                     failures.append(
-                        f"{entry['topic']}: {for_code(code).__name__} "
-                        f"{entry.get('error_message') or ''}".rstrip()
+                        f"{entry['topic']}: {for_code(code).__name__} {entry.get('error_message') or ''}".rstrip()
                     )
             if failures:
                 raise TopicApplyError("Kafka refused to create topics: " + "; ".join(failures))
@@ -319,8 +315,7 @@ async def wait_for_topics(
             now = time.monotonic()
             if now > deadline:
                 raise TimeoutError(
-                    f"topics {', '.join(missing)} did not appear on {bootstrap} within "
-                    f"{timeout_s:.0f}s {_WAIT_HINT}"
+                    f"topics {', '.join(missing)} did not appear on {bootstrap} within {timeout_s:.0f}s {_WAIT_HINT}"
                 )
             if now >= next_log:
                 log.info("waiting for topics %s %s", ", ".join(missing), _WAIT_HINT)

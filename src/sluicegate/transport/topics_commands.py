@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from sluicegate_topics import DEFAULT_NAMESPACE, topic_specs
 
+from sluicegate.protocol.topics import DEFAULT_NAMESPACE, topic_specs
 from sluicegate.transport.topics import (
     TopicApplyError,
     TopicMismatchError,
