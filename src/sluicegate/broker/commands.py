@@ -20,6 +20,7 @@ from sluicegate.broker.local import (
     LocalKafkaBroker,
     artifacts_dir,
     default_run_dir,
+    ensure_kafka_artifacts,
 )
 
 broker_app = typer.Typer(
@@ -124,3 +125,14 @@ def status(run_dir: DirOption = None) -> None:
     _out.print(table)
     if not (st.running and st.reachable):
         raise typer.Exit(1)
+
+
+@broker_app.command("fetch")
+def fetch() -> None:
+    """Resolve the Kafka jars from Maven Central into the cache (once); print their folder."""
+    try:
+        libs = ensure_kafka_artifacts(echo=_echo)
+    except BrokerError as exc:
+        _err.print(f"sluicegate broker fetch: {exc}")
+        raise typer.Exit(1) from None
+    _out.print(str(libs))
