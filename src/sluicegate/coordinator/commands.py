@@ -36,6 +36,7 @@ def coordinator_command(
     max_watermark_drift_ms: Annotated[int | None, typer.Option(help="Watermark alignment bound (off if unset)")] = None,
     app_id: Annotated[str | None, typer.Option(help="Faust app id; workers with the same id share the sources")] = None,
     web_port: Annotated[int | None, typer.Option(help="Serve /health, /metrics, /sources/S on this port")] = None,
+    web_bind: Annotated[str, typer.Option(help="Address the web server binds to")] = "127.0.0.1",
 ) -> None:
     """Run a coordinator worker (a Faust app) for one source, or for every source of --config.
     Start several with the same arguments: one is active per source, the others take over."""
@@ -54,6 +55,7 @@ def coordinator_command(
             max_watermark_drift_ms,
             app_id,
             web_port,
+            web_bind,
         )
     except ConfigError as exc:
         typer.echo(f"sluicegate coordinator: {exc}", err=True)
@@ -75,12 +77,13 @@ def _settings(
     max_watermark_drift_ms: int | None,
     app_id: str | None,
     web_port: int | None,
+    web_bind: str,
 ) -> CoordinatorSettings:
     if config is not None:
         if source or connector or max_parallelism is not None or option:
             raise ConfigError("--config", "give either --config or --source/--connector/--max-parallelism/--option")
         return CoordinatorSettings.from_toml(
-            config, bootstrap_servers, namespace=namespace, app_id=app_id, web_port=web_port
+            config, bootstrap_servers, namespace=namespace, app_id=app_id, web_port=web_port, web_bind=web_bind
         )
     for value, setting in ((source, "--source"), (connector, "--connector"), (max_parallelism, "--max-parallelism")):
         if value is None:
@@ -102,6 +105,7 @@ def _settings(
         namespace=namespace or "sluicegate",
         app_id=app_id,
         web_port=web_port,
+        web_bind=web_bind,
     )
 
 

@@ -103,7 +103,7 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
         datadir=str(datadir),
         web_enabled=settings.web_port is not None,
         web_port=settings.web_port or 6066,
-        web_bind="127.0.0.1",
+        web_bind=settings.web_bind,
         # Takeover: a killed worker's sources move after the group session timeout.
         # 6 s is the broker's minimum (group.min.session.timeout.ms); see docs/deploy.md.
         broker_session_timeout=6.0,

@@ -97,6 +97,7 @@ class CoordinatorSettings:
     id share the sources, one active worker per source."""
     tick_interval_ms: int = 200
     web_port: int | None = None
+    web_bind: str = "127.0.0.1"
     commit_interval_ms: int = 1_000
     """How long offset-only progress (heartbeats) may wait before it is committed."""
 
@@ -144,7 +145,7 @@ class CoordinatorSettings:
             raise ConfigError("source", "use [[source]] tables, one per source")
         sources = tuple(SourceSettings.from_mapping(t, f"source[{i}]") for i, t in enumerate(tables))
         bootstrap = resolve_bootstrap(bootstrap_servers or data.pop("bootstrap_servers", None))
-        known = {"namespace", "app_id", "tick_interval_ms", "web_port", "commit_interval_ms"}
+        known = {"namespace", "app_id", "tick_interval_ms", "web_port", "web_bind", "commit_interval_ms"}
         for key in data:
             if key not in known:
                 raise ConfigError(key, f"unknown top-level setting in {path} (known: {', '.join(sorted(known))})")
@@ -169,7 +170,10 @@ class CoordinatorSettings:
                 raise ConfigError(name, f"must be an integer, got {raw!r}") from None
 
         bootstrap = resolve_bootstrap(env.get(BOOTSTRAP_ENV), BOOTSTRAP_ENV)
-        common: dict[str, Any] = {"web_port": integer("SLUICEGATE_WEB_PORT")}
+        common: dict[str, Any] = {
+            "web_port": integer("SLUICEGATE_WEB_PORT"),
+            "web_bind": env.get("SLUICEGATE_WEB_BIND"),
+        }
         if env.get("SLUICEGATE_NAMESPACE"):
             common["namespace"] = env["SLUICEGATE_NAMESPACE"]
         if env.get("SLUICEGATE_CONFIG"):
