@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Annotated
 
 import typer
 from rich.logging import RichHandler
@@ -23,6 +24,25 @@ app = typer.Typer(
 app.command("coordinator")(coordinator_command)
 app.command("reader")(reader_command)
 app.command("audit")(audit_command)
+
+
+@app.command("demo")
+def demo(
+    readers: Annotated[
+        str, typer.Option(help="spark: the Spark Structured Streaming job; processes: standalone reader processes")
+    ] = "processes",
+    keep_workdir: Annotated[bool, typer.Option(help="Keep logs and outputs")] = False,
+) -> None:
+    """The main job end to end on embedded defaults: a local Kafka broker, the topics, a
+    coordinator and readers on the built-in `sequence` source, then the audit; all torn down."""
+    from sluicegate.demo import DemoPlan, run_process_demo
+
+    if readers not in ("processes", "spark"):
+        typer.echo(f"sluicegate demo: invalid setting '--readers': {readers!r} is not spark or processes", err=True)
+        raise typer.Exit(2)
+    raise typer.Exit(run_process_demo(DemoPlan(), keep_workdir=keep_workdir))
+
+
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
 
