@@ -358,6 +358,7 @@ class CoordinatorCore(Generic[SplitT]):
         s = slot.subtask
         if not isinstance(body, Heartbeat):
             self._touch(s)
+        if isinstance(body, RequestSplit | ReaderSourceEvent):  # the calls into the enumerator
             self._enumerator_dirty = True
         if isinstance(body, Heartbeat):
             idle = body.idle or self.tracker.owned_count(s) == 0
