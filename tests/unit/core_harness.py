@@ -142,6 +142,10 @@ class CoreHarness:
         self._names = itertools.count(1)
         self._checkpoint_ids = itertools.count(1)
         self.last: Effects = Effects()
+        self.persisted: dict[str, Any] = {}
+        """The state parts as a compacted state topic would hold them: after every step
+        the harness stores what ``state_parts(only_changed=True)`` returns, as the
+        SourceRunner commits it."""
         if start:
             self.start()
 
@@ -152,8 +156,9 @@ class CoreHarness:
 
     def restart_coordinator(self) -> Effects:
         """The coordinator process dies after its last step; a successor at the next
-        epoch restores the stored (JSON) snapshot and starts. Readers keep running."""
-        snapshot = orjson.loads(orjson.dumps(self.core.snapshot()))
+        epoch restores the incrementally persisted (JSON) state parts and starts.
+        Readers keep running."""
+        snapshot = orjson.loads(orjson.dumps(self.persisted))
         self.core = CoordinatorCore(self.source, self.config, epoch=self.core.epoch + 1, snapshot=snapshot)
         return self.start()
 
@@ -307,6 +312,7 @@ class CoreHarness:
         return self.core.metrics.counters
 
     def _collect(self, effects: Effects) -> Effects:
+        self.persisted.update(self.core.state_parts(only_changed=True))
         self.last = effects
         for env in effects.messages:
             self.sent.append(env)

@@ -77,6 +77,7 @@ class SubtaskSlot:
     incarnation: str = ""
     location: str = ""
     last_seen_ms: int = 0
+    """Not persisted: a successor gives every live attempt a fresh session window."""
     failed_at_ms: int | None = None
     seq: int = 0
     """Last AddSplits/NoMoreSplits seq sent to this subtask."""
@@ -94,7 +95,6 @@ class SubtaskSlot:
             "attempt": self.attempt,
             "incarnation": self.incarnation,
             "location": self.location,
-            "last_seen_ms": self.last_seen_ms,
             "failed_at_ms": self.failed_at_ms,
             "seq": self.seq,
             "checkpoint_id": self.checkpoint_id,
@@ -110,7 +110,6 @@ class SubtaskSlot:
             attempt=data["attempt"],
             incarnation=data["incarnation"],
             location=data["location"],
-            last_seen_ms=data["last_seen_ms"],
             failed_at_ms=data["failed_at_ms"],
             seq=data["seq"],
             checkpoint_id=data["checkpoint_id"],
@@ -199,6 +198,7 @@ class CoordinatorCore(Generic[SplitT]):
                 slot.last_seen_ms = now_ms
             elif slot.state is SlotState.FAILED and slot.failed_at_ms is not None:
                 slot.failed_at_ms = now_ms
+                self._touch(slot.subtask)
         self._enumerator_dirty = True
         return self._step(now_ms, self.enumerator.start)
 
@@ -285,8 +285,9 @@ class CoordinatorCore(Generic[SplitT]):
         if self._enumerator_dirty or not only_changed:
             state = self.enumerator.snapshot_state(self.cseq)
             parts["enumerator"] = self.source.enumerator_state_codec.to_json(state)
-        self._dirty_slots.clear()
-        self._enumerator_dirty = False
+        if only_changed:
+            self._dirty_slots.clear()
+            self._enumerator_dirty = False
         return parts
 
     def _restore(self, parts: Mapping[str, Any]) -> None:
