@@ -542,9 +542,7 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
         await readers.start()
         log(f"{args.readers} readers: consumer assigned to {args.readers} partitions of {readers.outbox}, at their end")
 
-        # "is serving" is logged when the enumerator starts, possibly before Faust's consumer
-        # group owns the inbox partition; wait for the group so phase 1 does not time a join.
-        await wait_group_stable(bootstrap, f"{NAMESPACE}.{source}.coordinator-app", timeout_s=60)
+        # "is serving" is logged once the source's runner reads its inbox: nothing to wait for.
 
         # -- phase 1 ------------------------------------------------------------------
         readers.phase1_target = args.splits
@@ -625,34 +623,6 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
         await readers.stop()
         results.coordinator_exit = await coordinator.stop(grace_s=10.0)
         results.rss_end_mb = coordinator.rss_last / 2**20
-
-
-async def wait_group_stable(bootstrap: str, group: str, timeout_s: float) -> None:
-    """Wait until the coordinator's Faust consumer group is Stable with an assignment."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-admin")
-    await admin.start()
-    try:
-        deadline = time.monotonic() + timeout_s
-        state = "?"
-        while time.monotonic() < deadline:
-            described = await admin.describe_consumer_groups([group])
-            for response in described:
-                for entry in response.groups:
-                    # (error_code, group_id, state, protocol_type, protocol, members, ...)
-                    state = entry[2]
-                    members = entry[5]
-                    if state == "Stable" and members:
-                        log(f"coordinator consumer group {group} is {state} with {len(members)} member(s)")
-                        await asyncio.sleep(1.0)  # the fetcher starts right after the assignment
-                        return
-            await asyncio.sleep(0.2)
-        raise RuntimeError(
-            f"the coordinator's consumer group {group} is not stable after {timeout_s:.0f}s (state {state})"
-        )
-    finally:
-        await admin.close()
 
 
 def verdict(ok: bool) -> str:
