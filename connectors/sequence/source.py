@@ -6,13 +6,20 @@ The enumerator hands unassigned splits to registered readers, fewest-owned
 first, up to a fair share (ceil(outstanding / parallelism)) per reader, on
 add_reader, add_splits_back and RequestSplit; a reader that asks while it owns
 nothing gets a share even beyond that. It supports reassignment on recovery.
+
+With ``release_interval_ms`` > 0 the splits are not all known at start: the
+enumerator discovers ``splits_per_release`` more every ``release_interval_ms``
+through ``context.call_async`` (a periodic call, as a file or partition
+discovery would be), in split order, and hands them out as they come. Only
+once every split is released does a bounded source signal NoMoreSplits. How
+many are released is part of the enumerator's checkpoint.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +27,7 @@ from sluicegate.api import (
     Boundedness,
     ConfigError,
     InputStatus,
+    RangeChunk,
     ReadResult,
     Record,
     Source,
@@ -27,12 +35,15 @@ from sluicegate.api import (
     SourceReaderContext,
     SplitEnumerator,
     SplitEnumeratorContext,
+    SupportsPositionRanges,
     SupportsSplitReassignmentOnRecovery,
     WireSplit,
 )
 
 UNBOUNDED_STRIDE = 2**40
 """Unbounded split k starts at k * UNBOUNDED_STRIDE, so values never collide."""
+UNBOUNDED_READ_AHEAD = 1_000_000
+"""Position ranges: how far past its position an unbounded split without a rate can be read."""
 
 
 @dataclass(slots=True)
@@ -66,10 +77,21 @@ class SequenceOptions:
     """Records per second per reader; 0: as fast as possible."""
     start_time_ms: int = 1_700_000_000_000
     event_interval_ms: int = 10
+    release_interval_ms: int = 0
+    """0: every split is known at start; otherwise splits_per_release more every this many ms."""
+    splits_per_release: int = 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SequenceOptions:
-        known = {"splits", "records_per_split", "rate", "start_time_ms", "event_interval_ms"}
+        known = {
+            "splits",
+            "records_per_split",
+            "rate",
+            "start_time_ms",
+            "event_interval_ms",
+            "release_interval_ms",
+            "splits_per_release",
+        }
         for key in options:
             if key not in known:
                 raise ConfigError(key, f"unknown option of the sequence connector (known: {', '.join(sorted(known))})")
@@ -88,12 +110,23 @@ class SequenceOptions:
             rate=rate,
             start_time_ms=_int(options, "start_time_ms", cls.start_time_ms, minimum=0),
             event_interval_ms=_int(options, "event_interval_ms", cls.event_interval_ms, minimum=0),
+            release_interval_ms=_int(options, "release_interval_ms", cls.release_interval_ms, minimum=0),
+            splits_per_release=_int(options, "splits_per_release", cls.splits_per_release, minimum=1),
         )
 
+    @property
+    def released_at_start(self) -> int:
+        """How many splits the enumerator knows when it is created."""
+        return self.splits if self.release_interval_ms == 0 else 0
+
     def all_splits(self) -> list[SequenceSplit]:
+        return self.splits_range(0, self.splits)
+
+    def splits_range(self, first: int, stop: int) -> list[SequenceSplit]:
+        """Splits first .. stop-1."""
         out = []
         width = max(5, len(str(self.splits - 1)))
-        for k in range(self.splits):
+        for k in range(first, min(stop, self.splits)):
             if self.records_per_split is None:
                 start, end = k * UNBOUNDED_STRIDE, None
             else:
@@ -114,7 +147,9 @@ def _int(options: Mapping[str, str], key: str, default: int, minimum: int) -> in
     return value
 
 
-class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery):
+class SequenceSource(
+    Source[SequenceSplit], SupportsSplitReassignmentOnRecovery, SupportsPositionRanges[SequenceSplit]
+):
     def __init__(self, options: SequenceOptions) -> None:
         self.options = options
         self._codec = SequenceSplitCodec()
@@ -134,26 +169,108 @@ class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery)
         return self._codec
 
     def create_enumerator(self, context: SplitEnumeratorContext[SequenceSplit]) -> SequenceEnumerator:
-        return SequenceEnumerator(context, self.options.all_splits(), self.boundedness is Boundedness.BOUNDED)
+        released = self.options.released_at_start
+        return SequenceEnumerator(
+            context, self.options.splits_range(0, released), self.boundedness is Boundedness.BOUNDED, self.options
+        )
 
     def restore_enumerator(self, context: SplitEnumeratorContext[SequenceSplit], checkpoint: Any) -> SequenceEnumerator:
         splits = [self._codec.from_wire(s) for s in checkpoint["unassigned"]]
-        return SequenceEnumerator(context, splits, self.boundedness is Boundedness.BOUNDED)
+        # without "released" (no progressive release, or an older checkpoint) every split was known
+        released = int(checkpoint.get("released", self.options.splits))
+        return SequenceEnumerator(
+            context, splits, self.boundedness is Boundedness.BOUNDED, self.options, released=released
+        )
 
     def create_reader(self, context: SourceReaderContext) -> SequenceReader:
         return SequenceReader(self.options)
 
+    # -- position ranges (sluicegate.api.ranges) --------------------------------
+
+    value_type = "bigint"
+
+    def split_position(self, split: SequenceSplit) -> int:
+        return split.position
+
+    def with_position(self, split: SequenceSplit, position: int) -> SequenceSplit:
+        return SequenceSplit(split.split_id, split.start, split.end, position)
+
+    def split_end(self, split: SequenceSplit) -> int | None:
+        return split.end
+
+    def available_end(self, split: SequenceSplit, now_ms: int) -> int:
+        opts = self.options
+        if opts.rate > 0:
+            produced = math.floor(max(0, now_ms - opts.start_time_ms) * opts.rate / 1000)
+            limit = split.start + produced
+        elif split.end is None:
+            limit = split.position + UNBOUNDED_READ_AHEAD
+        else:
+            limit = split.end
+        if split.end is not None:
+            limit = min(limit, split.end)
+        return max(split.position, limit)
+
+    def read_range(self, split: SequenceSplit, start: int, end: int, max_rows: int) -> Iterator[RangeChunk]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if start < split.start or (split.end is not None and end > split.end):
+            raise ValueError(f"range [{start}, {end}) is outside split {split.split_id} [{split.start}, {split.end})")
+        opts = self.options
+        base = opts.start_time_ms - split.start * opts.event_interval_ms
+        step = max(1, max_rows)
+        one = pa.scalar(1, pa.int64())
+        for a in range(start, end, step):
+            n = min(step, end - a)
+            values = pc.add(pc.cumulative_sum(pa.repeat(one, n)), a - 1)
+            times = pc.add(pc.multiply(values, opts.event_interval_ms), base)
+            yield RangeChunk(values, times)
+
+    def event_time_before(self, split: SequenceSplit, position: int) -> int | None:
+        if position <= split.start:
+            return None
+        return self.options.start_time_ms + (position - 1 - split.start) * self.options.event_interval_ms
+
 
 class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
     def __init__(
-        self, context: SplitEnumeratorContext[SequenceSplit], unassigned: list[SequenceSplit], bounded: bool
+        self,
+        context: SplitEnumeratorContext[SequenceSplit],
+        unassigned: list[SequenceSplit],
+        bounded: bool,
+        options: SequenceOptions | None = None,
+        released: int | None = None,
     ) -> None:
         self._context = context
         self._unassigned = unassigned
         self._bounded = bounded
+        self._options = options or SequenceOptions(splits=len(unassigned))
+        self._released = self._options.released_at_start if released is None else released
+        """Splits 0 .. released-1 are known (unassigned, assigned or finished)."""
         self._codec = SequenceSplitCodec()
 
+    @property
+    def all_released(self) -> bool:
+        return self._released >= self._options.splits
+
     def start(self) -> None:
+        if not self.all_released and self._options.release_interval_ms == 0:
+            self._on_discovered(self._options.splits, None)  # restored, and release is now off: all at once
+        if not self.all_released:
+            interval = self._options.release_interval_ms
+            # The callable stands for discovery work off the loop; it only says how many
+            # to release, so the handler (on the loop) decides which from the state.
+            count = self._options.splits_per_release
+            self._context.call_async(lambda: count, self._on_discovered, initial_delay_ms=interval, period_ms=interval)
+        self._distribute()
+
+    def _on_discovered(self, count: int | None, error: BaseException | None) -> None:
+        if error is not None or not count or self.all_released:
+            return
+        stop = min(self._options.splits, self._released + count)
+        self._unassigned.extend(self._options.splits_range(self._released, stop))
+        self._released = stop
         self._distribute()
 
     def add_reader(self, subtask: int) -> None:
@@ -167,14 +284,17 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         self._distribute(requester=subtask)
 
     def snapshot_state(self, checkpoint_id: int) -> Any:
-        return {"unassigned": [self._codec.to_wire(s) for s in self._unassigned]}
+        state: dict[str, Any] = {"unassigned": [self._codec.to_wire(s) for s in self._unassigned]}
+        if self._options.release_interval_ms > 0:
+            state["released"] = self._released
+        return state
 
     def _distribute(self, requester: int | None = None) -> None:
         readers = self._context.registered_readers()
         if not readers:
             return
         if not self._unassigned:
-            if self._bounded and self._context.outstanding_split_count() == 0:
+            if self._bounded and self.all_released and self._context.outstanding_split_count() == 0:
                 for subtask in readers:
                     self._context.signal_no_more_splits(subtask)
             return
