@@ -147,9 +147,7 @@ def _int(options: Mapping[str, str], key: str, default: int, minimum: int) -> in
     return value
 
 
-class SequenceSource(
-    Source[SequenceSplit], SupportsSplitReassignmentOnRecovery, SupportsPositionRanges[SequenceSplit]
-):
+class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery, SupportsPositionRanges[SequenceSplit]):
     def __init__(self, options: SequenceOptions) -> None:
         self.options = options
         self._codec = SequenceSplitCodec()

@@ -8,6 +8,7 @@ from sluicegate.api.enumerator import (
     SplitsAssignment,
 )
 from sluicegate.api.errors import ConfigError, NoLiveReaderError
+from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
 from sluicegate.api.reader import InputStatus, ReadResult, Record, SourceReader, SourceReaderContext
 from sluicegate.api.source import Boundedness, Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import SourceSplit, SplitCodec, WireSplit
@@ -18,6 +19,7 @@ __all__ = [
     "EnumeratorMetrics",
     "InputStatus",
     "NoLiveReaderError",
+    "RangeChunk",
     "ReadResult",
     "ReaderInfo",
     "Record",
@@ -29,6 +31,7 @@ __all__ = [
     "SplitEnumerator",
     "SplitEnumeratorContext",
     "SplitsAssignment",
+    "SupportsPositionRanges",
     "SupportsSplitReassignmentOnRecovery",
     "WireSplit",
 ]

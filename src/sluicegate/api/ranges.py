@@ -1,0 +1,90 @@
+"""Position ranges: an optional capability of a Source, for hosts that plan what to read.
+
+A streaming engine that checkpoints offsets itself (Spark Structured Streaming)
+does not run a ``SourceReader`` loop. Its driver decides, per micro-batch, how far
+each split will be read, and its executors read exactly that range on fresh
+objects that know nothing but the range. A Source that also implements
+``SupportsPositionRanges`` makes that possible:
+
+- a split's position is an integer, and the range ``[a, b)`` of a split holds at
+  most ``b - a`` records (admission control counts records this way);
+- ``available_end`` says how far a split can be read now (for a bounded split
+  with all its data present, its end);
+- ``read_range`` reads ``[start, end)`` of a split deterministically, from the
+  split's wire form alone: reading the same range twice gives the same records.
+
+Everything here is free of I/O in the sense of the rest of ``sluicegate.api``:
+no Kafka, no Spark. Column chunks may be pyarrow arrays (the fast path) or plain
+Python sequences.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Generic
+
+from sluicegate.api.split import SplitT
+
+
+@dataclass(frozen=True)
+class RangeChunk:
+    """Consecutive records of one split, as columns of equal length.
+
+    ``values`` and ``event_times_ms`` are pyarrow arrays or Python sequences;
+    ``event_times_ms`` is None when the connector has no event time.
+    """
+
+    values: Any
+    event_times_ms: Any | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+class SupportsPositionRanges(ABC, Generic[SplitT]):
+    """Mix-in for a Source whose splits can be read as integer position ranges.
+
+    ``value_type`` names the type of a record's value in SQL terms
+    (``bigint``, ``string``, ``double``, ``binary``); hosts map it to their own types.
+    """
+
+    value_type: str = "bigint"
+
+    @abstractmethod
+    def split_position(self, split: SplitT) -> int:
+        """The split's current position: the next record to read."""
+
+    @abstractmethod
+    def with_position(self, split: SplitT, position: int) -> SplitT:
+        """A copy of ``split`` at ``position`` (the split itself is not changed)."""
+
+    @abstractmethod
+    def split_end(self, split: SplitT) -> int | None:
+        """The exclusive end of a bounded split; None for an unbounded one."""
+
+    @abstractmethod
+    def available_end(self, split: SplitT, now_ms: int) -> int:
+        """How far the split can be read at wall-clock time ``now_ms`` (exclusive).
+
+        Never below the split's position, never above ``split_end``, and never
+        smaller for a later ``now_ms``. Must not block.
+        """
+
+    @abstractmethod
+    def read_range(self, split: SplitT, start: int, end: int, max_rows: int) -> Iterator[RangeChunk]:
+        """The records of ``[start, end)`` of ``split`` in chunks of at most ``max_rows``.
+
+        Deterministic: the same arguments give the same records, on any process.
+        """
+
+    def event_time_before(self, split: SplitT, position: int) -> int | None:
+        """The largest event time among the split's records before ``position``
+        (None: no record before it, or no event time). Hosts report it as the
+        split's watermark once everything before ``position`` is durably planned."""
+        return None
+
+    def is_finished_at(self, split: SplitT, position: int) -> bool:
+        end = self.split_end(split)
+        return end is not None and position >= end

@@ -1,0 +1,451 @@
+"""``spark.readStream.format("sluicegate")``: a PySpark streaming data source whose
+partitions are the reader subtasks of a sluicegate source.
+
+Spark's driver keeps one ``SluicegateStreamReader`` for the whole query (in the
+Python process Spark runs for the source). It starts a ``SparkReaderDriver``
+(driver.py) on the first call that tells it where the query stands:
+``initialOffset`` for a fresh query (registration reports nothing), or the first
+``latestOffset``/``partitions`` of a restarted one (registration reports the
+splits of that offset, FLIP-537: the restored offsets are the readers' state).
+
+Per micro-batch:
+
+- ``latestOffset(start, limit)`` first acknowledges ``start`` if that has not
+  happened yet (it is in Spark's offset log, so durable), then plans the next
+  offset (offsets.py): every owned split with its end position for this batch,
+  within ``maxRecordsPerTrigger`` shared by backlog;
+- ``partitions(start, end)``: ``end`` is now in the offset log, so it is
+  acknowledged at once (``SplitsFinished`` + ``CheckpointAck`` per subtask, with the
+  offset's ``checkpoint_id``); then one InputPartition per subtask with every split
+  range ``[start, end)`` of it, the attempt and the checkpoint id: all an executor
+  needs;
+- ``read(partition)`` runs on an executor, on a fresh copy of this object, and
+  reads the ranges with the connector's ``read_range`` into Arrow record batches;
+- ``commit(end)`` comes one batch late (and not at all after the last batch of an
+  availableNow run), so acks do not wait for it; it only re-acknowledges.
+
+Acknowledging at ``partitions`` rather than ``commit`` keeps what the coordinator
+holds equal to Spark's offset log: a split assigned after the last ack would
+otherwise go back to the enumerator with its assigned position after a crash,
+although Spark had already planned (and would replay) reading past it.
+
+With ``Trigger.AvailableNow`` a bounded source is read to its end (the query stops
+once every subtask is told NoMoreSplits and has finished its splits; the subtasks
+then leave); an unbounded one up to what was available when the trigger started.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from sluicegate.api.errors import ConfigError
+from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
+from sluicegate.api.source import Boundedness, Source
+from sluicegate.connectors import load_source
+from sluicegate.spark.driver import DriverSettings, SparkReaderDriver
+from sluicegate.spark.offsets import OwnedSplit, SourceOffset, plan_next, ranges_between
+
+log = logging.getLogger("sluicegate.spark")
+
+FORMAT = "sluicegate"
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+LOG_LEVEL_ENV = "SLUICEGATE_SPARK_LOG_LEVEL"
+WAITING_NOTICE_S = 30.0
+
+_SQL_TYPES: dict[str, tuple[DataType, str]] = {
+    "bigint": (LongType(), "int64"),
+    "long": (LongType(), "int64"),
+    "int": (IntegerType(), "int32"),
+    "integer": (IntegerType(), "int32"),
+    "double": (DoubleType(), "float64"),
+    "string": (StringType(), "string"),
+    "binary": (BinaryType(), "binary"),
+    "boolean": (BooleanType(), "bool"),
+}
+
+
+@dataclass(frozen=True)
+class SparkSourceConfig:
+    """The options of ``format("sluicegate")`` (keys are case-insensitive).
+
+    ``source``, ``parallelism``: the source name and its number of reader subtasks
+    (= Spark partitions per batch); ``connector`` (default ``sequence``) with its
+    options as ``option.<key>`` (or a JSON object in ``connectorOptions``);
+    ``kafka.bootstrap.servers`` (default ``$KAFKA_BOOTSTRAP_SERVERS``),
+    ``namespace``; ``maxRecordsPerTrigger``; ``heartbeatIntervalMs``,
+    ``sessionTimeoutMs``, ``topicWaitTimeoutS``; ``arrowBatchRows``.
+    """
+
+    source: str
+    parallelism: int
+    connector: str = "sequence"
+    connector_options: tuple[tuple[str, str], ...] = ()
+    bootstrap_servers: str = ""
+    namespace: str = "sluicegate"
+    max_records_per_trigger: int | None = None
+    heartbeat_interval_ms: int = 1_000
+    session_timeout_ms: int = 10_000
+    topic_wait_timeout_s: float = 120.0
+    arrow_batch_rows: int = 65_536
+    extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> SparkSourceConfig:
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        source = opts.get("source", "").strip()
+        if not source:
+            raise ConfigError("source", "is required: .option('source', NAME)")
+        connector_options: dict[str, str] = {}
+        raw_json = opts.get("connectoroptions")
+        if raw_json:
+            try:
+                parsed = json.loads(raw_json)
+            except ValueError as exc:
+                raise ConfigError("connectorOptions", f"must be a JSON object: {exc}") from None
+            if not isinstance(parsed, dict):
+                raise ConfigError("connectorOptions", "must be a JSON object")
+            connector_options.update({str(k): str(v) for k, v in parsed.items()})
+        for key, value in opts.items():
+            if key.startswith("option."):
+                connector_options[key[len("option.") :]] = value
+        bootstrap = opts.get("kafka.bootstrap.servers") or os.environ.get(BOOTSTRAP_ENV, "")
+        return cls(
+            source=source,
+            parallelism=_int_option(opts, "parallelism", None, 1),
+            connector=opts.get("connector", "sequence").strip() or "sequence",
+            connector_options=tuple(sorted(connector_options.items())),
+            bootstrap_servers=bootstrap.strip(),
+            namespace=opts.get("namespace", "sluicegate"),
+            max_records_per_trigger=(
+                _int_option(opts, "maxrecordspertrigger", None, 1) if "maxrecordspertrigger" in opts else None
+            ),
+            heartbeat_interval_ms=_int_option(opts, "heartbeatintervalms", 1_000, 10),
+            session_timeout_ms=_int_option(opts, "sessiontimeoutms", 10_000, 100),
+            topic_wait_timeout_s=float(_int_option(opts, "topicwaittimeouts", 120, 0)),
+            arrow_batch_rows=_int_option(opts, "arrowbatchrows", 65_536, 1),
+        )
+
+    @property
+    def options(self) -> dict[str, str]:
+        return dict(self.connector_options)
+
+    def driver_settings(self) -> DriverSettings:
+        return DriverSettings(
+            source=self.source,
+            parallelism=self.parallelism,
+            bootstrap_servers=self.bootstrap_servers,
+            namespace=self.namespace,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            session_timeout_ms=self.session_timeout_ms,
+            topic_wait_timeout_s=self.topic_wait_timeout_s,
+        )
+
+
+def _int_option(opts: Mapping[str, str], key: str, default: int | None, minimum: int) -> int:
+    raw = opts.get(key)
+    if raw is None:
+        if default is None:
+            raise ConfigError(key, "is required")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(key, f"must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(key, f"must be >= {minimum}, got {value}")
+    return value
+
+
+@functools.lru_cache(maxsize=16)
+def _range_source(connector: str, options: tuple[tuple[str, str], ...]) -> Source[Any]:
+    """The connector's Source, once per process (executors build it from the options)."""
+    source = load_source(connector, dict(options))
+    if not isinstance(source, SupportsPositionRanges):
+        raise ConfigError("connector", f"{connector!r} cannot be read by Spark: it does not support position ranges")
+    return source
+
+
+def _ranges(source: Source[Any]) -> SupportsPositionRanges[Any]:
+    assert isinstance(source, SupportsPositionRanges)
+    return source
+
+
+def value_type_of(connector: str, options: tuple[tuple[str, str], ...]) -> str:
+    value_type = _ranges(_range_source(connector, options)).value_type.lower()
+    if value_type not in _SQL_TYPES:
+        raise ConfigError("connector", f"value type {value_type!r} is not one of {', '.join(sorted(_SQL_TYPES))}")
+    return value_type
+
+
+def source_schema(value_type: str = "bigint") -> StructType:
+    """``split_id string, value <connector's type>, event_time timestamp``."""
+    return StructType(
+        [
+            StructField("split_id", StringType()),
+            StructField("value", _SQL_TYPES[value_type][0]),
+            StructField("event_time", TimestampType()),
+        ]
+    )
+
+
+class SluicegatePartition(InputPartition):
+    """Everything an executor needs to read one subtask's share of a micro-batch."""
+
+    def __init__(
+        self, subtask: int, attempt: int | None, checkpoint_id: int, ranges: list[tuple[dict[str, Any], int, int]]
+    ) -> None:
+        super().__init__(subtask)
+        self.subtask = subtask
+        self.attempt = attempt
+        self.checkpoint_id = checkpoint_id
+        self.ranges = ranges
+
+    def __repr__(self) -> str:
+        rows = sum(b - a for _, a, b in self.ranges)
+        return (
+            f"SluicegatePartition(subtask={self.subtask}, attempt={self.attempt}, "
+            f"checkpoint={self.checkpoint_id}, splits={len(self.ranges)}, rows={rows})"
+        )
+
+
+class SluicegateDataSource(DataSource):
+    """Register with ``spark.dataSource.register(SluicegateDataSource)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        config = SparkSourceConfig.from_options(self.options)
+        return source_schema(value_type_of(config.connector, config.connector_options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return SluicegateStreamReader(SparkSourceConfig.from_options(self.options))
+
+
+class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, config: SparkSourceConfig) -> None:
+        self.config = config
+        self._driver: SparkReaderDriver | None = None
+        self._initial: SourceOffset | None = None
+        self._available_now_ms: int | None = None
+
+    # Spark pickles this object into the read function that executors run: only the
+    # configuration travels, never the driver's thread and Kafka clients.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["config"])  # type: ignore[misc]
+
+    # -- driver side ---------------------------------------------------------------
+
+    @property
+    def _source(self) -> Source[Any]:
+        return _range_source(self.config.connector, self.config.connector_options)
+
+    def _ensure_driver(self, restored: SourceOffset | None) -> SparkReaderDriver:
+        if self._driver is None:
+            _configure_logging()
+            if restored is not None:
+                beyond = [s for s in restored.subtasks if s >= self.config.parallelism]
+                if beyond:
+                    raise ConfigError(
+                        "parallelism",
+                        f"the query's checkpoint has reader subtasks {beyond} but parallelism is "
+                        f"{self.config.parallelism}; a query cannot change its parallelism",
+                    )
+            driver = SparkReaderDriver(self.config.driver_settings(), self._source)
+            log.info(
+                "source %s: %d reader subtasks, %s",
+                self.config.source,
+                self.config.parallelism,
+                "fresh query" if restored is None else f"restored at checkpoint {restored.checkpoint_id}",
+            )
+            driver.start(restored)
+            self._driver = driver
+        return self._driver
+
+    def initialOffset(self) -> dict[str, Any]:
+        if self._initial is None:
+            self._initial = SourceOffset(checkpoint_id=int(time.time() * 1000))
+            self._ensure_driver(None)
+        return self._initial.to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.config.max_records_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_ms = int(time.time() * 1000)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return None
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        start_offset = SourceOffset.from_json(start)
+        driver = self._ensure_driver(start_offset)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if not driver.acknowledge(start_offset):
+            log.warning("checkpoint %d is not acknowledged yet: no new batch", start_offset.checkpoint_id)
+            return start
+        available_now = self._available_now_ms is not None
+        generation = driver.generation
+        waited = False
+        since = time.monotonic()
+        while True:
+            planning = driver.planning_state()
+            end = plan_next(start_offset, planning.views, max_rows, self._available, planning.reported_finished)
+            if end is not start_offset:
+                if end.rows == start_offset.rows and not waited:
+                    # Only assignments or bookkeeping changed: let a burst of coordinator
+                    # records settle before paying for a batch that reads nothing.
+                    waited = True
+                    generation = driver.wait_for_change(generation, 0.3)
+                    continue
+                return end.to_json()
+            if not available_now:
+                if waited:
+                    return start
+                waited = True
+                generation = driver.wait_for_change(generation, 0.2)
+                continue
+            if self._done(driver):
+                driver.leave()
+                log.info("source %s: everything available was read", self.config.source)
+                return start
+            generation = driver.wait_for_change(generation, 1.0)
+            if time.monotonic() - since >= WAITING_NOTICE_S:
+                since = time.monotonic()
+                log.info("source %s: waiting for the coordinator (%s)", self.config.source, driver.status())
+
+    def _done(self, driver: SparkReaderDriver) -> bool:
+        """availableNow: a bounded source is done when every subtask has finished; an
+        unbounded one when every subtask is registered and nothing is left below the
+        trigger's start time (checked again after a second, for late assignments)."""
+        if self._source.boundedness is Boundedness.BOUNDED:
+            return driver.all_finished()
+        if not driver.all_active():
+            return False
+        generation = driver.generation
+        return driver.wait_for_change(generation, 1.0) == generation
+
+    def _available(self, owned: OwnedSplit, base: int) -> int:
+        source = self._source
+        ranges = _ranges(source)
+        split = ranges.with_position(source.split_codec.from_wire(owned.split), base)
+        now_ms = int(time.time() * 1000)
+        if self._available_now_ms is not None and source.boundedness is not Boundedness.BOUNDED:
+            now_ms = self._available_now_ms
+        return ranges.available_end(split, now_ms)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        start_offset = SourceOffset.from_json(start)
+        end_offset = SourceOffset.from_json(end)
+        driver = self._ensure_driver(end_offset)
+        if not driver.acknowledge(end_offset):
+            log.warning("checkpoint %d could not be acknowledged now; retried next batch", end_offset.checkpoint_id)
+        planned = ranges_between(start_offset, end_offset)
+        partitions: list[InputPartition] = []
+        for subtask, ranges in sorted(planned.items()):
+            sub = end_offset.subtasks[subtask]
+            partitions.append(
+                SluicegatePartition(
+                    subtask, sub.attempt, end_offset.checkpoint_id, [(r.split, r.start, r.end) for r in ranges]
+                )
+            )
+        return partitions
+
+    def commit(self, end: dict[str, Any]) -> None:
+        if self._driver is not None:
+            self._driver.acknowledge(SourceOffset.from_json(end))
+
+    def stop(self) -> None:
+        if self._driver is not None:
+            self._driver.close()
+            self._driver = None
+
+    # -- executor side -------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        import pyarrow as pa
+
+        assert isinstance(partition, SluicegatePartition)
+        source = self._source
+        ranges = _ranges(source)
+        value_type = value_type_of(self.config.connector, self.config.connector_options)
+        arrow_type = getattr(pa, _SQL_TYPES[value_type][1])()
+        schema = pa.schema(
+            [
+                pa.field("split_id", pa.string()),
+                pa.field("value", arrow_type),
+                pa.field("event_time", pa.timestamp("us", tz="UTC")),
+            ]
+        )
+        for wire, start, end in partition.ranges:
+            split = source.split_codec.from_wire(wire)
+            split_id = pa.scalar(wire["split_id"], pa.string())
+            for chunk in ranges.read_range(split, start, end, self.config.arrow_batch_rows):
+                yield _record_batch(chunk, split_id, arrow_type, schema)
+
+
+def _record_batch(chunk: RangeChunk, split_id: Any, arrow_type: Any, schema: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(chunk)
+    values = chunk.values if isinstance(chunk.values, pa.Array) else pa.array(chunk.values, arrow_type)
+    if values.type != arrow_type:
+        values = values.cast(arrow_type)
+    if chunk.event_times_ms is None:
+        times = pa.nulls(n, pa.timestamp("us", tz="UTC"))
+    else:
+        ms = chunk.event_times_ms if isinstance(chunk.event_times_ms, pa.Array) else pa.array(chunk.event_times_ms)
+        times = pc.multiply(ms.cast(pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+    return pa.RecordBatch.from_arrays([pa.repeat(split_id, n), values, times], schema=schema)
+
+
+def _configure_logging() -> None:
+    """Logs of the driver-side reader go to the Spark driver's stderr."""
+    logger = logging.getLogger("sluicegate")
+    level = os.environ.get(LOG_LEVEL_ENV, "INFO").upper()
+    logger.setLevel(level)
+    if not logging.getLogger().handlers and not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+
+
+def register(spark: Any) -> None:
+    """Make ``spark.readStream.format("sluicegate")`` available in this session."""
+    spark.dataSource.register(SluicegateDataSource)

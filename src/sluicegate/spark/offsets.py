@@ -1,0 +1,335 @@
+"""The Spark source's offsets: pure data and pure planning, no Kafka, no Spark.
+
+A Spark offset of the sluicegate source is the readers' checkpoint: for every
+reader subtask, the attempt that owned its splits when the offset was planned,
+the highest coordinator epoch seen, the ``seq`` of the last applied
+``AddSplits``/``NoMoreSplits``, and each owned split with its *planned position*
+(everything before it belongs to this micro-batch or an earlier one). Spark
+writes an offset to its offset log before it runs the batch, so once written it
+is durable: a restarted query runs the batch again with the same ranges.
+
+Rules that keep the offsets and the coordinator's view consistent
+(docs/protocol.md semantics 1 and 3; spark/datasource.py says when acks go out):
+
+- A split is read under one *identity*: (subtask, attempt, seq of the
+  ``AddSplits`` that gave it). The first offset in which an identity appears
+  reads nothing from that split; its position there is where the attempt was
+  told to start, or the position this query already reached if that is further
+  (a restart after the last ack). Only once that offset is acknowledged with an
+  ``applied_seq`` covering the ``seq`` does a later offset advance the split, so
+  the coordinator never holds, for a split the query has read, a position older
+  than the query's own (an uncheckpointed split goes back with the position it
+  was assigned with, which is then still the right one).
+- ``checkpoint_id`` grows by one with every offset that differs from its start;
+  the first one of a fresh query is the wall clock in ms, so it is above the ids
+  of an earlier query of the same source.
+- An offset with nothing new is the start offset itself (same JSON), so Spark
+  runs no batch for it.
+
+Admission control (``maxRecordsPerTrigger``) shares a row budget across the
+readable splits in proportion to their backlog (largest remainder).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sluicegate.api.split import WireSplit
+
+OFFSET_VERSION = 1
+
+K = TypeVar("K", bound=Hashable)
+
+
+class OffsetError(ValueError):
+    """An offset this source did not write (or a newer version of it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SplitEntry:
+    split: WireSplit
+    """The split as the coordinator assigned it to the attempt (its position is the assigned one)."""
+    seq: int
+    """The ``AddSplits`` seq that gave it to the attempt."""
+    pos: int
+    """The planned position: records before it are in this batch or an earlier one."""
+    end: int | None
+    """The split's exclusive end (None: unbounded)."""
+
+    @property
+    def finished(self) -> bool:
+        return self.end is not None and self.pos >= self.end
+
+    def to_json(self) -> dict[str, Any]:
+        return {"split": self.split, "seq": self.seq, "pos": self.pos, "end": self.end}
+
+    @classmethod
+    def from_json(cls, data: Any) -> SplitEntry:
+        if not isinstance(data, dict) or not isinstance(data.get("split"), dict):
+            raise OffsetError(f"a split entry must be an object with a 'split' object, got {data!r}")
+        end = data.get("end")
+        return cls(
+            split=dict(data["split"]),
+            seq=_int(data, "seq"),
+            pos=_int(data, "pos"),
+            end=None if end is None else _int(data, "end"),
+        )
+
+
+@dataclass(frozen=True)
+class SubtaskOffset:
+    attempt: int | None
+    epoch: int = 0
+    applied_seq: int = 0
+    no_more_splits: bool = False
+    splits: Mapping[str, SplitEntry] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        """NoMoreSplits applied and every split read to its end."""
+        return self.no_more_splits and all(e.finished for e in self.splits.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "epoch": self.epoch,
+            "applied_seq": self.applied_seq,
+            "no_more_splits": self.no_more_splits,
+            "splits": {sid: self.splits[sid].to_json() for sid in sorted(self.splits)},
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> SubtaskOffset:
+        if not isinstance(data, dict) or not isinstance(data.get("splits"), dict):
+            raise OffsetError(f"a subtask offset must be an object with 'splits', got {data!r}")
+        attempt = data.get("attempt")
+        return cls(
+            attempt=None if attempt is None else _int(data, "attempt"),
+            epoch=_int(data, "epoch"),
+            applied_seq=_int(data, "applied_seq"),
+            no_more_splits=bool(data.get("no_more_splits", False)),
+            splits={str(sid): SplitEntry.from_json(e) for sid, e in data["splits"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class Located:
+    subtask: int
+    attempt: int | None
+    entry: SplitEntry
+
+    def same_identity(self, subtask: int, attempt: int | None, seq: int) -> bool:
+        return (
+            self.subtask == subtask and self.attempt is not None and self.attempt == attempt and self.entry.seq == seq
+        )
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    checkpoint_id: int
+    rows: int = 0
+    """Records planned by this query up to this offset (for progress reports)."""
+    subtasks: Mapping[int, SubtaskOffset] = field(default_factory=dict)
+    parked: Mapping[str, SplitEntry] = field(default_factory=dict)
+    """Splits this query has read that no subtask holds now (released, not yet given
+    back): their positions, so that reading resumes where this query stopped."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": OFFSET_VERSION,
+            "checkpoint_id": self.checkpoint_id,
+            "rows": self.rows,
+            "subtasks": {str(s): self.subtasks[s].to_json() for s in sorted(self.subtasks)},
+            "parked": {sid: self.parked[sid].to_json() for sid in sorted(self.parked)},
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> SourceOffset:
+        if not isinstance(data, dict):
+            raise OffsetError(f"a sluicegate offset is a JSON object, got {data!r}")
+        if data.get("v") != OFFSET_VERSION:
+            raise OffsetError(f"unknown sluicegate offset version {data.get('v')!r} (this code reads {OFFSET_VERSION})")
+        subtasks = data.get("subtasks")
+        parked = data.get("parked", {})
+        if not isinstance(subtasks, dict) or not isinstance(parked, dict):
+            raise OffsetError("a sluicegate offset needs 'subtasks' and 'parked' objects")
+        try:
+            parsed = {int(s): SubtaskOffset.from_json(v) for s, v in subtasks.items()}
+        except ValueError as exc:
+            raise OffsetError(f"bad sluicegate offset: {exc}") from None
+        return cls(
+            checkpoint_id=_int(data, "checkpoint_id"),
+            rows=_int(data, "rows"),
+            subtasks=parsed,
+            parked={str(sid): SplitEntry.from_json(e) for sid, e in parked.items()},
+        )
+
+    def locate(self, split_id: str) -> Located | None:
+        return self.index().get(split_id)
+
+    def index(self) -> dict[str, Located]:
+        """Where each split is: under its subtask, or parked (subtask -1, no attempt)."""
+        out = {sid: Located(-1, None, e) for sid, e in self.parked.items()}
+        for s, sub in self.subtasks.items():
+            for sid, e in sub.splits.items():
+                out[sid] = Located(s, sub.attempt, e)
+        return out
+
+    def same_state(self, other: SourceOffset) -> bool:
+        """Equal apart from checkpoint id and row count."""
+        return dict(self.subtasks) == dict(other.subtasks) and dict(self.parked) == dict(other.parked)
+
+
+def _int(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise OffsetError(f"{key!r} must be an integer, got {value!r}")
+    return value
+
+
+# -- planning -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OwnedSplit:
+    """A split the attempt of a subtask holds now, as the driver knows it."""
+
+    split_id: str
+    split: WireSplit
+    seq: int
+    assigned_pos: int
+    end: int | None
+
+
+@dataclass(frozen=True)
+class SubtaskView:
+    """One subtask's session at planning time."""
+
+    attempt: int | None
+    epoch: int
+    applied_seq: int
+    no_more_splits: bool
+    splits: Sequence[OwnedSplit] = ()
+
+
+def allocate(backlog: Mapping[K, int], max_rows: int | None) -> dict[K, int]:
+    """Share ``max_rows`` across the keys in proportion to their backlog (largest
+    remainder, ties by key order); everything when it fits or there is no limit."""
+    wanted = {k: b for k, b in backlog.items() if b > 0}
+    total = sum(wanted.values())
+    if max_rows is None or total <= max_rows:
+        return wanted
+    if max_rows <= 0:
+        return {}
+    shares: dict[K, int] = {}
+    remainders: list[tuple[int, int, K]] = []
+    for order, k in enumerate(sorted(wanted, key=_sort_key)):
+        share, rem = divmod(max_rows * wanted[k], total)
+        shares[k] = share
+        remainders.append((-rem, order, k))
+    left = max_rows - sum(shares.values())
+    for _, _, k in sorted(remainders)[:left]:
+        shares[k] += 1
+    return {k: n for k, n in shares.items() if n > 0}
+
+
+def _sort_key(key: Any) -> Any:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def plan_next(
+    start: SourceOffset,
+    views: Mapping[int, SubtaskView],
+    max_rows: int | None,
+    available: Callable[[OwnedSplit, int], int],
+    reported_finished: Collection[str] = (),
+) -> SourceOffset:
+    """The next offset after ``start``, or ``start`` itself when nothing changed.
+
+    Active subtasks (``attempt`` set) list every split they own: one read under the
+    same identity as in ``start`` advances to what is available
+    (``available(split, base_position)``), within ``max_rows`` shared by backlog; a
+    new identity starts where the assignment says, or further if this query already
+    read further. A subtask that is not active (registering) keeps its entry from
+    ``start``. Splits that leave every subtask are parked with their positions,
+    unless they were reported finished (``reported_finished``)."""
+    located = start.index()
+    bases: dict[tuple[int, str], int] = {}
+    backlog: dict[tuple[int, str], int] = {}
+    claimed: set[str] = set()
+    for s, view in views.items():
+        if view.attempt is None:
+            continue
+        for owned in view.splits:
+            claimed.add(owned.split_id)
+            key = (s, owned.split_id)
+            prev = located.get(owned.split_id)
+            if prev is not None and prev.same_identity(s, view.attempt, owned.seq):
+                base = prev.entry.pos
+                limit = max(base, available(owned, base))
+                if owned.end is not None:
+                    limit = min(limit, owned.end)
+                backlog[key] = max(0, limit - base)
+            else:
+                base = owned.assigned_pos if prev is None else max(owned.assigned_pos, prev.entry.pos)
+            bases[key] = base
+    granted = allocate(backlog, max_rows)
+    subtasks: dict[int, SubtaskOffset] = {}
+    for s, view in sorted(views.items()):
+        if view.attempt is None:
+            kept = start.subtasks.get(s)
+            if kept is not None:
+                splits = {sid: e for sid, e in kept.splits.items() if sid not in claimed}
+                subtasks[s] = SubtaskOffset(kept.attempt, kept.epoch, kept.applied_seq, kept.no_more_splits, splits)
+                claimed.update(splits)
+            continue
+        entries = {
+            owned.split_id: SplitEntry(
+                split=owned.split,
+                seq=owned.seq,
+                pos=bases[(s, owned.split_id)] + granted.get((s, owned.split_id), 0),
+                end=owned.end,
+            )
+            for owned in view.splits
+        }
+        subtasks[s] = SubtaskOffset(view.attempt, view.epoch, view.applied_seq, view.no_more_splits, entries)
+    done = set(reported_finished)
+    parked = {
+        sid: SplitEntry(where.entry.split, 0, where.entry.pos, where.entry.end)
+        for sid, where in sorted(located.items())
+        if sid not in claimed and sid not in done
+    }
+    candidate = SourceOffset(start.checkpoint_id, start.rows, subtasks, parked)
+    if candidate.same_state(start):
+        return start
+    return SourceOffset(start.checkpoint_id + 1, start.rows + sum(granted.values()), subtasks, parked)
+
+
+@dataclass(frozen=True)
+class PlannedRange:
+    split: WireSplit
+    start: int
+    end: int
+
+    @property
+    def rows(self) -> int:
+        return self.end - self.start
+
+
+def ranges_between(start: SourceOffset, end: SourceOffset) -> dict[int, list[PlannedRange]]:
+    """What the batch ``(start, end]`` reads, per subtask: the advance of every split
+    whose identity is the same in both offsets."""
+    located = start.index()
+    out: dict[int, list[PlannedRange]] = {}
+    for s in sorted(end.subtasks):
+        sub = end.subtasks[s]
+        for sid in sorted(sub.splits):
+            entry = sub.splits[sid]
+            prev = located.get(sid)
+            if prev is None or not prev.same_identity(s, sub.attempt, entry.seq):
+                continue
+            if entry.pos > prev.entry.pos:
+                out.setdefault(s, []).append(PlannedRange(entry.split, prev.entry.pos, entry.pos))
+    return out
