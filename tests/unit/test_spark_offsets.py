@@ -1,0 +1,253 @@
+"""The Spark source's offsets (pure planning) and the sequence connector's position ranges."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sluicegate_connectors.sequence import SequenceOptions, SequenceReader, SequenceSource, SequenceSplit
+
+from sluicegate.spark.offsets import (
+    OffsetError,
+    OwnedSplit,
+    SourceOffset,
+    SplitEntry,
+    SubtaskOffset,
+    SubtaskView,
+    allocate,
+    plan_next,
+    ranges_between,
+)
+
+
+def wire(k: int, size: int = 100, position: int | None = None) -> dict[str, object]:
+    start = k * size
+    return {
+        "split_id": f"seq-{k:05d}",
+        "start": start,
+        "end": start + size,
+        "position": start if position is None else position,
+    }
+
+
+def owned(k: int, seq: int, size: int = 100, position: int | None = None) -> OwnedSplit:
+    w = wire(k, size, position)
+    return OwnedSplit(str(w["split_id"]), w, seq, int(w["position"]), int(w["end"]))  # type: ignore[call-overload]
+
+
+def all_available(split: OwnedSplit, base: int) -> int:
+    assert split.end is not None
+    return split.end
+
+
+def view(attempt: int | None, *splits: OwnedSplit, applied_seq: int = 1, no_more: bool = False) -> SubtaskView:
+    return SubtaskView(attempt, 1, applied_seq, no_more, splits)
+
+
+# -- JSON ---------------------------------------------------------------------------
+
+
+def test_offset_json_round_trip_is_canonical() -> None:
+    entries = {
+        "seq-00001": SplitEntry(wire(1), 2, 150, 200),
+        "seq-00000": SplitEntry(wire(0), 1, 0, 100),
+    }
+    offset = SourceOffset(
+        7,
+        rows=150,
+        subtasks={1: SubtaskOffset(3, 2, 2, False, entries), 0: SubtaskOffset(None)},
+        parked={"seq-00009": SplitEntry(wire(9), 0, 950, 1000)},
+    )
+    data = offset.to_json()
+    assert list(data["subtasks"]) == ["0", "1"]
+    assert list(data["subtasks"]["1"]["splits"]) == ["seq-00000", "seq-00001"]
+    again = SourceOffset.from_json(json.loads(json.dumps(data)))
+    assert again == offset
+    assert json.dumps(again.to_json()) == json.dumps(data)  # Spark compares offsets as JSON text
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        {"v": 99, "checkpoint_id": 1, "rows": 0, "subtasks": {}},
+        {"v": 1, "checkpoint_id": "1", "rows": 0, "subtasks": {}},
+        {"v": 1, "checkpoint_id": 1, "rows": 0},
+        {"v": 1, "checkpoint_id": 1, "rows": 0, "subtasks": {"x": {"splits": {}}}},
+    ],
+)
+def test_foreign_offsets_are_refused(bad: object) -> None:
+    with pytest.raises(OffsetError):
+        SourceOffset.from_json(bad)
+
+
+# -- admission control --------------------------------------------------------------
+
+
+def test_allocate_gives_everything_when_it_fits_or_without_limit() -> None:
+    assert allocate({"a": 5, "b": 0, "c": 3}, None) == {"a": 5, "c": 3}
+    assert allocate({"a": 5, "c": 3}, 8) == {"a": 5, "c": 3}
+
+
+def test_allocate_shares_in_proportion_to_backlog() -> None:
+    shares = allocate({"a": 300, "b": 100}, 100)
+    assert shares == {"a": 75, "b": 25}
+
+
+def test_allocate_spends_the_whole_budget_by_largest_remainder() -> None:
+    shares = allocate({"a": 1, "b": 1, "c": 1}, 2)
+    assert sum(shares.values()) == 2 and set(shares) == {"a", "b"}  # ties go by key order
+    shares = allocate({"a": 10, "b": 7, "c": 1}, 9)
+    assert sum(shares.values()) == 9
+    assert all(shares.get(k, 0) <= b for k, b in {"a": 10, "b": 7, "c": 1}.items())
+    assert shares == {"a": 5, "b": 4}  # 5.0, 3.5, 0.5 -> 5, 3(+1), 0
+
+
+def test_allocate_with_a_zero_budget_gives_nothing() -> None:
+    assert allocate({"a": 10}, 0) == {}
+
+
+# -- planning -----------------------------------------------------------------------
+
+
+def test_a_new_identity_reads_nothing_in_its_first_offset() -> None:
+    start = SourceOffset(100)
+    end = plan_next(start, {0: view(1, owned(0, 1), owned(1, 1))}, None, all_available)
+    assert end.checkpoint_id == 101 and end.rows == 0
+    assert {sid: e.pos for sid, e in end.subtasks[0].splits.items()} == {"seq-00000": 0, "seq-00001": 100}
+    assert ranges_between(start, end) == {}
+
+
+def test_the_same_identity_advances_to_what_is_available() -> None:
+    views = {0: view(1, owned(0, 1)), 1: view(4, owned(1, 2), applied_seq=2)}
+    first = plan_next(SourceOffset(1), views, None, all_available)
+    second = plan_next(first, views, None, all_available)
+    assert second.checkpoint_id == 3 and second.rows == 200
+    planned = ranges_between(first, second)
+    assert [(r.split["split_id"], r.start, r.end) for r in planned[0]] == [("seq-00000", 0, 100)]
+    assert [(r.split["split_id"], r.start, r.end) for r in planned[1]] == [("seq-00001", 100, 200)]
+    assert second.subtasks[1].attempt == 4 and second.subtasks[1].applied_seq == 2
+    assert all(e.finished for sub in second.subtasks.values() for e in sub.splits.values())
+
+
+def test_nothing_new_returns_the_start_offset_itself() -> None:
+    views = {0: view(1, owned(0, 1))}
+    first = plan_next(SourceOffset(1), views, None, all_available)
+    second = plan_next(first, views, None, all_available)
+    assert plan_next(second, views, None, all_available) is second
+
+
+def test_max_rows_is_shared_by_backlog_across_subtasks() -> None:
+    views = {0: view(1, owned(0, 1, size=300)), 1: view(1, owned(1, 1, size=100))}
+    first = plan_next(SourceOffset(1), views, None, all_available)
+    second = plan_next(first, views, 100, all_available)
+    assert second.rows == 100
+    assert second.subtasks[0].splits["seq-00000"].pos == 75
+    assert second.subtasks[1].splits["seq-00001"].pos == 100 + 25
+
+
+def test_available_limits_the_advance_and_is_asked_at_the_base_position() -> None:
+    asked: list[tuple[str, int]] = []
+
+    def ten_more(split: OwnedSplit, base: int) -> int:
+        asked.append((split.split_id, base))
+        return base + 10
+
+    views = {0: view(1, owned(0, 1))}
+    first = plan_next(SourceOffset(1), views, None, ten_more)
+    second = plan_next(first, views, None, ten_more)
+    third = plan_next(second, views, None, ten_more)
+    assert [e.pos for e in third.subtasks[0].splits.values()] == [20]
+    assert asked == [("seq-00000", 0), ("seq-00000", 10)]
+
+
+def test_a_reassigned_split_starts_where_this_query_stopped_not_before() -> None:
+    # Subtask 0 attempt 1 read seq-00000 to 60; after a restart the coordinator gives it
+    # to subtask 1 attempt 2 at an older (acknowledged) position 40.
+    read = SourceOffset(5, 60, {0: SubtaskOffset(1, 1, 1, False, {"seq-00000": SplitEntry(wire(0), 1, 60, 100)})})
+    views = {0: view(2), 1: view(2, owned(0, 3, position=40), applied_seq=3)}
+    end = plan_next(read, views, None, all_available)
+    assert end.subtasks[1].splits["seq-00000"].pos == 60
+    assert end.subtasks[0].splits == {}
+    assert ranges_between(read, end) == {}  # a new identity reads nothing yet
+    # a position further than what this query read is taken as given
+    views = {1: view(2, owned(0, 3, position=80), applied_seq=3)}
+    assert plan_next(read, views, None, all_available).subtasks[1].splits["seq-00000"].pos == 80
+
+
+def test_a_registering_subtask_keeps_its_entry_until_it_is_active() -> None:
+    entries = {"seq-00000": SplitEntry(wire(0), 1, 60, 100), "seq-00001": SplitEntry(wire(1), 1, 130, 200)}
+    restored = SourceOffset(5, 90, {0: SubtaskOffset(1, 1, 1, False, entries)})
+    # nobody registered yet: nothing changes
+    assert plan_next(restored, {0: view(None), 1: view(None)}, None, all_available) is restored
+    # subtask 1 is active and got seq-00001: subtask 0 keeps only seq-00000 until it is active
+    end = plan_next(restored, {0: view(None), 1: view(2, owned(1, 1, position=130))}, None, all_available)
+    assert set(end.subtasks[0].splits) == {"seq-00000"} and end.subtasks[0].attempt == 1
+    assert set(end.subtasks[1].splits) == {"seq-00001"}
+
+
+def test_splits_that_leave_every_subtask_are_parked_unless_reported_finished() -> None:
+    entries = {
+        "seq-00000": SplitEntry(wire(0), 1, 60, 100),
+        "seq-00001": SplitEntry(wire(1), 1, 200, 200),
+        "seq-00002": SplitEntry(wire(2), 1, 300, 300),
+    }
+    start = SourceOffset(5, 0, {0: SubtaskOffset(1, 1, 1, False, entries)})
+    end = plan_next(start, {0: view(2, applied_seq=2)}, None, all_available, reported_finished={"seq-00002"})
+    assert {sid: e.pos for sid, e in end.parked.items()} == {"seq-00000": 60, "seq-00001": 200}
+    # given back later at an older position, it resumes from the parked one
+    later = plan_next(end, {0: view(2, owned(0, 3, position=40), applied_seq=3)}, None, all_available)
+    assert later.subtasks[0].splits["seq-00000"].pos == 60
+    assert set(later.parked) == {"seq-00001"}
+
+
+def test_no_more_splits_and_attempt_changes_make_a_new_offset_without_rows() -> None:
+    views = {0: view(1, owned(0, 1))}
+    first = plan_next(SourceOffset(1), views, None, all_available)
+    done = plan_next(first, views, None, all_available)
+    finished = plan_next(done, {0: view(1, applied_seq=2, no_more=True)}, None, all_available, {"seq-00000"})
+    assert finished.checkpoint_id == done.checkpoint_id + 1 and finished.rows == done.rows
+    assert finished.subtasks[0].finished and finished.parked == {}
+
+
+# -- the sequence connector's position ranges ---------------------------------------
+
+
+def test_sequence_ranges_give_what_its_reader_gives() -> None:
+    options = SequenceOptions(splits=3, records_per_split=50, event_interval_ms=7)
+    source = SequenceSource(options)
+    reader = SequenceReader(options)
+    reader.add_splits(options.all_splits())
+    expected: dict[str, list[tuple[int, int | None]]] = {}
+    while True:
+        result = reader.next_batch(1000)
+        for record in result.records:
+            expected.setdefault(record.split_id, []).append((record.value, record.event_time_ms))
+        if not reader.snapshot_state(0):
+            break
+    for split in options.all_splits():
+        got: list[tuple[int, int | None]] = []
+        for a, b in ((split.start, split.start + 17), (split.start + 17, split.end)):
+            assert b is not None
+            for chunk in source.read_range(split, a, b, 8):
+                assert len(chunk) <= 8
+                got.extend(zip(chunk.values.to_pylist(), chunk.event_times_ms.to_pylist(), strict=True))
+        assert got == expected[split.split_id]
+        assert source.event_time_before(split, split.start) is None
+        assert source.event_time_before(split, split.start + 17) == expected[split.split_id][16][1]
+
+
+def test_sequence_available_end() -> None:
+    bounded = SequenceSource(SequenceOptions(splits=2, records_per_split=1000))
+    split = SequenceSplit("seq-00001", 1000, 2000, 1200)
+    assert bounded.available_end(split, 0) == 2000
+    assert bounded.is_finished_at(split, 2000) and not bounded.is_finished_at(split, 1999)
+    rated = SequenceSource(SequenceOptions(splits=2, records_per_split=1000, rate=10, start_time_ms=1_000_000))
+    assert rated.available_end(split, 1_000_000) == 1200  # never below the position
+    assert rated.available_end(split, 1_000_000 + 30_000) == 1300
+    assert rated.available_end(split, 1_000_000 + 3_000_000) == 2000
+    unbounded = SequenceSource(SequenceOptions(splits=2, records_per_split=None))
+    far = SequenceSplit("seq-00000", 0, None, 5)
+    assert unbounded.available_end(far, 0) > 5 and unbounded.split_end(far) is None
+    with pytest.raises(ValueError):
+        next(bounded.read_range(split, 999, 1100, 10))
