@@ -727,8 +727,12 @@ class ReaderHost:
             session = self._session
             if not session.active:
                 continue
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that arrives once the send
+            # is done but before this task resumes (the heartbeat and the final ReaderLeaving are
+            # answered by one produce response), and _shutdown then waits for this loop for ever.
             try:
-                await asyncio.wait_for(self._send_plain(session.heartbeat(), wait=True), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._send_plain(session.heartbeat(), wait=True)
             except TimeoutError:
                 log.warning("a heartbeat was not delivered within %.1f s", timeout)
 
