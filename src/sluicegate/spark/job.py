@@ -1,0 +1,341 @@
+"""The main job: a Spark Structured Streaming query over the sluicegate source that
+counts and sums the values of each event-time minute, written to Parquet.
+
+The query reads ``format("sluicegate")`` (one Spark partition per reader subtask),
+groups by ``window(event_time, "1 minute")`` (a stateful aggregation, no
+watermark: a bounded run keeps every window's state, and a split read late never
+has its rows dropped), and writes each micro-batch's updated windows with
+``foreachBatch`` to ``OUTPUT/batch_id=N/`` (overwriting that directory, so a batch
+Spark runs again after a crash replaces its own files). The result table is, per
+window, the row of the highest batch. With ``availableNow`` (the default) the
+query ends when the bounded source is read to its end.
+
+Run it as ``python -m sluicegate.spark.job --source S --output DIR --checkpoint DIR
+[--option k=v ...]``: it prints ``progress ...`` lines and a final ``RESULT {json}``
+line; with ``--check`` it compares the table with the one a ``sequence`` source
+must give and exits 1 if they differ. ``sluicegate demo`` (spark/commands.py) runs
+the same job in-process with a live view.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sluicegate.api.errors import ConfigError
+
+WINDOW_MS = 60_000
+QUIET_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    source: str
+    output_dir: Path
+    checkpoint_dir: Path
+    bootstrap_servers: str = ""
+    parallelism: int = 4
+    connector: str = "sequence"
+    connector_options: Mapping[str, str] = field(default_factory=dict)
+    namespace: str = "sluicegate"
+    max_records_per_trigger: int | None = None
+    available_now: bool = True
+    processing_time: str | None = None
+    """With ``available_now`` off: the trigger interval (e.g. "1 second"); None: as fast as possible."""
+
+    def reader_options(self) -> dict[str, str]:
+        opts = {
+            "source": self.source,
+            "parallelism": str(self.parallelism),
+            "connector": self.connector,
+            "namespace": self.namespace,
+            "connectorOptions": json.dumps(dict(self.connector_options)),
+        }
+        if self.bootstrap_servers:
+            opts["kafka.bootstrap.servers"] = self.bootstrap_servers
+        if self.max_records_per_trigger:
+            opts["maxRecordsPerTrigger"] = str(self.max_records_per_trigger)
+        return opts
+
+
+@dataclass(frozen=True)
+class WindowRow:
+    start_ms: int
+    end_ms: int
+    count: int
+    sum: int
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    batch_id: int
+    rows: int
+    """Records planned so far by this query (its offsets' running count)."""
+    input_rows_per_second: float
+    elapsed_s: float
+    active: bool
+
+
+def totals(rows: Sequence[WindowRow]) -> tuple[int, int]:
+    return sum(r.count for r in rows), sum(r.sum for r in rows)
+
+
+def expected_sequence_windows(options: Mapping[str, str], window_ms: int = WINDOW_MS) -> list[WindowRow]:
+    """The table a bounded ``sequence`` source must give: value ``k*R + i`` of split ``k``
+    has event time ``start_time_ms + i * event_interval_ms``."""
+    from sluicegate.connectors import load_source
+
+    source: Any = load_source("sequence", options)
+    opts = source.options  # SequenceOptions
+    records = opts.records_per_split
+    if records is None:
+        raise ConfigError("records_per_split", "the expected table exists only for a bounded sequence source")
+    splits, t0, step = opts.splits, opts.start_time_ms, opts.event_interval_ms
+    split_sum = records * splits * (splits - 1) // 2  # sum over k of k*R, per index i
+
+    def rows(i_lo: int, i_hi: int, start: int) -> WindowRow:
+        n = i_hi - i_lo
+        index_sum = (i_lo + i_hi - 1) * n // 2
+        return WindowRow(start, start + window_ms, splits * n, n * split_sum + splits * index_sum)
+
+    if step == 0:
+        start = t0 // window_ms * window_ms
+        return [rows(0, records, start)]
+    out = []
+    first = t0 // window_ms * window_ms
+    last_t = t0 + (records - 1) * step
+    start = first
+    while start <= last_t:
+        i_lo = max(0, math.ceil((start - t0) / step))
+        i_hi = min(records, math.ceil((start + window_ms - t0) / step))
+        if i_hi > i_lo:
+            out.append(rows(i_lo, i_hi, start))
+        start += window_ms
+    return out
+
+
+def spark_session(
+    app_name: str = "sluicegate-job",
+    master: str = "local[2]",
+    shuffle_partitions: int = 4,
+    quiet: bool = False,
+    extra_conf: Mapping[str, str] | None = None,
+) -> Any:
+    """A local SparkSession with the sluicegate source registered (Python workers run
+    this interpreter)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from sluicegate.spark.datasource import register
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if quiet:
+        conf = Path(tempfile.gettempdir()) / "sluicegate-spark-log4j2.properties"
+        conf.write_text(QUIET_LOG4J)
+        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{conf}")
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if quiet:
+        spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def start_query(spark: Any, config: JobConfig) -> Any:
+    """Start the windowed count/sum query; returns the StreamingQuery."""
+    from pyspark.sql import functions as F
+
+    output = str(config.output_dir)
+    events = spark.readStream.format("sluicegate").options(**config.reader_options()).load()
+    windows = events.groupBy(F.window("event_time", "1 minute").alias("window")).agg(
+        F.count(F.lit(1)).alias("count"), F.sum("value").alias("sum")
+    )
+
+    def write_batch(batch: Any, batch_id: int) -> None:
+        rows = batch.select(
+            F.expr("unix_millis(window.start)").alias("window_start_ms"),
+            F.expr("unix_millis(window.end)").alias("window_end_ms"),
+            F.col("count"),
+            F.col("sum"),
+        )
+        rows.write.mode("overwrite").parquet(f"{output}/batch_id={batch_id}")
+
+    writer = (
+        windows.writeStream.outputMode("update")
+        .foreachBatch(write_batch)
+        .option("checkpointLocation", str(config.checkpoint_dir))
+        .queryName(f"sluicegate-windows-{config.source}")
+    )
+    if config.available_now:
+        writer = writer.trigger(availableNow=True)
+    elif config.processing_time:
+        writer = writer.trigger(processingTime=config.processing_time)
+    return writer.start()
+
+
+def read_windows(spark: Any, output_dir: Path) -> list[WindowRow]:
+    """The result table: per window, the row written by the highest batch."""
+    if not output_dir.exists():
+        return []
+    table = spark.read.parquet(str(output_dir))
+    table.createOrReplaceTempView("sluicegate_window_updates")
+    rows = spark.sql(
+        """
+        SELECT window_start_ms, window_end_ms, count, sum FROM (
+          SELECT *, row_number() OVER (PARTITION BY window_start_ms ORDER BY batch_id DESC) AS rn
+          FROM sluicegate_window_updates)
+        WHERE rn = 1 ORDER BY window_start_ms
+        """
+    ).collect()
+    return [WindowRow(int(r[0]), int(r[1]), int(r[2]), int(r[3] or 0)) for r in rows]
+
+
+def _progress_of(query: Any, started: float) -> JobProgress:
+    last = query.lastProgress or {}
+    rows = 0
+    for source in last.get("sources") or []:
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                end = None
+        if isinstance(end, dict) and isinstance(end.get("rows"), int):
+            rows += end["rows"]
+    return JobProgress(
+        batch_id=int(last.get("batchId", -1)),
+        rows=rows,
+        input_rows_per_second=float(last.get("processedRowsPerSecond") or 0.0),
+        elapsed_s=time.monotonic() - started,
+        active=bool(query.isActive),
+    )
+
+
+def run_job(
+    config: JobConfig,
+    spark: Any,
+    on_progress: Callable[[JobProgress], None] | None = None,
+    poll_s: float = 0.5,
+    timeout_s: float | None = None,
+) -> list[WindowRow]:
+    """Run the query until it ends (availableNow) or ``timeout_s``; returns the result table."""
+    started = time.monotonic()
+    query = start_query(spark, config)
+    try:
+        while query.isActive:
+            query.awaitTermination(poll_s)
+            if on_progress is not None:
+                on_progress(_progress_of(query, started))
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"the query did not end within {timeout_s:.0f} s")
+        error = query.exception()
+        if error is not None:
+            raise RuntimeError(f"the streaming query failed: {error}")
+        if on_progress is not None:
+            on_progress(_progress_of(query, started))
+    finally:
+        if query.isActive:
+            query.stop()
+    return read_windows(spark, config.output_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sluicegate.spark.job", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", required=True)
+    parser.add_argument("--output", required=True, type=Path)
+    parser.add_argument("--checkpoint", required=True, type=Path)
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", ""))
+    parser.add_argument("--namespace", default="sluicegate")
+    parser.add_argument("--parallelism", type=int, default=4)
+    parser.add_argument("--connector", default="sequence")
+    parser.add_argument("--option", "-o", action="append", default=[], help="connector option key=value")
+    parser.add_argument("--max-records-per-trigger", type=int, default=None)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--shuffle-partitions", type=int, default=4)
+    parser.add_argument("--progress-interval", type=float, default=1.0)
+    parser.add_argument("--check", action="store_true", help="compare with the table a sequence source must give")
+    parser.add_argument("--quiet", action="store_true", help="Spark logs errors only")
+    args = parser.parse_args(argv)
+
+    from sluicegate.connectors import parse_options
+
+    try:
+        options = parse_options(args.option)
+        config = JobConfig(
+            source=args.source,
+            output_dir=args.output.resolve(),
+            checkpoint_dir=args.checkpoint.resolve(),
+            bootstrap_servers=args.bootstrap_servers,
+            parallelism=args.parallelism,
+            connector=args.connector,
+            connector_options=options,
+            namespace=args.namespace,
+            max_records_per_trigger=args.max_records_per_trigger,
+        )
+        expected = expected_sequence_windows(options) if args.check else None
+    except ConfigError as exc:
+        print(f"sluicegate.spark.job: {exc}", file=sys.stderr)
+        return 2
+    spark = spark_session(f"sluicegate-{args.source}", args.master, args.shuffle_partitions, quiet=args.quiet)
+    last_print = [0.0]
+
+    def report(p: JobProgress) -> None:
+        now = time.monotonic()
+        if now - last_print[0] >= args.progress_interval or not p.active:
+            last_print[0] = now
+            print(
+                f"progress batch={p.batch_id} rows={p.rows} rate={p.input_rows_per_second:.0f}/s "
+                f"elapsed={p.elapsed_s:.1f}s",
+                flush=True,
+            )
+
+    try:
+        table = run_job(config, spark, report)
+    finally:
+        spark.stop()
+    count, total = totals(table)
+    ok = expected is None or table == expected
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "windows": len(table),
+                "count": count,
+                "sum": total,
+                "ok": ok,
+                "table": [[r.start_ms, r.end_ms, r.count, r.sum] for r in table],
+            }
+        ),
+        flush=True,
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""The main job end to end: real Spark (local mode), real Kafka, a real coordinator process.
+
+A bounded ``sequence`` source of 64 splits x 20,000 values is read by a Spark
+Structured Streaming query with 4 reader subtasks (``format("sluicegate")``), which
+counts and sums every event-time minute into Parquet. Each test checks the whole
+result table against the one the source must give (so the count and the sum are
+exact: nothing lost, nothing read twice) and that the audit of the control topics
+is clean:
+
+1. a plain run;
+2. the Spark driver SIGKILLed mid-run (the job runs as a subprocess,
+   ``python -m sluicegate.spark.job``, killed with its JVM and Python workers),
+   then restarted from its checkpoint: registration reports the restored splits
+   and the coordinator reconciles;
+3. the coordinator SIGKILLed mid-run and a successor started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+
+import contextlib
+import itertools
+
+from processes import Proc, ProcessGroup
+
+from sluicegate.audit.commands import run_audit
+from sluicegate.spark.job import (
+    JobConfig,
+    JobProgress,
+    expected_sequence_windows,
+    run_job,
+    spark_session,
+    totals,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(480)]
+
+PARALLELISM = 4
+SPLITS = 64
+RECORDS_PER_SPLIT = 20_000
+TOTAL = SPLITS * RECORDS_PER_SPLIT
+OPTIONS = {"splits": str(SPLITS), "records_per_split": str(RECORDS_PER_SPLIT)}
+EXPECTED = expected_sequence_windows(OPTIONS)
+MAX_RECORDS_PER_TRIGGER = 160_000
+"""About 8 data batches, so that a kill lands mid-run."""
+
+
+@pytest.fixture(scope="module")
+def spark(kafka_bootstrap: str) -> Iterator[Any]:
+    session = spark_session("sluicegate-e2e", quiet=True)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def procs(tmp_path: Path, kafka_bootstrap: str) -> Iterator[ProcessGroup]:
+    group = ProcessGroup(tmp_path, kafka_bootstrap)
+    yield group
+    for proc in group.procs:
+        if proc.popen.poll() is None:
+            _kill_group(proc)
+    group.stop_all()
+
+
+def _kill_group(proc: Proc) -> None:
+    """SIGKILL the process and everything it started (its session: JVM, Python workers)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.popen.pid, signal.SIGKILL)
+    proc.popen.wait(10)
+
+
+def _config(source: str, tmp_path: Path, bootstrap: str) -> JobConfig:
+    return JobConfig(
+        source=source,
+        output_dir=tmp_path / "windows",
+        checkpoint_dir=tmp_path / "checkpoint",
+        bootstrap_servers=bootstrap,
+        parallelism=PARALLELISM,
+        connector_options=OPTIONS,
+        max_records_per_trigger=MAX_RECORDS_PER_TRIGGER,
+    )
+
+
+def _start_job(group: ProcessGroup, name: str, source: str, tmp_path: Path) -> Proc:
+    args = [
+        "--source", source,
+        "--output", str(tmp_path / "windows"),
+        "--checkpoint", str(tmp_path / "checkpoint"),
+        "--parallelism", str(PARALLELISM),
+        "--max-records-per-trigger", str(MAX_RECORDS_PER_TRIGGER),
+        "--progress-interval", "0.5",
+        "--check",
+        "--quiet",
+    ]  # fmt: skip
+    for key, value in OPTIONS.items():
+        args += ["--option", f"{key}={value}"]
+    log_path = tmp_path / f"{name}.log"
+    with log_path.open("ab") as handle:
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "sluicegate.spark.job", *args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=group.bootstrap, PYTHONUNBUFFERED="1"),
+            start_new_session=True,
+        )
+    proc = Proc(name, popen, log_path, args)
+    group.procs.append(proc)
+    return proc
+
+
+def _rows_planned(proc: Proc) -> int:
+    found = re.findall(r"progress batch=-?\d+ rows=(\d+)", proc.log())
+    return int(found[-1]) if found else 0
+
+
+def _result(proc: Proc) -> dict[str, Any]:
+    lines = proc.lines_with("RESULT ")
+    assert lines, f"{proc.name} printed no RESULT:\n{proc.tail(60)}"
+    result: dict[str, Any] = json.loads(lines[-1].split("RESULT ", 1)[1])
+    return result
+
+
+def _assert_audit_clean(bootstrap: str, source: str) -> None:
+    result = asyncio.run(run_audit(bootstrap, source))
+    assert result.ok, f"audit: {result.first_violation}"
+    summary = result.summary
+    assert summary.splits_assigned == SPLITS
+    assert summary.splits_finished == SPLITS
+    assert summary.splits_owned == 0
+
+
+def test_the_job_counts_and_sums_every_value_exactly_once(
+    spark: Any, procs: ProcessGroup, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    procs.coordinator(unique_source, PARALLELISM, OPTIONS)
+    progress: list[JobProgress] = []
+    table = run_job(_config(unique_source, tmp_path, kafka_bootstrap), spark, progress.append, timeout_s=300)
+
+    assert totals(table) == (TOTAL, TOTAL * (TOTAL - 1) // 2)
+    assert table == EXPECTED
+    assert progress[-1].rows == TOTAL
+    # admission control: no batch planned more than maxRecordsPerTrigger
+    batches = {p.batch_id: p.rows for p in progress}
+    rows = [batches[b] for b in sorted(batches)]
+    assert all(b - a <= MAX_RECORDS_PER_TRIGGER for a, b in itertools.pairwise(rows))
+    _assert_audit_clean(kafka_bootstrap, unique_source)
+
+
+def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
+    procs: ProcessGroup, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    procs.coordinator(unique_source, PARALLELISM, OPTIONS)
+    first = _start_job(procs, "job-1", unique_source, tmp_path)
+    deadline = time.monotonic() + 180
+    while _rows_planned(first) < TOTAL // 4:
+        assert first.popen.poll() is None, f"the job ended early:\n{first.tail(40)}"
+        assert time.monotonic() < deadline, f"the job made no progress:\n{first.tail(40)}"
+        time.sleep(0.2)
+    time.sleep(random.uniform(0.0, 1.5))  # land anywhere in a batch
+    _kill_group(first)
+    killed_at = _rows_planned(first)
+    assert killed_at < TOTAL and not first.lines_with("RESULT "), "the job finished before it was killed"
+
+    second = _start_job(procs, "job-2", unique_source, tmp_path)
+    assert second.wait(300) == 0, second.tail(60)
+    result = _result(second)
+    assert result["ok"], result
+    assert (result["count"], result["sum"]) == (TOTAL, TOTAL * (TOTAL - 1) // 2)
+    # the restarted driver registered with the splits of its restored offsets (FLIP-537)
+    reported = [int(n) for n in re.findall(r"(\d+) reported splits", second.log())]
+    assert reported and sum(reported) > 0, second.tail(60)
+    assert second.lines_with("restored at checkpoint")
+    _assert_audit_clean(kafka_bootstrap, unique_source)
+
+
+def test_a_killed_coordinator_is_succeeded_and_the_job_ends_exactly_once(
+    spark: Any, procs: ProcessGroup, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    coordinator = procs.coordinator(unique_source, PARALLELISM, OPTIONS)
+    state: dict[str, Any] = {}
+
+    def kill_coordinator_mid_run(p: JobProgress) -> None:
+        if "successor" not in state and p.rows >= TOTAL // 3:
+            coordinator.kill()
+            state["killed_at"] = p.rows
+            state["successor"] = procs.coordinator(unique_source, PARALLELISM, OPTIONS)
+
+    table = run_job(_config(unique_source, tmp_path, kafka_bootstrap), spark, kill_coordinator_mid_run, timeout_s=360)
+
+    assert "successor" in state, "the job ended before the coordinator was killed"
+    assert state["killed_at"] < TOTAL
+    assert totals(table) == (TOTAL, TOTAL * (TOTAL - 1) // 2)
+    assert table == EXPECTED
+    result = asyncio.run(run_audit(kafka_bootstrap, unique_source))
+    assert len(result.summary.epochs) >= 2, result.summary.epochs
+    _assert_audit_clean(kafka_bootstrap, unique_source)
