@@ -149,7 +149,7 @@ async def test_a_killed_reader_s_splits_are_released_and_read_by_the_others(
     procs.coordinator(unique_source, 4, options, *COORDINATOR_TIMEOUTS)
     outs = {k: tmp_path / f"reader-{k}.jsonl" for k in range(4)}
     # slow enough that few splits finish during the set-up (~8 s), which would shrink the fair share
-    rates = {1: "60", 2: "60", 3: "40"}
+    rates = {1: "50", 2: "50", 3: "30"}
     steady = {k: procs.reader(unique_source, k, {**options, "rate": rates[k]}, outs[k], *READER_TIMING) for k in rates}
     for reader in steady.values():
         await reader.wait_for_log_async("registered as attempt 1", timeout_s=30)
