@@ -18,6 +18,8 @@ is clean:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import os
 import random
@@ -33,9 +35,6 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-
-import contextlib
-import itertools
 
 from processes import Proc, ProcessGroup
 

@@ -24,7 +24,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,15 +33,6 @@ from typing import Any
 from sluicegate.api.errors import ConfigError
 
 WINDOW_MS = 60_000
-QUIET_LOG4J = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
-"""
 
 
 @dataclass(frozen=True)
@@ -154,10 +144,6 @@ def spark_session(
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
     )
-    if quiet:
-        conf = Path(tempfile.gettempdir()) / "sluicegate-spark-log4j2.properties"
-        conf.write_text(QUIET_LOG4J)
-        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{conf}")
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
