@@ -79,6 +79,8 @@ FORMAT = "sluicegate"
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 LOG_LEVEL_ENV = "SLUICEGATE_SPARK_LOG_LEVEL"
 WAITING_NOTICE_S = 30.0
+SETTLE_S = 3.0
+"""How long a batch that would read nothing waits for the other subtasks to register."""
 
 _SQL_TYPES: dict[str, tuple[DataType, str]] = {
     "bigint": (LongType(), "int64"),
@@ -321,16 +323,25 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         generation = driver.generation
         waited = False
         since = time.monotonic()
+        settle_until = since + SETTLE_S
         while True:
             planning = driver.planning_state()
             end = plan_next(start_offset, planning.views, max_rows, self._available, planning.reported_finished)
             if end is not start_offset:
-                if end.rows == start_offset.rows and not waited:
-                    # Only assignments or bookkeeping changed: let a burst of coordinator
-                    # records settle before paying for a batch that reads nothing.
-                    waited = True
-                    generation = driver.wait_for_change(generation, 0.3)
-                    continue
+                if end.rows == start_offset.rows:
+                    if available_now and self._done(driver):
+                        # Only bookkeeping (finished splits reported, NoMoreSplits) is new:
+                        # no batch for it, the coordinator already has what it needs.
+                        driver.leave()
+                        log.info("source %s: everything available was read", self.config.source)
+                        return start
+                    if not waited or (time.monotonic() < settle_until and not driver.all_active()):
+                        # Only assignments or bookkeeping changed: let a burst of coordinator
+                        # records (and the other subtasks' registrations) settle before paying
+                        # for a batch that reads nothing.
+                        waited = True
+                        generation = driver.wait_for_change(generation, 0.3)
+                        continue
                 return end.to_json()
             if not available_now:
                 if waited:
