@@ -161,10 +161,24 @@ def test_the_job_counts_and_sums_every_value_exactly_once(
     _assert_audit_clean(kafka_bootstrap, unique_source)
 
 
+@pytest.mark.parametrize(
+    ("coordinator_args", "down_s"),
+    [
+        pytest.param((), 0.0, id="restart-at-once"),
+        # Down longer than the coordinator's departure timeout: the subtasks' checkpointed
+        # splits went back to the enumerator (positions from the acks) before the restart.
+        pytest.param(("--session-timeout-ms", "2000", "--reader-departure-timeout-ms", "3000"), 8.0, id="departed"),
+    ],
+)
 def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
-    procs: ProcessGroup, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+    procs: ProcessGroup,
+    kafka_bootstrap: str,
+    unique_source: str,
+    tmp_path: Path,
+    coordinator_args: tuple[str, ...],
+    down_s: float,
 ) -> None:
-    procs.coordinator(unique_source, PARALLELISM, OPTIONS)
+    coordinator = procs.coordinator(unique_source, PARALLELISM, OPTIONS, *coordinator_args)
     first = _start_job(procs, "job-1", unique_source, tmp_path)
     deadline = time.monotonic() + 180
     while _rows_planned(first) < TOTAL // 4:
@@ -175,6 +189,9 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
     _kill_group(first)
     killed_at = _rows_planned(first)
     assert killed_at < TOTAL and not first.lines_with("RESULT "), "the job finished before it was killed"
+    if down_s:
+        time.sleep(down_s)
+        assert coordinator.lines_with("departed"), coordinator.tail(30)
 
     second = _start_job(procs, "job-2", unique_source, tmp_path)
     assert second.wait(300) == 0, second.tail(60)
