@@ -364,6 +364,10 @@ class SparkReaderDriver:
                 log.warning("reading %s failed: %s", self.topics.readers, exc)
                 await asyncio.sleep(1.0)
                 continue
+            except Exception:  # never let the control loop die: registrations would stop
+                log.exception("the control loop of %s failed; retrying", self.settings.source)
+                await asyncio.sleep(1.0)
+                continue
             for tp, records in batches.items():
                 for record in records:
                     if not await self._on_record(tp.partition, record):
