@@ -29,18 +29,37 @@ app.command("audit")(audit_command)
 @app.command("demo")
 def demo(
     readers: Annotated[
-        str, typer.Option(help="spark: the Spark Structured Streaming job; processes: standalone reader processes")
-    ] = "processes",
-    keep_workdir: Annotated[bool, typer.Option(help="Keep logs and outputs")] = False,
+        str,
+        typer.Option(help="spark: the Spark Structured Streaming job reads the splits; processes: 3 reader processes"),
+    ] = "spark",
+    splits: Annotated[int, typer.Option(help="Splits of the bounded sequence source (spark)")] = 64,
+    records_per_split: Annotated[int, typer.Option(help="Values per split (spark)")] = 50_000,
+    parallelism: Annotated[int, typer.Option(help="Reader subtasks = Spark partitions per batch (spark)")] = 4,
+    max_records_per_trigger: Annotated[int, typer.Option(help="Admission control: rows per micro-batch (spark)")] = (
+        250_000
+    ),
+    keep_workdir: Annotated[bool, typer.Option(help="Keep logs, outputs and checkpoints")] = False,
 ) -> None:
     """The main job end to end on embedded defaults: a local Kafka broker, the topics, a
-    coordinator and readers on the built-in `sequence` source, then the audit; all torn down."""
-    from sluicegate.demo import DemoPlan, run_process_demo
+    coordinator, and a Spark Structured Streaming job reading the built-in `sequence` source
+    through sluicegate into per-minute windows (or, with --readers processes, standalone reader
+    processes); then the result and the audit, and everything is torn down."""
+    if readers == "spark":
+        from sluicegate.spark.commands import SparkDemoPlan, run_spark_demo
 
-    if readers not in ("processes", "spark"):
-        typer.echo(f"sluicegate demo: invalid setting '--readers': {readers!r} is not spark or processes", err=True)
-        raise typer.Exit(2)
-    raise typer.Exit(run_process_demo(DemoPlan(), keep_workdir=keep_workdir))
+        plan = SparkDemoPlan(
+            splits=splits,
+            records_per_split=records_per_split,
+            parallelism=parallelism,
+            max_records_per_trigger=max_records_per_trigger,
+        )
+        raise typer.Exit(run_spark_demo(plan, keep_workdir=keep_workdir))
+    if readers == "processes":
+        from sluicegate.demo import DemoPlan, run_process_demo
+
+        raise typer.Exit(run_process_demo(DemoPlan(), keep_workdir=keep_workdir))
+    typer.echo(f"sluicegate demo: invalid setting '--readers': {readers!r} is not spark or processes", err=True)
+    raise typer.Exit(2)
 
 
 app.add_typer(broker_app, name="broker")

@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -61,25 +60,6 @@ class SparkDemoPlan:
             "records_per_split": str(self.records_per_split),
             "event_interval_ms": str(self.event_interval_ms),
         }
-
-
-def spark_demo_command(
-    splits: Annotated[int, typer.Option(help="Splits of the bounded sequence source")] = 64,
-    records_per_split: Annotated[int, typer.Option(help="Values per split")] = 50_000,
-    parallelism: Annotated[int, typer.Option(help="Reader subtasks = Spark partitions per batch")] = 4,
-    max_records_per_trigger: Annotated[int, typer.Option(help="Admission control: rows per micro-batch")] = 250_000,
-    keep_workdir: Annotated[bool, typer.Option(help="Keep logs, checkpoint and Parquet output")] = False,
-) -> None:
-    """The main job end to end: a local Kafka broker, the topics, a coordinator, and a Spark
-    Structured Streaming job reading a bounded `sequence` source through sluicegate (per-minute
-    event-time windows, count and sum, to Parquet); then the result table and the audit."""
-    plan = SparkDemoPlan(
-        splits=splits,
-        records_per_split=records_per_split,
-        parallelism=parallelism,
-        max_records_per_trigger=max_records_per_trigger,
-    )
-    raise typer.Exit(run_spark_demo(plan, keep_workdir=keep_workdir))
 
 
 @contextlib.contextmanager
