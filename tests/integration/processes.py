@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,21 +123,31 @@ class ProcessGroup:
         self.bootstrap = bootstrap
         self.procs: list[Proc] = []
 
-    def _env(self, without: Sequence[str] = ()) -> dict[str, str]:
+    def _env(self, without: Sequence[str] = (), extra: Mapping[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=self.bootstrap, PYTHONUNBUFFERED="1", COLUMNS="200")
+        env.update(extra or {})
         for name in without:
             env.pop(name, None)
         return env
 
-    def start(self, name: str, args: Sequence[str], without_env: Sequence[str] = ()) -> Proc:
-        """Start ``python -m sluicegate ARGS``; ``without_env`` names variables it must not inherit."""
+    def start(
+        self,
+        name: str,
+        args: Sequence[str],
+        without_env: Sequence[str] = (),
+        *,
+        module: str = "sluicegate",
+        env: Mapping[str, str] | None = None,
+    ) -> Proc:
+        """Start ``python -m MODULE ARGS`` (``sluicegate`` by default) with ``env`` added to
+        the environment; ``without_env`` names variables it must not inherit."""
         log_path = self.log_dir / f"{name}.log"
         handle = log_path.open("ab")
         popen = subprocess.Popen(
-            [sys.executable, "-m", "sluicegate", *args],
+            [sys.executable, "-m", module, *args],
             stdout=handle,
             stderr=subprocess.STDOUT,
-            env=self._env(without_env),
+            env=self._env(without_env, env),
             start_new_session=True,
         )
         handle.close()

@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaError
 from typer.testing import CliRunner
 
 from sluicegate.broker.commands import broker_app
-from sluicegate.protocol.topics import ControlTopics, topic_specs
+from sluicegate.protocol.topics import ControlTopics, leadership_topic_spec, topic_specs
 from sluicegate.transport.topics import (
     TopicMismatchError,
     apply_topics,
@@ -93,6 +93,21 @@ async def test_wrong_partition_count_is_a_mismatch(kafka_bootstrap: str, unique_
     assert "has 2 partitions, expected 4 (max_parallelism)" in message
     assert "--max-parallelism" in message
     assert err.value.topics == [readers]
+
+
+async def test_the_leadership_topic_grows_with_the_sources_and_never_shrinks(
+    kafka_bootstrap: str, unique_source: str
+) -> None:
+    app_id = f"sluicegate.{unique_source}.app"
+    (created,) = await apply_topics(kafka_bootstrap, [leadership_topic_spec(app_id, 2)])
+    assert (created.name, created.partitions, created.created) == (f"{app_id}.leadership", 2, True)
+    (grown,) = await apply_topics(kafka_bootstrap, [leadership_topic_spec(app_id, 5)])  # sources added
+    assert (grown.partitions, grown.created) == (5, False)
+    (kept,) = await apply_topics(kafka_bootstrap, [leadership_topic_spec(app_id, 3)])  # sources removed
+    assert kept.partitions == 5
+    infos = await describe_topics(kafka_bootstrap, [f"{app_id}.leadership"])
+    info = infos[f"{app_id}.leadership"]
+    assert info is not None and info.partitions == 5
 
 
 async def test_wrong_cleanup_policy_is_a_mismatch(kafka_bootstrap: str, unique_source: str, admin: Any) -> None:

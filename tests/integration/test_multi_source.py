@@ -142,12 +142,6 @@ def test_two_workers_share_three_sources(kafka_bootstrap: str, unique_source: st
 
 @pytest.mark.kafka
 @pytest.mark.timeout(180)
-@pytest.mark.xfail(
-    strict=True,
-    reason="Faust's PartitionAssignor treats topics with the same partition count that the same "
-    "workers subscribe to as copartitioned, so partition 0 of every (1-partition) inbox topic goes "
-    "to the same worker: one worker is active for all sources, the others are standbys for all",
-)
 def test_the_sources_are_spread_over_the_workers(kafka_bootstrap: str, unique_source: str, tmp_path: Path) -> None:
     names = {suffix: f"{unique_source}-{suffix}" for suffix, _, _ in SOURCES}
     config = tmp_path / "sources.toml"

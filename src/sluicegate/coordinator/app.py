@@ -1,10 +1,34 @@
 """The module `faust -A sluicegate.coordinator.app worker` loads: the coordinator app
-configured from SLUICEGATE_* variables (see CoordinatorSettings.from_env). The
-topics must exist: `sluicegate topics apply`, or one `sluicegate coordinator` run."""
+configured from SLUICEGATE_* variables (see CoordinatorSettings.from_env). Like
+`sluicegate coordinator`, it creates the missing control topics and the app's
+leadership topic first; a bad setting stops it with a message naming the setting."""
 
 from __future__ import annotations
 
-from sluicegate.coordinator.faust_app import build_app
-from sluicegate.coordinator.settings import CoordinatorSettings
+import asyncio
+import sys
 
-app = build_app(CoordinatorSettings.from_env())
+from sluicegate.api.errors import ConfigError
+from sluicegate.coordinator.faust_app import build_app, prepare_topics
+from sluicegate.coordinator.settings import CoordinatorSettings
+from sluicegate.transport.topics import TopicApplyError
+
+
+def _prepared_settings() -> CoordinatorSettings:
+    try:
+        settings = CoordinatorSettings.from_env()
+    except ConfigError as exc:
+        print(f"sluicegate coordinator app: {exc}", file=sys.stderr)
+        sys.exit(2)
+    # A loop of its own: Faust's worker sets up the process's event loop afterwards.
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(prepare_topics(settings))
+    except TopicApplyError as exc:
+        sys.exit(f"sluicegate coordinator app: {exc}")
+    finally:
+        loop.close()
+    return settings
+
+
+app = build_app(_prepared_settings())

@@ -112,12 +112,9 @@ def _settings(
 def run_coordinator(settings: CoordinatorSettings) -> None:
     import faust
 
-    from sluicegate.coordinator.faust_app import build_app
-    from sluicegate.protocol.topics import topic_specs
-    from sluicegate.transport.topics import apply_topics
+    from sluicegate.coordinator.faust_app import build_app, prepare_topics
 
-    specs = [spec for s in settings.sources for spec in topic_specs(settings.namespace, s.source, s.max_parallelism)]
-    asyncio.run(apply_topics(settings.bootstrap_servers, specs))
+    asyncio.run(prepare_topics(settings))
     app = build_app(settings)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)
     worker.execute_from_commandline()

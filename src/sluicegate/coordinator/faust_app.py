@@ -1,9 +1,14 @@
 """The coordinator deployed as a Faust (faust-streaming) app.
 
 Faust does what it is good at: workers join one consumer group, and Faust's
-partition assignment gives each source's inbox topic (NS.S.coordinator, one
-partition) to exactly one worker — the active coordinator of that source; the
-others are standbys that take over when the group rebalances. Faust also runs
+partition assignment gives each partition of the app's leadership topic
+(``<app id>.leadership``, one partition per source, nothing written to it) to
+exactly one worker; the holder of partition i is the active coordinator of the
+i-th source (sorted by name), the others are its standbys and take over when the
+group rebalances. (Subscribing to the sources' one-partition inbox topics instead
+would put every source on one worker: Faust's assignor treats topics with equal
+partition counts as copartitioned and gives all their partitions 0 to the same
+worker.) Faust also runs
 the web server (/health, /metrics, /sources/{S}) and the worker lifecycle.
 
 The exactly-once work itself is done by a SourceRunner per active source with
@@ -28,7 +33,7 @@ from aiokafka import TopicPartition
 from sluicegate.coordinator.metrics import CoordinatorMetrics
 from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
-from sluicegate.protocol.topics import ControlTopics
+from sluicegate.protocol.topics import leadership_topic_spec
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -44,16 +49,15 @@ class SourceRunners:
         self.settings = settings
         self.runners: dict[str, SourceRunner] = {}
         self.assigned: set[str] = set()
-        self._by_inbox = {
-            ControlTopics.for_source(s.source, settings.namespace).coordinator: s.source for s in settings.sources
-        }
-
-    @property
-    def inbox_topics(self) -> list[str]:
-        return sorted(self._by_inbox)
+        self.leadership = leadership_topic_spec(settings.group_id, len(settings.sources))
+        self._by_partition = dict(enumerate(sorted(s.source for s in settings.sources)))
 
     async def on_assignment(self, assigned: set[TopicPartition]) -> None:
-        sources = {self._by_inbox[tp.topic] for tp in assigned if tp.topic in self._by_inbox}
+        sources = {
+            self._by_partition[tp.partition]
+            for tp in assigned
+            if tp.topic == self.leadership.name and tp.partition in self._by_partition
+        }
         self.assigned = sources
         for name in sorted(set(self.runners) - sources):
             log.info("source %s moved to another worker; stopping its coordinator here", name)
@@ -92,7 +96,8 @@ class SourceRunners:
 
 
 def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> faust.App:
-    """A Faust app coordinating ``settings.sources``. Their topics must exist."""
+    """A Faust app coordinating ``settings.sources``. Their topics and the leadership
+    topic must exist (``prepare_topics``)."""
     app_id = settings.group_id
     datadir = datadir or Path(tempfile.gettempdir()) / "sluicegate-faust" / app_id
     datadir.mkdir(parents=True, exist_ok=True)
@@ -119,13 +124,13 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
     runners = SourceRunners(settings)
     metrics = CoordinatorMetrics(runners)
     app.sluicegate_runners = runners  # type: ignore[attr-defined]  # for ops endpoints and tests
-    inboxes = app.topic(*runners.inbox_topics, key_type=bytes, value_type=bytes, internal=False)
+    leadership_topic = app.topic(runners.leadership.name, key_type=bytes, value_type=bytes, internal=False)
 
-    @app.agent(inboxes)
+    @app.agent(leadership_topic)
     async def leadership(stream: Any) -> None:
-        # Faust consumes the inboxes only to hold their partitions: whoever holds a
-        # source's inbox partition is its active coordinator. The runner reads the
-        # inbox itself, from the offset committed with its state.
+        # Faust subscribes only to hold partitions (nothing is written to the topic);
+        # each runner reads its source's inbox itself, from the offset committed with
+        # its state.
         async for _ in stream:
             pass
 
@@ -147,3 +152,14 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
 
     metrics.install(app)
     return app
+
+
+async def prepare_topics(settings: CoordinatorSettings) -> None:
+    """Create what is missing: every source's control topics and the app's leadership
+    topic (grown by a partition for each source added to the configuration)."""
+    from sluicegate.protocol.topics import topic_specs
+    from sluicegate.transport.topics import apply_topics
+
+    specs = [spec for s in settings.sources for spec in topic_specs(settings.namespace, s.source, s.max_parallelism)]
+    specs.append(leadership_topic_spec(settings.group_id, len(settings.sources)))
+    await apply_topics(settings.bootstrap_servers, specs)

@@ -49,6 +49,9 @@ class TopicSpec:
     #: ``"max_parallelism"`` if the partition count comes from that setting, else None.
     partitions_from: str | None = None
     description: str = ""
+    #: An existing topic with fewer partitions is grown to ``partitions``, one with more is
+    #: accepted (for topics whose partitions only ever gain meaning, like the leadership topic).
+    grow: bool = False
 
     @property
     def cleanup_policy(self) -> str:
@@ -160,6 +163,21 @@ def topic_specs(ns: str, source: str, max_parallelism: int) -> list[TopicSpec]:
                 f"characters; use a shorter source or namespace",
             )
     return specs
+
+
+def leadership_topic_spec(group_id: str, sources: int) -> TopicSpec:
+    """The topic whose partitions the coordinator workers of one app divide among
+    themselves: whoever Faust assigns partition i is the active coordinator of the i-th
+    source (sorted by name). Nothing is written to it. One partition per source, so that
+    Faust's assignment spreads the sources over the workers."""
+    return TopicSpec(
+        name=f"{group_id}.leadership",
+        partitions=max(1, sources),
+        config={"cleanup.policy": "delete"},
+        role="leadership",
+        description="coordinator workers: partition i held = active for source i (sorted names); empty",
+        grow=True,
+    )
 
 
 @dataclass(frozen=True)

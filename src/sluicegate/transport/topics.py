@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, for_code
 
@@ -176,7 +176,7 @@ def _check(spec: TopicSpec, info: TopicInfo) -> tuple[list[str], list[str]]:
     """(problems, warnings) of an existing topic against its spec."""
     problems: list[str] = []
     warnings: list[str] = []
-    if info.partitions != spec.partitions:
+    if info.partitions != spec.partitions and not (spec.grow and info.partitions > spec.partitions):
         if spec.partitions_from:
             problems.append(
                 f"topic {spec.name} has {info.partitions} partitions, expected {spec.partitions} "
@@ -202,6 +202,24 @@ def _check(spec: TopicSpec, info: TopicInfo) -> tuple[list[str], list[str]]:
         if actual is not None and actual != wanted:
             warnings.append(f"topic {spec.name} has {key}={actual}, spec says {wanted}")
     return problems, warnings
+
+
+async def _grow(admin: Any, specs: Sequence[TopicSpec], timeout_s: float) -> list[str]:
+    """Add partitions to existing topics whose spec allows growing; returns their names."""
+    if not specs:
+        return []
+    log.info("adding partitions: %s", ", ".join(f"{s.name} -> {s.partitions}" for s in specs))
+    response = await admin.create_partitions(
+        {s.name: NewPartitions(total_count=s.partitions) for s in specs}, timeout_ms=int(timeout_s * 1000)
+    )
+    failures = [
+        f"{name}: {for_code(code).__name__} {message or ''}".rstrip()
+        for name, code, message in response.topic_errors
+        if code != 0
+    ]
+    if failures:
+        raise TopicApplyError("Kafka refused to add partitions: " + "; ".join(failures))
+    return [s.name for s in specs]
 
 
 async def apply_topics(
@@ -248,6 +266,9 @@ async def apply_topics(
             if failures:
                 raise TopicApplyError("Kafka refused to create topics: " + "; ".join(failures))
         infos = await _describe(admin, names, timeout_s)
+        grown = await _grow(admin, [s for s in specs if s.grow and infos[s.name].partitions < s.partitions], timeout_s)
+        if grown:
+            infos.update(await _describe(admin, grown, timeout_s))
 
     results: list[TopicResult] = []
     problems: list[str] = []
