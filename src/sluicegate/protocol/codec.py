@@ -121,6 +121,10 @@ running the JSON Schema over each one costs ~30 us, so the split objects are
 checked here (the schema's rule for a split is only: an object with a non-empty
 string split_id) and the rest of the body by the schema."""
 
+SPLIT_ID_LIST_FIELDS = ("split_ids", "dropped_split_ids")
+"""Body fields holding lists of split ids (the schema: strings). Checked here for the
+same reason: a SplitsReleased of 6,250 ids took ~35 ms through the JSON Schema."""
+
 
 def _check_body(direction: Direction, type_: str, body: Any) -> str | None:
     if not isinstance(body, dict):
@@ -135,6 +139,13 @@ def _check_body(direction: Direction, type_: str, body: Any) -> str | None:
                 if not isinstance(split_id, str) or not split_id:
                     return f"body/{field_name}/{i}: split_id must be a non-empty string, got {split_id!r}"
         body = {**body, **{f: [] for f in lists}}
+    id_lists = {f: body[f] for f in SPLIT_ID_LIST_FIELDS if isinstance(body.get(f), list)}
+    if id_lists:
+        for field_name, ids in id_lists.items():
+            for i, split_id in enumerate(ids):
+                if not isinstance(split_id, str):
+                    return f"body/{field_name}/{i}: {split_id!r} is not of type 'string'"
+        body = {**body, **{f: [] for f in id_lists}}
     return _first_error(_body_validator(direction, type_), body, "body")
 
 
