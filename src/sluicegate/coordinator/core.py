@@ -554,14 +554,14 @@ class CoordinatorCore(Generic[SplitT]):
             if not (0 <= s < self.config.max_parallelism) or not self.slots[s].live:
                 raise NoLiveReaderError(s)
         wire = {s: [self._codec.to_wire(split) for split in splits] for s, splits in assignment.items() if splits}
-        seen: set[str] = set()
-        for s, splits in wire.items():
-            ids = [split["split_id"] for split in splits]
-            self.tracker.check_assignable(s, ids)
-            for split_id in ids:  # refuse the whole assignment before any seq or record is spent
-                if split_id in seen:
-                    raise ValueError(f"split {split_id!r} appears more than once in one assignment")
-                seen.add(split_id)
+        # Refuse the whole assignment before any seq or record is spent.
+        ids = {s: [split["split_id"] for split in splits] for s, splits in wire.items()}
+        for s, subtask_ids in ids.items():
+            self.tracker.check_assignable(s, subtask_ids)
+        all_ids = [split_id for subtask_ids in ids.values() for split_id in subtask_ids]
+        if len(set(all_ids)) != len(all_ids):
+            repeated = Counter(all_ids).most_common(1)[0][0]
+            raise ValueError(f"split {repeated!r} appears more than once in one assignment")
         for s, splits in wire.items():
             slot = self.slots[s]
             self._touch(s)

@@ -23,14 +23,6 @@ class SplitAlreadyOwnedError(RuntimeError):
         self.split_id = split_id
 
 
-@dataclass(slots=True)
-class OwnedSplit:
-    split: WireSplit
-    """The split as last known: as assigned, or with the position of the last checkpoint."""
-    seq: int
-    """The AddSplits seq that gave it to the subtask (0: restored, no seq known)."""
-
-
 @dataclass(frozen=True, slots=True)
 class CheckpointOutcome:
     missing: list[str]
@@ -40,8 +32,14 @@ class CheckpointOutcome:
 
 
 class SplitAssignmentTracker:
+    """Per subtask two dicts keyed by split id (the split as last known: as assigned, or
+    with the position of its last checkpoint; and the AddSplits seq that gave it, 0 for
+    restored) plus one owner index. Dicts of plain values rather than an object per split:
+    an assignment of thousands of splits is then a few bulk dict updates."""
+
     def __init__(self) -> None:
-        self._owned: dict[int, dict[str, OwnedSplit]] = {}
+        self._splits: dict[int, dict[str, WireSplit]] = {}
+        self._seqs: dict[int, dict[str, int]] = {}
         self._applied_seq: dict[int, int] = {}
         self._owner: dict[str, int] = {}
 
@@ -51,13 +49,13 @@ class SplitAssignmentTracker:
         return self._owner.get(split_id)
 
     def owned(self, subtask: int) -> list[WireSplit]:
-        return [o.split for o in self._owned.get(subtask, {}).values()]
+        return list(self._splits.get(subtask, {}).values())
 
     def owned_ids(self, subtask: int) -> set[str]:
-        return set(self._owned.get(subtask, ()))
+        return set(self._splits.get(subtask, ()))
 
     def owned_count(self, subtask: int) -> int:
-        return len(self._owned.get(subtask, ()))
+        return len(self._splits.get(subtask, ()))
 
     def applied_seq(self, subtask: int) -> int:
         return self._applied_seq.get(subtask, 0)
@@ -67,95 +65,94 @@ class SplitAssignmentTracker:
 
     def uncheckpointed_count(self, subtask: int) -> int:
         applied = self.applied_seq(subtask)
-        return sum(1 for o in self._owned.get(subtask, {}).values() if o.seq > applied)
+        return sum(1 for seq in self._seqs.get(subtask, {}).values() if seq > applied)
 
     # -- changes ------------------------------------------------------------
 
     def check_assignable(self, subtask: int, split_ids: Iterable[str]) -> None:
-        for split_id in split_ids:
+        ids = split_ids if isinstance(split_ids, (list, tuple, set)) else list(split_ids)
+        if self._owner.keys().isdisjoint(ids):
+            return
+        for split_id in ids:
             owner = self._owner.get(split_id)
             if owner is not None:
                 raise SplitAlreadyOwnedError(split_id, owner, subtask)
 
     def record_assignment(self, subtask: int, seq: int, splits: Iterable[WireSplit]) -> None:
-        owned = self._owned.setdefault(subtask, {})
-        for split in splits:
-            split_id = split["split_id"]
-            owner = self._owner.get(split_id)
-            if owner is not None:
-                raise SplitAlreadyOwnedError(split_id, owner, subtask)
-            owned[split_id] = OwnedSplit(split, seq)
-            self._owner[split_id] = subtask
+        splits = list(splits)
+        ids = [split["split_id"] for split in splits]
+        self.check_assignable(subtask, ids)
+        if len(set(ids)) != len(ids):
+            repeated = next(sid for sid in ids if ids.count(sid) > 1)
+            raise SplitAlreadyOwnedError(repeated, subtask, subtask)
+        self._splits.setdefault(subtask, {}).update(zip(ids, splits, strict=True))
+        self._seqs.setdefault(subtask, {}).update(dict.fromkeys(ids, seq))
+        self._owner.update(dict.fromkeys(ids, subtask))
 
     def on_checkpoint(self, subtask: int, applied_seq: int, splits: Iterable[WireSplit]) -> CheckpointOutcome:
         """Record a durable reader checkpoint: positions of its splits up to ``applied_seq``."""
-        owned = self._owned.setdefault(subtask, {})
+        owned = self._splits.setdefault(subtask, {})
+        seqs = self._seqs.setdefault(subtask, {})
         applied_seq = max(applied_seq, self.applied_seq(subtask))
         self._applied_seq[subtask] = applied_seq
         seen: set[str] = set()
         unknown: list[str] = []
         for split in splits:
             split_id = split["split_id"]
-            entry = owned.get(split_id)
-            if entry is None:
+            if split_id not in owned:
                 unknown.append(split_id)
                 continue
             seen.add(split_id)
-            entry.split = split
-        missing = [sid for sid, o in owned.items() if o.seq <= applied_seq and sid not in seen]
+            owned[split_id] = split
+        missing = [sid for sid, seq in seqs.items() if seq <= applied_seq and sid not in seen]
         return CheckpointOutcome(missing=missing, unknown=unknown)
 
     def finish(self, subtask: int, split_ids: Iterable[str]) -> list[str]:
         """Drop finished splits; returns the ids the subtask did not own."""
-        owned = self._owned.setdefault(subtask, {})
-        not_owned: list[str] = []
-        for split_id in split_ids:
-            if owned.pop(split_id, None) is None:
-                not_owned.append(split_id)
-            else:
-                del self._owner[split_id]
-        return not_owned
+        return [split_id for split_id in split_ids if not self.take(subtask, [split_id])]
 
     def take_uncheckpointed(self, subtask: int) -> list[WireSplit]:
         """Release the splits assigned after the subtask's last checkpoint (attempt failure)."""
         applied = self.applied_seq(subtask)
-        owned = self._owned.get(subtask, {})
-        released = [sid for sid, o in owned.items() if o.seq > applied]
-        return [self._release(subtask, sid) for sid in released]
+        return self.take(subtask, [sid for sid, seq in self._seqs.get(subtask, {}).items() if seq > applied])
 
     def take_all(self, subtask: int, positions: Mapping[str, WireSplit] | None = None) -> list[WireSplit]:
         """Release every split of the subtask, preferring the given positions."""
-        positions = positions or {}
-        released = []
-        for split_id in list(self._owned.get(subtask, {})):
-            split = self._release(subtask, split_id)
-            released.append(positions.get(split_id, split))
-        return released
+        released = self.take(subtask, list(self._splits.get(subtask, ())))
+        if not positions:
+            return released
+        return [positions.get(split["split_id"], split) for split in released]
 
     def take(self, subtask: int, split_ids: Iterable[str]) -> list[WireSplit]:
-        owned = self._owned.get(subtask, {})
-        return [self._release(subtask, sid) for sid in split_ids if sid in owned]
-
-    def _release(self, subtask: int, split_id: str) -> WireSplit:
-        entry = self._owned[subtask].pop(split_id)
-        del self._owner[split_id]
-        return entry.split
+        """Release the named splits the subtask owns (others are skipped), in the given order."""
+        owned = self._splits.get(subtask)
+        if not owned:
+            return []
+        seqs = self._seqs[subtask]
+        released: list[WireSplit] = []
+        for split_id in split_ids:
+            split = owned.pop(split_id, None)
+            if split is not None:
+                del seqs[split_id]
+                del self._owner[split_id]
+                released.append(split)
+        return released
 
     # -- persistence ----------------------------------------------------------
 
     def snapshot_subtask(self, subtask: int) -> dict[str, Any]:
-        owned = self._owned.get(subtask, {})
-        return {"applied_seq": self.applied_seq(subtask), "owned": [[o.seq, o.split] for o in owned.values()]}
+        owned = self._splits.get(subtask, {})
+        seqs = self._seqs.get(subtask, {})
+        return {"applied_seq": self.applied_seq(subtask), "owned": [[seqs[sid], split] for sid, split in owned.items()]}
 
     def restore_subtask(self, subtask: int, data: Mapping[str, Any]) -> None:
-        for split_id in list(self._owned.get(subtask, {})):
-            self._release(subtask, split_id)
+        self.take_all(subtask)
         for seq, split in data["owned"]:
             self.record_assignment(subtask, seq, [split])
         self._applied_seq[subtask] = data["applied_seq"]
 
     def subtasks(self) -> list[int]:
-        return sorted(set(self._owned) | set(self._applied_seq))
+        return sorted(set(self._splits) | set(self._applied_seq))
 
     def snapshot(self) -> dict[str, Any]:
         return {str(s): self.snapshot_subtask(s) for s in self.subtasks()}
