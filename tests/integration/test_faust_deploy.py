@@ -24,6 +24,16 @@ FAUST_WORKER = ["-A", "sluicegate.coordinator.app", "worker", "-l", "info"]
 OPTIONS = {"splits": "10", "records_per_split": "40", "rate": "400"}
 
 
+def source_env(source: str, max_parallelism: str, **extra: str) -> dict[str, str]:
+    """The SLUICEGATE_* variables of one sequence source (values as given, unchecked)."""
+    return {
+        "SLUICEGATE_SOURCE": source,
+        "SLUICEGATE_CONNECTOR": "sequence",
+        "SLUICEGATE_MAX_PARALLELISM": max_parallelism,
+        **extra,
+    }
+
+
 @pytest.mark.kafka
 @pytest.mark.timeout(240)
 def test_a_faust_worker_configured_by_environment_serves_a_source(
@@ -31,13 +41,12 @@ def test_a_faust_worker_configured_by_environment_serves_a_source(
 ) -> None:
     group = ProcessGroup(tmp_path, kafka_bootstrap)
     port = free_port()
-    env = {
-        "SLUICEGATE_SOURCE": unique_source,
-        "SLUICEGATE_CONNECTOR": "sequence",
-        "SLUICEGATE_MAX_PARALLELISM": "2",
-        "SLUICEGATE_OPTIONS": ",".join(f"{k}={v}" for k, v in OPTIONS.items()),
-        "SLUICEGATE_WEB_PORT": str(port),
-    }
+    env = source_env(
+        unique_source,
+        "2",
+        SLUICEGATE_OPTIONS=",".join(f"{k}={v}" for k, v in OPTIONS.items()),
+        SLUICEGATE_WEB_PORT=str(port),
+    )
     try:
         worker = group.start("faust-worker", FAUST_WORKER, module="faust", env=env)
         wait_until(lambda: serving_epochs(worker, unique_source), 90, "the Faust worker to serve the source")
@@ -65,12 +74,7 @@ def test_a_bad_variable_stops_the_faust_worker_naming_it(
     kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     group = ProcessGroup(tmp_path, kafka_bootstrap)
-    env = {
-        "SLUICEGATE_SOURCE": unique_source,
-        "SLUICEGATE_CONNECTOR": "sequence",
-        "SLUICEGATE_MAX_PARALLELISM": "four",
-    }
-    worker = group.start("faust-worker", FAUST_WORKER, module="faust", env=env)
+    worker = group.start("faust-worker", FAUST_WORKER, module="faust", env=source_env(unique_source, "four"))
     try:
         assert worker.wait(90) == 2, worker.tail()
         assert "SLUICEGATE_MAX_PARALLELISM" in worker.log(), worker.tail()
