@@ -8,8 +8,8 @@ i-th source (sorted by name), the others are its standbys and take over when the
 group rebalances. (Subscribing to the sources' one-partition inbox topics instead
 would put every source on one worker: Faust's assignor treats topics with equal
 partition counts as copartitioned and gives all their partitions 0 to the same
-worker.) Faust also runs
-the web server (/health, /metrics, /sources/{S}) and the worker lifecycle.
+worker.) Faust also runs the web server (/health, /metrics, /sources/{S}) and the
+worker lifecycle.
 
 The exactly-once work itself is done by a SourceRunner per active source with
 aiokafka's transactional producer (see source_runner.py and docs/architecture.md
