@@ -131,7 +131,10 @@ def test_two_workers_share_three_sources(kafka_bootstrap: str, unique_source: st
             result = audit(kafka_bootstrap, name)
             assert result.ok, f"{name}: {audit_failure(result)}"
             assert result.summary.splits_finished == splits and result.summary.splits_owned == 0
-            assert result.summary.epochs[0] == 1
+            # One epoch for the whole run: the latest a worker started serving it at. (A source
+            # may move once while the group forms, before any reader starts: epochs 1 -> 2.)
+            latest = max(e for w in workers for e in serving_epochs(w, name))
+            assert result.summary.epochs == [latest], (name, result.summary.epochs, latest)
             check_epochs_and_seqs(readers_topic(kafka_bootstrap, name))
             # the worker serving it says so, and the other answers 404
             status = [http_get(port, f"/sources/{name}")[0] for port in ports]
