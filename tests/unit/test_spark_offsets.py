@@ -161,6 +161,34 @@ def test_available_limits_the_advance_and_is_asked_at_the_base_position() -> Non
     assert asked == [("seq-00000", 0), ("seq-00000", 10)]
 
 
+def test_a_split_past_the_allowed_watermark_is_paused_until_the_bound_catches_up() -> None:
+    # Event time = value here: a split read up to position p has read event time p - 1.
+    def event_time_before(split: OwnedSplit, base: int) -> int | None:
+        return None if base <= int(split.split["start"]) else base - 1
+
+    def ten_more(split: OwnedSplit, base: int) -> int:
+        return base + 10
+
+    def views(bound: int | None) -> dict[int, SubtaskView]:
+        return {0: SubtaskView(1, 1, 1, False, (owned(0, 1), owned(1, 1)), bound)}
+
+    def positions(offset: SourceOffset) -> dict[str, int]:
+        return {sid: e.pos for sid, e in offset.subtasks[0].splits.items()}
+
+    first = plan_next(SourceOffset(1), views(None), None, ten_more, (), event_time_before)
+    second = plan_next(first, views(None), None, ten_more, (), event_time_before)
+    assert positions(second) == {"seq-00000": 10, "seq-00001": 110}  # read up to event times 9 and 109
+    # Bound 50: seq-00001 (at 109) pauses and takes no share of max_rows; seq-00000 gets it all.
+    third = plan_next(second, views(50), 10, ten_more, (), event_time_before)
+    assert positions(third) == {"seq-00000": 20, "seq-00001": 110}
+    assert third.rows == second.rows + 10
+    # The bound moves past it: it resumes.
+    fourth = plan_next(third, views(200), None, ten_more, (), event_time_before)
+    assert positions(fourth) == {"seq-00000": 30, "seq-00001": 120}
+    # Everything paused: nothing new, the start offset itself.
+    assert plan_next(fourth, views(0), None, ten_more, (), event_time_before) is fourth
+
+
 def test_a_reassigned_split_starts_where_this_query_stopped_not_before() -> None:
     # Subtask 0 attempt 1 read seq-00000 to 60; after a restart the coordinator gives it
     # to subtask 1 attempt 2 at an older (acknowledged) position 40.

@@ -326,7 +326,14 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         settle_until = since + SETTLE_S
         while True:
             planning = driver.planning_state()
-            end = plan_next(start_offset, planning.views, max_rows, self._available, planning.reported_finished)
+            end = plan_next(
+                start_offset,
+                planning.views,
+                max_rows,
+                self._available,
+                planning.reported_finished,
+                self._event_time_before,
+            )
             if end is not start_offset:
                 if end.rows == start_offset.rows:
                     if available_now and self._done(driver):
@@ -377,6 +384,10 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if self._available_now_ms is not None and source.boundedness is not Boundedness.BOUNDED:
             now_ms = self._available_now_ms
         return ranges.available_end(split, now_ms)
+
+    def _event_time_before(self, owned: OwnedSplit, base: int) -> int | None:
+        source = self._source
+        return _ranges(source).event_time_before(source.split_codec.from_wire(owned.split), base)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         start_offset = SourceOffset.from_json(start)

@@ -561,7 +561,12 @@ class SparkReaderDriver:
                     )
                 )
             out[s] = SubtaskView(
-                session.attempt, session.highest_epoch, session.applied_seq, session.no_more_splits, tuple(splits)
+                session.attempt,
+                session.highest_epoch,
+                session.applied_seq,
+                session.no_more_splits,
+                tuple(splits),
+                session.max_allowed_watermark,
             )
         return out
 

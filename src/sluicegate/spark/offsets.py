@@ -212,6 +212,8 @@ class SubtaskView:
     applied_seq: int
     no_more_splits: bool
     splits: Sequence[OwnedSplit] = ()
+    max_allowed_watermark: int | None = None
+    """The coordinator's last WatermarkAnnouncement bound (watermark alignment), if any."""
 
 
 def allocate(backlog: Mapping[K, int], max_rows: int | None) -> dict[K, int]:
@@ -239,12 +241,25 @@ def _sort_key(key: Any) -> Any:
     return key if isinstance(key, tuple) else (key,)
 
 
+def _paused(
+    owned: OwnedSplit,
+    base: int,
+    max_allowed_watermark: int | None,
+    event_time_before: Callable[[OwnedSplit, int], int | None] | None,
+) -> bool:
+    if max_allowed_watermark is None or event_time_before is None:
+        return False
+    read_up_to = event_time_before(owned, base)
+    return read_up_to is not None and read_up_to > max_allowed_watermark
+
+
 def plan_next(
     start: SourceOffset,
     views: Mapping[int, SubtaskView],
     max_rows: int | None,
     available: Callable[[OwnedSplit, int], int],
     reported_finished: Collection[str] = (),
+    event_time_before: Callable[[OwnedSplit, int], int | None] | None = None,
 ) -> SourceOffset:
     """The next offset after ``start``, or ``start`` itself when nothing changed.
 
@@ -254,7 +269,11 @@ def plan_next(
     new identity starts where the assignment says, or further if this query already
     read further. A subtask that is not active (registering) keeps its entry from
     ``start``. Splits that leave every subtask are parked with their positions,
-    unless they were reported finished (``reported_finished``)."""
+    unless they were reported finished (``reported_finished``).
+
+    Watermark alignment: a split whose last read record (``event_time_before(split,
+    base)``) is past its subtask's ``max_allowed_watermark`` does not advance in this
+    offset (it is paused, as a reader host pauses it) until the bound catches up."""
     located = start.index()
     bases: dict[tuple[int, str], int] = {}
     backlog: dict[tuple[int, str], int] = {}
@@ -268,7 +287,10 @@ def plan_next(
             prev = located.get(owned.split_id)
             if prev is not None and prev.same_identity(s, view.attempt, owned.seq):
                 base = prev.entry.pos
-                limit = max(base, available(owned, base))
+                if _paused(owned, base, view.max_allowed_watermark, event_time_before):
+                    limit = base
+                else:
+                    limit = max(base, available(owned, base))
                 if owned.end is not None:
                     limit = min(limit, owned.end)
                 backlog[key] = max(0, limit - base)
