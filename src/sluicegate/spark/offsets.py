@@ -27,7 +27,9 @@ Rules that keep the offsets and the coordinator's view consistent
   runs no batch for it.
 
 Admission control (``maxRecordsPerTrigger``) shares a row budget across the
-readable splits in proportion to their backlog (largest remainder).
+readable splits in proportion to their backlog (largest remainder). Watermark
+alignment: a split whose planned records already reach past the coordinator's
+``max_allowed_watermark`` is not readable (paused) until the bound catches up.
 """
 
 from __future__ import annotations
