@@ -1,6 +1,8 @@
 """``sequence``: split k is the integer range [k*R, (k+1)*R) (R = records_per_split),
-read in order; record n of a split carries event time start_time_ms + i*event_interval_ms
-where i is n's index inside its split. Unbounded splits never end.
+read in order; record n of a split carries event time
+start_time_ms + k*split_time_offset_ms + i*event_interval_ms where i is n's index
+inside its split (split_time_offset_ms, default 0, skews the splits' event times,
+e.g. to see watermark alignment at work). Unbounded splits never end.
 
 The enumerator hands unassigned splits to registered readers, fewest-owned
 first, up to a fair share (ceil(outstanding / parallelism)) per reader, on
@@ -80,6 +82,8 @@ class SequenceOptions:
     release_interval_ms: int = 0
     """0: every split is known at start; otherwise splits_per_release more every this many ms."""
     splits_per_release: int = 1
+    split_time_offset_ms: int = 0
+    """Event-time skew: split k's first record has event time start_time_ms + k * this."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SequenceOptions:
@@ -91,6 +95,7 @@ class SequenceOptions:
             "event_interval_ms",
             "release_interval_ms",
             "splits_per_release",
+            "split_time_offset_ms",
         }
         for key in options:
             if key not in known:
@@ -112,7 +117,14 @@ class SequenceOptions:
             event_interval_ms=_int(options, "event_interval_ms", cls.event_interval_ms, minimum=0),
             release_interval_ms=_int(options, "release_interval_ms", cls.release_interval_ms, minimum=0),
             splits_per_release=_int(options, "splits_per_release", cls.splits_per_release, minimum=1),
+            split_time_offset_ms=_int(options, "split_time_offset_ms", cls.split_time_offset_ms, minimum=0),
         )
+
+    def event_time_base(self, split: SequenceSplit) -> int:
+        """Event time of value v of ``split`` = this + v * event_interval_ms."""
+        stride = self.records_per_split if self.records_per_split is not None else UNBOUNDED_STRIDE
+        index = split.start // stride
+        return self.start_time_ms + index * self.split_time_offset_ms - split.start * self.event_interval_ms
 
     @property
     def released_at_start(self) -> int:
@@ -216,7 +228,7 @@ class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery,
         if start < split.start or (split.end is not None and end > split.end):
             raise ValueError(f"range [{start}, {end}) is outside split {split.split_id} [{split.start}, {split.end})")
         opts = self.options
-        base = opts.start_time_ms - split.start * opts.event_interval_ms
+        base = opts.event_time_base(split)
         step = max(1, max_rows)
         one = pa.scalar(1, pa.int64())
         for a in range(start, end, step):
@@ -228,7 +240,7 @@ class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery,
     def event_time_before(self, split: SequenceSplit, position: int) -> int | None:
         if position <= split.start:
             return None
-        return self.options.start_time_ms + (position - 1 - split.start) * self.options.event_interval_ms
+        return self.options.event_time_base(split) + (position - 1) * self.options.event_interval_ms
 
 
 class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
@@ -338,7 +350,7 @@ class SequenceReader(SourceReader[SequenceSplit]):
             n = min(per_split, budget)
             if split.end is not None:
                 n = min(n, split.end - split.position)
-            base = opts.start_time_ms - split.start * opts.event_interval_ms
+            base = opts.event_time_base(split)
             for value in range(split.position, split.position + n):
                 result.records.append(Record(split.split_id, value, base + value * opts.event_interval_ms))
             split.position += n

@@ -135,12 +135,12 @@ def _result(proc: Proc) -> dict[str, Any]:
     return result
 
 
-def _assert_audit_clean(bootstrap: str, source: str) -> None:
+def _assert_audit_clean(bootstrap: str, source: str, splits: int = SPLITS) -> None:
     result = asyncio.run(run_audit(bootstrap, source))
     assert result.ok, f"audit: {result.first_violation}"
     summary = result.summary
-    assert summary.splits_assigned == SPLITS
-    assert summary.splits_finished == SPLITS
+    assert summary.splits_assigned == splits
+    assert summary.splits_finished == splits
     assert summary.splits_owned == 0
 
 
@@ -226,3 +226,70 @@ def test_a_killed_coordinator_is_succeeded_and_the_job_ends_exactly_once(
     result = asyncio.run(run_audit(kafka_bootstrap, unique_source))
     assert len(result.summary.epochs) >= 2, result.summary.epochs
     _assert_audit_clean(kafka_bootstrap, unique_source)
+
+
+# -- watermark alignment ----------------------------------------------------------------
+
+ALIGNED_OPTIONS = {
+    "splits": "4",
+    "records_per_split": "3000",
+    "event_interval_ms": "10",
+    "split_time_offset_ms": "20000",
+}
+"""One split per subtask, each 30 s of event time, starting 20 s after the previous one."""
+ALIGNED_DRIFT_MS = 5_000
+ALIGNED_BUDGET = 1_200
+"""300 records = 3 s of event time per split and batch: at least 10 batches."""
+
+
+def _offset_log(checkpoint_dir: Path) -> list[dict[str, Any]]:
+    """The source offsets Spark wrote, in batch order (offsets/N: version, metadata, offset)."""
+    files = sorted((checkpoint_dir / "offsets").glob("[0-9]*"), key=lambda f: int(f.name))
+    return [json.loads(f.read_text().splitlines()[2]) for f in files]
+
+
+def _positions(offset: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """split id -> (planned position, start of the split)."""
+    return {
+        sid: (entry["pos"], entry["split"]["start"])
+        for sub in offset["subtasks"].values()
+        for sid, entry in sub.get("splits", {}).items()
+    }
+
+
+def test_with_watermark_alignment_splits_ahead_pause_and_the_job_still_ends_exactly_once(
+    spark: Any, procs: ProcessGroup, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    procs.coordinator(unique_source, PARALLELISM, ALIGNED_OPTIONS, "--max-watermark-drift-ms", str(ALIGNED_DRIFT_MS))
+    config = JobConfig(
+        source=unique_source,
+        output_dir=tmp_path / "windows",
+        checkpoint_dir=tmp_path / "checkpoint",
+        bootstrap_servers=kafka_bootstrap,
+        parallelism=PARALLELISM,
+        connector_options=ALIGNED_OPTIONS,
+        max_records_per_trigger=ALIGNED_BUDGET,
+    )
+    table = run_job(config, spark, timeout_s=300)
+
+    total = 4 * 3000
+    assert totals(table) == (total, total * (total - 1) // 2)
+    assert table == expected_sequence_windows(ALIGNED_OPTIONS)
+    _assert_audit_clean(kafka_bootstrap, unique_source, splits=4)
+
+    # Without alignment every unfinished split advances in every batch (the budget is
+    # shared by backlog). With it, a split that has read past the bound waits: some
+    # batch advances one split while another, already started and unfinished, stays.
+    offsets = _offset_log(tmp_path / "checkpoint")
+    paused = 0
+    for before, after in itertools.pairwise(offsets):
+        was, now = _positions(before), _positions(after)
+        moved = {sid for sid in now if sid in was and now[sid][0] > was[sid][0]}
+        waiting = {
+            sid
+            for sid in now
+            if sid in was and now[sid][0] == was[sid][0] and was[sid][1] < was[sid][0] < was[sid][1] + 3000
+        }
+        if moved and waiting:
+            paused += 1
+    assert paused > 0, f"no batch paused a split ahead of the others in {len(offsets)} offsets"

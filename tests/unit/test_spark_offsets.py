@@ -7,6 +7,7 @@ import json
 import pytest
 from sluicegate_connectors.sequence import SequenceOptions, SequenceReader, SequenceSource, SequenceSplit
 
+from sluicegate.spark.job import WINDOW_MS, WindowRow, expected_sequence_windows
 from sluicegate.spark.offsets import (
     OffsetError,
     OwnedSplit,
@@ -241,8 +242,9 @@ def test_no_more_splits_and_attempt_changes_make_a_new_offset_without_rows() -> 
 # -- the sequence connector's position ranges ---------------------------------------
 
 
-def test_sequence_ranges_give_what_its_reader_gives() -> None:
-    options = SequenceOptions(splits=3, records_per_split=50, event_interval_ms=7)
+@pytest.mark.parametrize("skew_ms", [0, 5_000])
+def test_sequence_ranges_give_what_its_reader_gives(skew_ms: int) -> None:
+    options = SequenceOptions(splits=3, records_per_split=50, event_interval_ms=7, split_time_offset_ms=skew_ms)
     source = SequenceSource(options)
     reader = SequenceReader(options)
     reader.add_splits(options.all_splits())
@@ -263,6 +265,26 @@ def test_sequence_ranges_give_what_its_reader_gives() -> None:
         assert got == expected[split.split_id]
         assert source.event_time_before(split, split.start) is None
         assert source.event_time_before(split, split.start + 17) == expected[split.split_id][16][1]
+    firsts = [expected[split.split_id][0][1] for split in options.all_splits()]
+    assert firsts == [options.start_time_ms + k * skew_ms for k in range(3)]
+
+
+@pytest.mark.parametrize("skew_ms", [0, 45_000])
+def test_expected_sequence_windows_are_the_windows_of_what_the_reader_reads(skew_ms: int) -> None:
+    raw = {"splits": "4", "records_per_split": "900", "event_interval_ms": "100", "split_time_offset_ms": str(skew_ms)}
+    options = SequenceOptions.parse(raw)
+    reader = SequenceReader(options)
+    reader.add_splits(options.all_splits())
+    windows: dict[int, list[int]] = {}
+    while reader.snapshot_state(0):
+        for record in reader.next_batch(500).records:
+            assert record.event_time_ms is not None
+            row = windows.setdefault(record.event_time_ms // WINDOW_MS * WINDOW_MS, [0, 0])
+            row[0] += 1
+            row[1] += record.value
+    expected = [WindowRow(start, start + WINDOW_MS, c, v) for start, (c, v) in sorted(windows.items())]
+    assert expected_sequence_windows(raw) == expected
+    assert len(expected) > 1  # the records span several windows
 
 
 def test_sequence_available_end() -> None:

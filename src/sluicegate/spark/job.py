@@ -25,7 +25,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,7 +89,7 @@ def totals(rows: Sequence[WindowRow]) -> tuple[int, int]:
 
 def expected_sequence_windows(options: Mapping[str, str], window_ms: int = WINDOW_MS) -> list[WindowRow]:
     """The table a bounded ``sequence`` source must give: value ``k*R + i`` of split ``k``
-    has event time ``start_time_ms + i * event_interval_ms``."""
+    has event time ``start_time_ms + k * split_time_offset_ms + i * event_interval_ms``."""
     from sluicegate.connectors import load_source
 
     source: Any = load_source("sequence", options)
@@ -97,28 +97,30 @@ def expected_sequence_windows(options: Mapping[str, str], window_ms: int = WINDO
     records = opts.records_per_split
     if records is None:
         raise ConfigError("records_per_split", "the expected table exists only for a bounded sequence source")
-    splits, t0, step = opts.splits, opts.start_time_ms, opts.event_interval_ms
-    split_sum = records * splits * (splits - 1) // 2  # sum over k of k*R, per index i
+    windows: dict[int, tuple[int, int]] = {}
+    for k in range(opts.splits):
+        origin = opts.start_time_ms + k * opts.split_time_offset_ms
+        for start, i_lo, i_hi in _window_slices(origin, opts.event_interval_ms, records, window_ms):
+            n = i_hi - i_lo
+            count, total = windows.get(start, (0, 0))
+            windows[start] = (count + n, total + n * k * records + (i_lo + i_hi - 1) * n // 2)
+    return [WindowRow(start, start + window_ms, c, t) for start, (c, t) in sorted(windows.items())]
 
-    def rows(i_lo: int, i_hi: int, start: int) -> WindowRow:
-        n = i_hi - i_lo
-        index_sum = (i_lo + i_hi - 1) * n // 2
-        return WindowRow(start, start + window_ms, splits * n, n * split_sum + splits * index_sum)
 
+def _window_slices(origin: int, step: int, records: int, window_ms: int) -> Iterator[tuple[int, int, int]]:
+    """(window start, first index, end index) of the windows that indices 0..records-1 at
+    event times origin + i * step fall into."""
     if step == 0:
-        start = t0 // window_ms * window_ms
-        return [rows(0, records, start)]
-    out = []
-    first = t0 // window_ms * window_ms
-    last_t = t0 + (records - 1) * step
-    start = first
+        yield origin // window_ms * window_ms, 0, records
+        return
+    start = origin // window_ms * window_ms
+    last_t = origin + (records - 1) * step
     while start <= last_t:
-        i_lo = max(0, math.ceil((start - t0) / step))
-        i_hi = min(records, math.ceil((start + window_ms - t0) / step))
+        i_lo = max(0, math.ceil((start - origin) / step))
+        i_hi = min(records, math.ceil((start + window_ms - origin) / step))
         if i_hi > i_lo:
-            out.append(rows(i_lo, i_hi, start))
+            yield start, i_lo, i_hi
         start += window_ms
-    return out
 
 
 def spark_session(
