@@ -28,7 +28,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,15 +84,21 @@ def _kill_group(proc: Proc) -> None:
     proc.popen.wait(10)
 
 
-def _config(source: str, tmp_path: Path, bootstrap: str) -> JobConfig:
+def _config(
+    source: str,
+    tmp_path: Path,
+    bootstrap: str,
+    options: Mapping[str, str] = OPTIONS,
+    max_records_per_trigger: int = MAX_RECORDS_PER_TRIGGER,
+) -> JobConfig:
     return JobConfig(
         source=source,
         output_dir=tmp_path / "windows",
         checkpoint_dir=tmp_path / "checkpoint",
         bootstrap_servers=bootstrap,
         parallelism=PARALLELISM,
-        connector_options=OPTIONS,
-        max_records_per_trigger=MAX_RECORDS_PER_TRIGGER,
+        connector_options=options,
+        max_records_per_trigger=max_records_per_trigger,
     )
 
 
@@ -261,15 +267,7 @@ def test_with_watermark_alignment_splits_ahead_pause_and_the_job_still_ends_exac
     spark: Any, procs: ProcessGroup, kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     procs.coordinator(unique_source, PARALLELISM, ALIGNED_OPTIONS, "--max-watermark-drift-ms", str(ALIGNED_DRIFT_MS))
-    config = JobConfig(
-        source=unique_source,
-        output_dir=tmp_path / "windows",
-        checkpoint_dir=tmp_path / "checkpoint",
-        bootstrap_servers=kafka_bootstrap,
-        parallelism=PARALLELISM,
-        connector_options=ALIGNED_OPTIONS,
-        max_records_per_trigger=ALIGNED_BUDGET,
-    )
+    config = _config(unique_source, tmp_path, kafka_bootstrap, ALIGNED_OPTIONS, ALIGNED_BUDGET)
     table = run_job(config, spark, timeout_s=300)
 
     total = 4 * 3000
