@@ -204,6 +204,11 @@ def _check(spec: TopicSpec, info: TopicInfo) -> tuple[list[str], list[str]]:
     return problems, warnings
 
 
+def _refusal(topic: str, code: int, message: str | None) -> str:
+    """One topic's error from a CreateTopics or CreatePartitions response, for people."""
+    return f"{topic}: {for_code(code).__name__} {message or ''}".rstrip()
+
+
 async def _grow(admin: Any, specs: Sequence[TopicSpec], timeout_s: float) -> list[str]:
     """Add partitions to existing topics whose spec allows growing; returns their names."""
     if not specs:
@@ -212,11 +217,7 @@ async def _grow(admin: Any, specs: Sequence[TopicSpec], timeout_s: float) -> lis
     response = await admin.create_partitions(
         {s.name: NewPartitions(total_count=s.partitions) for s in specs}, timeout_ms=int(timeout_s * 1000)
     )
-    failures = [
-        f"{name}: {for_code(code).__name__} {message or ''}".rstrip()
-        for name, code, message in response.topic_errors
-        if code != 0
-    ]
+    failures = [_refusal(name, code, message) for name, code, message in response.topic_errors if code != 0]
     if failures:
         raise TopicApplyError("Kafka refused to add partitions: " + "; ".join(failures))
     return [s.name for s in specs]
@@ -260,9 +261,7 @@ async def apply_topics(
                 if code == 0:
                     created.add(str(entry["topic"]))
                 elif code != _TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
-                    failures.append(
-                        f"{entry['topic']}: {for_code(code).__name__} {entry.get('error_message') or ''}".rstrip()
-                    )
+                    failures.append(_refusal(entry["topic"], code, entry.get("error_message")))
             if failures:
                 raise TopicApplyError("Kafka refused to create topics: " + "; ".join(failures))
         infos = await _describe(admin, names, timeout_s)
