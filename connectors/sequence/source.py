@@ -4,10 +4,10 @@ start_time_ms + k*split_time_offset_ms + i*event_interval_ms where i is n's inde
 inside its split (split_time_offset_ms, default 0, skews the splits' event times,
 e.g. to see watermark alignment at work). Unbounded splits never end.
 
-The enumerator hands unassigned splits to registered readers, fewest-owned
-first, up to a fair share (ceil(outstanding / parallelism)) per reader, on
-add_reader, add_splits_back and RequestSplit; a reader that asks while it owns
-nothing gets a share even beyond that. It supports reassignment on recovery.
+The enumerator hands unassigned splits to registered readers through a
+``SplitAssigner`` (option ``assigner``: ``fair_share`` by default, ``sticky`` or
+``round_robin``; ``assignment_grace_ms``), on add_reader, add_splits_back and
+RequestSplit. It supports reassignment on recovery.
 
 With ``release_interval_ms`` > 0 the splits are not all known at start: the
 enumerator discovers ``splits_per_release`` more every ``release_interval_ms``
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sluicegate.api import (
@@ -35,12 +35,15 @@ from sluicegate.api import (
     Source,
     SourceReader,
     SourceReaderContext,
+    SplitAssigner,
+    SplitDistributor,
     SplitEnumerator,
     SplitEnumeratorContext,
     SupportsPositionRanges,
     SupportsSplitReassignmentOnRecovery,
     WireSplit,
 )
+from sluicegate.api.assigners import ASSIGNER_OPTION, GRACE_OPTION, FairShareAssigner, assigner_from_options
 
 UNBOUNDED_STRIDE = 2**40
 """Unbounded split k starts at k * UNBOUNDED_STRIDE, so values never collide."""
@@ -84,6 +87,7 @@ class SequenceOptions:
     splits_per_release: int = 1
     split_time_offset_ms: int = 0
     """Event-time skew: split k's first record has event time start_time_ms + k * this."""
+    assigner: Callable[[], SplitAssigner[Any]] = field(default=lambda: FairShareAssigner(), compare=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SequenceOptions:
@@ -96,6 +100,8 @@ class SequenceOptions:
             "release_interval_ms",
             "splits_per_release",
             "split_time_offset_ms",
+            ASSIGNER_OPTION,
+            GRACE_OPTION,
         }
         for key in options:
             if key not in known:
@@ -118,6 +124,7 @@ class SequenceOptions:
             release_interval_ms=_int(options, "release_interval_ms", cls.release_interval_ms, minimum=0),
             splits_per_release=_int(options, "splits_per_release", cls.splits_per_release, minimum=1),
             split_time_offset_ms=_int(options, "split_time_offset_ms", cls.split_time_offset_ms, minimum=0),
+            assigner=assigner_from_options(options, FairShareAssigner.name),
         )
 
     def event_time_base(self, split: SequenceSplit) -> int:
@@ -253,12 +260,13 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         released: int | None = None,
     ) -> None:
         self._context = context
-        self._unassigned = unassigned
         self._bounded = bounded
         self._options = options or SequenceOptions(splits=len(unassigned))
         self._released = self._options.released_at_start if released is None else released
         """Splits 0 .. released-1 are known (unassigned, assigned or finished)."""
         self._codec = SequenceSplitCodec()
+        self._distributor = SplitDistributor(context, self._options.assigner())
+        self._distributor.add_splits(unassigned)
 
     @property
     def all_released(self) -> bool:
@@ -279,7 +287,7 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         if error is not None or not count or self.all_released:
             return
         stop = min(self._options.splits, self._released + count)
-        self._unassigned.extend(self._options.splits_range(self._released, stop))
+        self._distributor.add_splits(self._options.splits_range(self._released, stop))
         self._released = stop
         self._distribute()
 
@@ -287,14 +295,15 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         self._distribute()
 
     def add_splits_back(self, splits: list[SequenceSplit], subtask: int) -> None:
-        self._unassigned.extend(splits)
+        self._distributor.add_splits(splits)
         self._distribute()
 
     def handle_split_request(self, subtask: int, hostname: str | None) -> None:
         self._distribute(requester=subtask)
 
     def snapshot_state(self, checkpoint_id: int) -> Any:
-        state: dict[str, Any] = {"unassigned": [self._codec.to_wire(s) for s in self._unassigned]}
+        pending = self._distributor.assigner.pending
+        state: dict[str, Any] = {"unassigned": [self._codec.to_wire(s) for s in pending]}
         if self._options.release_interval_ms > 0:
             state["released"] = self._released
         return state
@@ -303,24 +312,12 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         readers = self._context.registered_readers()
         if not readers:
             return
-        if not self._unassigned:
+        if not self._distributor.assigner.pending:
             if self._bounded and self.all_released and self._context.outstanding_split_count() == 0:
                 for subtask in readers:
                     self._context.signal_no_more_splits(subtask)
             return
-        outstanding = len(self._unassigned) + self._context.outstanding_split_count()
-        share = max(1, math.ceil(outstanding / self._context.current_parallelism()))
-        counts = {s: info.owned_split_count for s, info in readers.items()}
-        assignment: dict[int, list[SequenceSplit]] = {}
-        for subtask in sorted(counts, key=lambda s: (counts[s], s)):
-            room = share - counts[subtask]
-            if subtask == requester and counts[subtask] == 0:
-                room = max(room, share)
-            if room > 0 and self._unassigned:
-                take, self._unassigned = self._unassigned[:room], self._unassigned[room:]
-                assignment[subtask] = take
-        if assignment:
-            self._context.assign_splits(assignment)
+        self._distributor.distribute(requester)
 
 
 class SequenceReader(SourceReader[SequenceSplit]):

@@ -156,8 +156,10 @@ def test_a_successor_coordinator_resumes_the_release_where_it_stopped() -> None:
     fire(h, first)
     h.ack(0)
     effects = h.restart_coordinator()  # the state persisted after the release step
-    assert len(effects.async_calls) == 1, "the restored enumerator asks for its discovery call again"
-    call = effects.async_calls[0]
+    # (besides a one-shot timer: splits wait for the assigner's grace delay, one slot has no reader)
+    discovery = [c for c in effects.async_calls if c.period_ms > 0]
+    assert len(discovery) == 1, "the restored enumerator asks for its discovery call again"
+    call = discovery[0]
     assert h.core.enumerator.snapshot_state(0)["released"] == 3
     for _ in range(SPLITS):
         fire(h, call)

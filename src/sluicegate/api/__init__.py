@@ -1,5 +1,13 @@
 """What connector authors implement and call. No I/O here."""
 
+from sluicegate.api.assigners import (
+    AssignmentRound,
+    FairShareAssigner,
+    RoundRobinAssigner,
+    SplitAssigner,
+    SplitDistributor,
+    StickyHashAssigner,
+)
 from sluicegate.api.enumerator import (
     EnumeratorMetrics,
     ReaderInfo,
@@ -14,23 +22,29 @@ from sluicegate.api.source import Boundedness, Source, SupportsSplitReassignment
 from sluicegate.api.split import SourceSplit, SplitCodec, WireSplit
 
 __all__ = [
+    "AssignmentRound",
     "Boundedness",
     "ConfigError",
     "EnumeratorMetrics",
+    "FairShareAssigner",
     "InputStatus",
     "NoLiveReaderError",
     "RangeChunk",
     "ReadResult",
     "ReaderInfo",
     "Record",
+    "RoundRobinAssigner",
     "Source",
     "SourceReader",
     "SourceReaderContext",
     "SourceSplit",
+    "SplitAssigner",
     "SplitCodec",
+    "SplitDistributor",
     "SplitEnumerator",
     "SplitEnumeratorContext",
     "SplitsAssignment",
+    "StickyHashAssigner",
     "SupportsPositionRanges",
     "SupportsSplitReassignmentOnRecovery",
     "WireSplit",
