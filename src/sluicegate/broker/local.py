@@ -6,7 +6,7 @@ directory, then ``java -cp 'libs/*' kafka.Kafka server.properties`` runs the bro
 Layout:
 
 - artifacts: ``$SLUICEGATE_CACHE_DIR/kafka-3.9.1/libs`` (default root ``~/.cache/sluicegate``),
-  resolved under a file lock, completed by a ``.resolved`` marker.
+  resolved under a file lock, completed by a ``.resolved`` marker (``sluicegate.broker.maven``).
 - run directory (default ``<cache root>/broker``): ``data/`` (the log dir), ``server.properties``,
   ``log4j.properties``, ``broker.log`` (the JVM's stdout and stderr) and ``broker.json``
   (pid, bootstrap, ports) while a broker runs.
@@ -35,6 +35,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from sluicegate.broker.maven import MavenError, cache_root, is_resolved, require_executable, resolve_jars
+
 KAFKA_VERSION = "3.9.1"
 SCALA_VERSION = "2.13"
 
@@ -45,7 +47,6 @@ KAFKA_ARTIFACTS: tuple[tuple[str, str, str], ...] = (
     ("org.slf4j", "slf4j-reload4j", "1.7.36"),
 )
 
-_MARKER = ".resolved"
 _STATE_FILE = "broker.json"
 _LOG_FILE = "broker.log"
 
@@ -61,12 +62,6 @@ def _stderr_echo(message: str) -> None:
     print(f"sluicegate broker: {message}", file=sys.stderr, flush=True)
 
 
-def cache_root() -> Path:
-    """``$SLUICEGATE_CACHE_DIR`` if set, else ``~/.cache/sluicegate``."""
-    env = os.environ.get("SLUICEGATE_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "sluicegate"
-
-
 def artifacts_dir() -> Path:
     """Where the Kafka jars of this version live (``<cache root>/kafka-3.9.1``)."""
     return cache_root() / f"kafka-{KAFKA_VERSION}"
@@ -78,33 +73,12 @@ def default_run_dir() -> Path:
 
 
 def _require_executable(name: str, purpose: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise BrokerError(
-            f"`{name}` was not found on PATH; it is needed to {purpose}. "
-            f"Install it (Java 17+ and Maven 3.8+), or point KAFKA_BOOTSTRAP_SERVERS at an "
-            f"existing Kafka broker instead."
-        )
-    return path
-
-
-def _pom_xml() -> str:
-    deps = "\n".join(
-        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
-        for g, a, v in KAFKA_ARTIFACTS
+    return require_executable(
+        name,
+        purpose,
+        hint="or point KAFKA_BOOTSTRAP_SERVERS at an existing Kafka broker instead",
+        error=BrokerError,
     )
-    return f"""<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>io.sluicegate.local</groupId>
-  <artifactId>kafka-runtime</artifactId>
-  <version>{KAFKA_VERSION}</version>
-  <packaging>pom</packaging>
-  <dependencies>
-{deps}
-  </dependencies>
-</project>
-"""
 
 
 def ensure_kafka_artifacts(echo: Echo = _stderr_echo) -> Path:
@@ -112,56 +86,23 @@ def ensure_kafka_artifacts(echo: Echo = _stderr_echo) -> Path:
 
     Idempotent and safe when several processes race: resolution runs under an exclusive
     ``flock`` on ``<dir>/.lock`` and is published by renaming a finished directory into place
-    and then writing the ``.resolved`` marker.
+    and then writing the ``.resolved`` marker (``sluicegate.broker.maven.resolve_jars``).
     """
     base = artifacts_dir()
-    libs = base / "libs"
-    if (base / _MARKER).is_file() and libs.is_dir():
-        return libs
-    base.mkdir(parents=True, exist_ok=True)
-    with open(base / ".lock", "w") as lock:
-        if not _try_flock(lock):
-            echo(f"waiting for another process resolving Kafka {KAFKA_VERSION} into {base}...")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        if (base / _MARKER).is_file() and libs.is_dir():
-            return libs
-        mvn = _require_executable("mvn", "resolve the Kafka jars from Maven Central")
-        echo(f"Resolving Apache Kafka {KAFKA_VERSION} from Maven Central into {base} (first run only)...")
-        started = time.monotonic()
-        pom = base / "pom.xml"
-        pom.write_text(_pom_xml(), encoding="utf-8")
-        staging = base / "libs.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        cmd = [
-            mvn,
-            "-q",
-            "-B",
-            "-f",
-            str(pom),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={staging}",
-        ]
-        proc = subprocess.run(cmd, cwd=base, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
-        jars = list(staging.glob("*.jar")) if staging.is_dir() else []
-        if proc.returncode != 0 or not jars:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
-            raise BrokerError(
-                f"Maven could not resolve Kafka {KAFKA_VERSION} (exit {proc.returncode}); "
-                f"command: {' '.join(cmd)}\n{tail}"
-            )
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-        (base / _MARKER).write_text(f"{KAFKA_VERSION}\n{len(jars)} jars\n", encoding="utf-8")
-        echo(f"resolved {len(jars)} jars in {time.monotonic() - started:.0f}s")
-        return libs
-
-
-def _try_flock(lock: Any) -> bool:
+    if is_resolved(base):
+        return base / "libs"
+    _require_executable("mvn", "resolve the Kafka jars from Maven Central")
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
+        return resolve_jars(
+            base,
+            KAFKA_ARTIFACTS,
+            project="kafka-runtime",
+            version=KAFKA_VERSION,
+            label=f"Apache Kafka {KAFKA_VERSION}",
+            echo=echo,
+        )
+    except MavenError as exc:
+        raise BrokerError(str(exc)) from exc
 
 
 def new_cluster_id() -> str:
