@@ -21,7 +21,7 @@ Python sequences.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic
 
@@ -78,6 +78,22 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
 
         Deterministic: the same arguments give the same records, on any process.
         """
+
+    def prepare_planning(self, splits: Sequence[SplitT]) -> None:
+        """Called by the planning host before a round of ``available_end`` and
+        ``event_time_before`` calls for ``splits``. The one place allowed to block: a
+        connector whose ends live elsewhere fetches them here, in one request (the
+        ``kafka`` connector asks for every partition's last stable offset)."""
+
+    def arrow_schema(self) -> Any | None:
+        """The pyarrow schema of ``read_arrow``'s batches; None (the default): hosts
+        use ``split_id, value, event_time`` from ``read_range``."""
+        return None
+
+    def read_arrow(self, split: SplitT, start: int, end: int, max_rows: int) -> Iterator[Any]:
+        """The records of ``[start, end)`` as pyarrow record batches of ``arrow_schema()``
+        (only called when that is not None); deterministic as ``read_range``."""
+        raise NotImplementedError(f"{type(self).__name__} has no arrow_schema of its own")
 
     def event_time_before(self, split: SplitT, position: int) -> int | None:
         """The largest event time among the split's records before ``position``

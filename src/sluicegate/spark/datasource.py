@@ -71,7 +71,7 @@ from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
 from sluicegate.api.source import Boundedness, Source
 from sluicegate.connectors import load_source
 from sluicegate.spark.driver import DriverSettings, SparkReaderDriver
-from sluicegate.spark.offsets import OwnedSplit, SourceOffset, plan_next, ranges_between
+from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskView, plan_next, ranges_between
 
 log = logging.getLogger("sluicegate.spark")
 
@@ -247,6 +247,11 @@ class SluicegateDataSource(DataSource):
 
     def schema(self) -> StructType:
         config = SparkSourceConfig.from_options(self.options)
+        own = _ranges(_range_source(config.connector, config.connector_options)).arrow_schema()
+        if own is not None:
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            return from_arrow_schema(own)
         return source_schema(value_type_of(config.connector, config.connector_options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -259,6 +264,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._driver: SparkReaderDriver | None = None
         self._initial: SourceOffset | None = None
         self._available_now_ms: int | None = None
+        self._last_prepare_warning = float("-inf")
 
     # Spark pickles this object into the read function that executors run: only the
     # configuration travels, never the driver's thread and Kafka clients.
@@ -326,6 +332,8 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         settle_until = since + SETTLE_S
         while True:
             planning = driver.planning_state()
+            if not self._prepare_planning(planning.views):
+                return start
             end = plan_next(
                 start_offset,
                 planning.views,
@@ -376,6 +384,22 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         generation = driver.generation
         return driver.wait_for_change(generation, 1.0) == generation
 
+    def _prepare_planning(self, views: Mapping[int, SubtaskView]) -> bool:
+        """Let the connector fetch what planning needs (e.g. end offsets); False when it
+        cannot now (its data cluster is down): no new batch, the query waits and retries."""
+        source = self._source
+        splits = [source.split_codec.from_wire(o.split) for v in views.values() for o in v.splits]
+        try:
+            _ranges(source).prepare_planning(splits)
+        except Exception as exc:
+            now = time.monotonic()
+            if now - self._last_prepare_warning >= WAITING_NOTICE_S:
+                self._last_prepare_warning = now
+                log.warning("source %s: cannot plan the next batch now: %s", self.config.source, exc)
+            time.sleep(1.0)
+            return False
+        return True
+
     def _available(self, owned: OwnedSplit, base: int) -> int:
         source = self._source
         ranges = _ranges(source)
@@ -423,6 +447,12 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         assert isinstance(partition, SluicegatePartition)
         source = self._source
         ranges = _ranges(source)
+        if ranges.arrow_schema() is not None:
+            for wire, start, end in partition.ranges:
+                yield from ranges.read_arrow(
+                    source.split_codec.from_wire(wire), start, end, self.config.arrow_batch_rows
+                )
+            return
         value_type = value_type_of(self.config.connector, self.config.connector_options)
         arrow_type = getattr(pa, _SQL_TYPES[value_type][1])()
         schema = pa.schema(

@@ -1,0 +1,85 @@
+"""Metadata and offsets of the data cluster, through librdkafka's admin client.
+
+Blocking calls: the enumerator runs them off the coordinator loop
+(``context.call_async``), the Spark driver while it plans a batch. Offsets are
+asked for ``read_committed``, so a partition's end is its last stable offset:
+a reader never waits for records of an open transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from .options import KafkaOptions
+
+log = logging.getLogger("sluicegate.connectors.kafka")
+
+TopicPartitionKey = tuple[str, int]
+
+
+class DataClusterError(RuntimeError):
+    """The data cluster did not answer, or refused; the message says which cluster and why."""
+
+
+class DataCluster:
+    def __init__(self, options: KafkaOptions, timeout_s: float = 10.0) -> None:
+        self.options = options
+        self.timeout_s = timeout_s
+        self._admin: AdminClient | None = None
+
+    def _client(self) -> AdminClient:
+        if self._admin is None:
+            config = self.options.client_config(**{"error_cb": _log_client_error})
+            self._admin = AdminClient(config)
+        return self._admin
+
+    def _fail(self, what: str, exc: BaseException) -> DataClusterError:
+        reason = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
+        return DataClusterError(f"{what} on the data cluster at {self.options.bootstrap_servers} failed: {reason}")
+
+    def partitions(self) -> dict[str, int]:
+        """Topic -> partition count, for the topics the options select that exist."""
+        try:
+            metadata = self._client().list_topics(timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise self._fail("listing topics", exc) from None
+        found: dict[str, int] = {}
+        for name, topic in metadata.topics.items():
+            if topic.error is not None or not self.options.matches(name):
+                continue
+            found[name] = len(topic.partitions)
+        return found
+
+    def offsets(self, partitions: Iterable[TopicPartitionKey], spec: str | int) -> dict[TopicPartitionKey, int]:
+        """Offsets of ``partitions``: ``"earliest"``, ``"latest"`` (the last stable offset),
+        or for an int timestamp the first offset whose record timestamp is >= it
+        (the latest offset where there is none yet)."""
+        keys = list(partitions)
+        if not keys:
+            return {}
+        if isinstance(spec, int):
+            found = self._list(keys, OffsetSpec.for_timestamp(spec))
+            missing = [k for k, offset in found.items() if offset < 0]
+            found.update(self._list(missing, OffsetSpec.latest()) if missing else {})
+            return found
+        return self._list(keys, OffsetSpec.earliest() if spec == "earliest" else OffsetSpec.latest())
+
+    def _list(self, keys: list[TopicPartitionKey], spec: Any) -> dict[TopicPartitionKey, int]:
+        request = {TopicPartition(t, p): spec for t, p in keys}
+        try:
+            futures = self._client().list_offsets(
+                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.timeout_s
+            )
+            return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
+        except KafkaException as exc:
+            raise self._fail("listing offsets", exc) from None
+
+
+def _log_client_error(error: Any) -> None:
+    # librdkafka reports connection trouble here and retries by itself; one line each.
+    log.warning("data cluster: %s", error)

@@ -1,0 +1,247 @@
+"""The options of the ``kafka`` connector, parsed once and checked at start.
+
+Every bad or unknown option raises ConfigError naming it, so a coordinator, a
+reader or a Spark query with a typo fails before it touches any cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from sluicegate.api.assigners import (
+    ASSIGNER_OPTION,
+    GRACE_OPTION,
+    SplitAssigner,
+    StickyHashAssigner,
+    assigner_from_options,
+)
+from sluicegate.api.errors import ConfigError
+
+CLIENT_PREFIX = "kafka."
+"""Options ``kafka.<name>`` go to the data cluster's clients as ``<name>`` (librdkafka names)."""
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+EARLIEST = -2
+LATEST = -1
+"""Offsets in a ``starting_offsets`` JSON map: -2 earliest, -1 latest (Spark's convention)."""
+
+# librdkafka settings the connector owns: a user value would break exactly-once reading.
+_RESERVED_CLIENT_SETTINGS = {
+    "bootstrap.servers": "bootstrap_servers",
+    "isolation.level": "(always read_committed)",
+    "enable.auto.commit": "(offsets live in sluicegate's checkpoints)",
+    "group.id": "(partitions are assigned, not subscribed)",
+    "auto.offset.reset": "fail_on_data_loss",
+    "enable.partition.eof": "(the reader needs end-of-partition events)",
+}
+
+KNOWN = {
+    "topics",
+    "topic_pattern",
+    "bootstrap_servers",
+    "starting_offsets",
+    "stopping_offsets",
+    "partition_discovery_interval_ms",
+    "fail_on_data_loss",
+    "poll_timeout_ms",
+    ASSIGNER_OPTION,
+    GRACE_OPTION,
+}
+
+
+@dataclass(frozen=True)
+class StartingOffsets:
+    """``earliest`` | ``latest`` | ``timestamp:MS`` | a JSON map ``{"topic": {"0": offset}}``."""
+
+    kind: str
+    timestamp_ms: int | None = None
+    per_partition: Mapping[tuple[str, int], int] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return self.kind if self.timestamp_ms is None else f"timestamp:{self.timestamp_ms}"
+
+
+@dataclass(frozen=True)
+class StoppingOffsets:
+    """``none`` (unbounded) | ``latest`` (the end offsets seen at start) | ``timestamp:MS`` |
+    a JSON map ``{"topic": {"0": offset}}`` (-1: latest at start)."""
+
+    kind: str
+    timestamp_ms: int | None = None
+    per_partition: Mapping[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def bounded(self) -> bool:
+        return self.kind != "none"
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    bootstrap_servers: str
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    starting: StartingOffsets = StartingOffsets("earliest")
+    stopping: StoppingOffsets = StoppingOffsets("none")
+    partition_discovery_interval_ms: int = 30_000
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = 120_000
+    """How long a Spark executor waits for records it knows exist before it fails the task."""
+    client_settings: tuple[tuple[str, str], ...] = ()
+    assigner: Callable[[], SplitAssigner[Any]] = field(default=StickyHashAssigner, compare=False)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
+        for key in options:
+            if key not in KNOWN and not key.startswith(CLIENT_PREFIX):
+                known = ", ".join(sorted(KNOWN))
+                raise ConfigError(
+                    key, f"unknown option of the kafka connector (known: {known}, kafka.<client setting>)"
+                )
+        topics = tuple(t.strip() for t in options.get("topics", "").split(",") if t.strip())
+        pattern = options.get("topic_pattern", "").strip() or None
+        if bool(topics) == bool(pattern):
+            raise ConfigError("topics", "give exactly one of 'topics' (comma list) or 'topic_pattern' (regex)")
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError("topic_pattern", f"is not a valid regular expression: {exc}") from None
+        bootstrap = options.get("bootstrap_servers", "").strip() or os.environ.get(BOOTSTRAP_ENV, "").strip()
+        if not bootstrap:
+            raise ConfigError("bootstrap_servers", f"is required (the data cluster), or set {BOOTSTRAP_ENV}")
+        client = {}
+        for key, value in options.items():
+            if key.startswith(CLIENT_PREFIX):
+                name = key[len(CLIENT_PREFIX) :]
+                if name in _RESERVED_CLIENT_SETTINGS:
+                    raise ConfigError(key, f"is set by the connector; use {_RESERVED_CLIENT_SETTINGS[name]}")
+                client[name] = value
+        from .split import partition_owner_key
+
+        return cls(
+            bootstrap_servers=bootstrap,
+            topics=topics,
+            topic_pattern=pattern,
+            starting=_starting(options.get("starting_offsets", "earliest")),
+            stopping=_stopping(options.get("stopping_offsets", "none")),
+            partition_discovery_interval_ms=_int(options, "partition_discovery_interval_ms", 30_000, 0),
+            fail_on_data_loss=_bool(options, "fail_on_data_loss", True),
+            poll_timeout_ms=_int(options, "poll_timeout_ms", 120_000, 100),
+            client_settings=tuple(sorted(client.items())),
+            assigner=assigner_from_options(options, StickyHashAssigner.name, owner_key=partition_owner_key),
+        )
+
+    def matches(self, topic: str) -> bool:
+        if self.topic_pattern is not None:
+            return not topic.startswith("__") and re.fullmatch(self.topic_pattern, topic) is not None
+        return topic in self.topics
+
+    def client_config(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings for a client of the data cluster: the user's ``kafka.*``
+        settings, then the connector's own."""
+        config: dict[str, Any] = dict(self.client_settings)
+        config["bootstrap.servers"] = self.bootstrap_servers
+        config.update(extra)
+        return config
+
+    def consumer_config(self) -> dict[str, Any]:
+        return self.client_config(
+            **{
+                "group.id": "sluicegate-unused",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "error",
+                "enable.partition.eof": True,
+            }
+        )
+
+
+def _int(options: Mapping[str, str], key: str, default: int, minimum: int) -> int:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(key, f"must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(key, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ConfigError(key, f"must be true or false, got {raw!r}")
+
+
+def _timestamp(key: str, text: str) -> int:
+    raw = text.split(":", 1)[1].strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(key, f"timestamp:MS needs an integer of ms since the epoch, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(key, f"timestamp:MS must be >= 0, got {value}")
+    return value
+
+
+def _partition_map(key: str, text: str, minimum: int) -> dict[tuple[str, int], int]:
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(key, f"is not earliest/latest/timestamp:MS or a JSON map: {exc}") from None
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(key, 'a JSON map must look like {"topic": {"0": 42, "1": -2}}')
+    out: dict[tuple[str, int], int] = {}
+    for topic, partitions in data.items():
+        if not isinstance(partitions, dict):
+            raise ConfigError(key, f"topic {topic!r} must map partition numbers to offsets")
+        for partition, offset in partitions.items():
+            try:
+                p = int(partition)
+            except ValueError:
+                raise ConfigError(key, f"{topic!r}: partition {partition!r} is not an integer") from None
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < minimum:
+                raise ConfigError(key, f"{topic}-{p}: offset must be an integer >= {minimum}, got {offset!r}")
+            out[(topic, p)] = offset
+    return out
+
+
+def _starting(text: str) -> StartingOffsets:
+    key = "starting_offsets"
+    value = text.strip()
+    lowered = value.lower()
+    if lowered in ("earliest", "latest"):
+        return StartingOffsets(lowered)
+    if lowered.startswith("timestamp:"):
+        return StartingOffsets("timestamp", timestamp_ms=_timestamp(key, value))
+    if value.startswith("{"):
+        return StartingOffsets("json", per_partition=_partition_map(key, value, EARLIEST))
+    raise ConfigError(key, f"must be earliest, latest, timestamp:MS or a JSON map, got {text!r}")
+
+
+def _stopping(text: str) -> StoppingOffsets:
+    key = "stopping_offsets"
+    value = text.strip()
+    lowered = value.lower()
+    if lowered in ("none", "latest"):
+        return StoppingOffsets(lowered)
+    if lowered.startswith("timestamp:"):
+        return StoppingOffsets("timestamp", timestamp_ms=_timestamp(key, value))
+    if value.startswith("{"):
+        return StoppingOffsets("json", per_partition=_partition_map(key, value, LATEST))
+    raise ConfigError(key, f"must be none, latest, timestamp:MS or a JSON map, got {text!r}")

@@ -1,0 +1,108 @@
+"""``KafkaSource``: the enumerator, the reader and position ranges of the ``kafka`` connector.
+
+The reference connector: partitions discovered while running (enumerator.py),
+assignment by a ``SplitAssigner`` (sticky by default, as Flink's Kafka source),
+reassignment on recovery (FLIP-537), the standalone reader (reader.py) and
+offset ranges read into Arrow for Spark (ranges.py). docs/kafka.md is the guide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from sluicegate.api import (
+    Boundedness,
+    RangeChunk,
+    Source,
+    SourceReaderContext,
+    SplitEnumeratorContext,
+    SupportsPositionRanges,
+    SupportsSplitReassignmentOnRecovery,
+)
+
+from .cluster import DataCluster
+from .enumerator import KafkaEnumerator
+from .options import KafkaOptions
+from .ranges import PlanningView, RangeReader, arrow_schema
+from .reader import KafkaSourceReader
+from .split import KafkaPartitionSplit, KafkaSplitCodec
+
+
+class KafkaSource(
+    Source[KafkaPartitionSplit],
+    SupportsSplitReassignmentOnRecovery,
+    SupportsPositionRanges[KafkaPartitionSplit],
+):
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+        self._codec = KafkaSplitCodec()
+        self._planning: PlanningView | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> KafkaSource:
+        return cls(KafkaOptions.parse(options))
+
+    @property
+    def boundedness(self) -> Boundedness:
+        return Boundedness.BOUNDED if self.options.stopping.bounded else Boundedness.CONTINUOUS_UNBOUNDED
+
+    @property
+    def split_codec(self) -> KafkaSplitCodec:
+        return self._codec
+
+    def create_enumerator(self, context: SplitEnumeratorContext[KafkaPartitionSplit]) -> KafkaEnumerator:
+        return KafkaEnumerator(context, self.options, DataCluster(self.options))
+
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[KafkaPartitionSplit], checkpoint: Any
+    ) -> KafkaEnumerator:
+        return KafkaEnumerator.restore(context, self.options, DataCluster(self.options), checkpoint)
+
+    def create_reader(self, context: SourceReaderContext) -> KafkaSourceReader:
+        return KafkaSourceReader(self.options)
+
+    # -- position ranges (sluicegate.api.ranges) --------------------------------------
+
+    value_type = "binary"
+
+    def _view(self) -> PlanningView:
+        if self._planning is None:
+            self._planning = PlanningView(self.options)
+        return self._planning
+
+    def split_position(self, split: KafkaPartitionSplit) -> int:
+        return split.position
+
+    def with_position(self, split: KafkaPartitionSplit, position: int) -> KafkaPartitionSplit:
+        return split.copy(position)
+
+    def split_end(self, split: KafkaPartitionSplit) -> int | None:
+        return split.stop
+
+    def prepare_planning(self, splits: Sequence[KafkaPartitionSplit]) -> None:
+        self._view().refresh(splits)
+
+    def available_end(self, split: KafkaPartitionSplit, now_ms: int) -> int:
+        end = self._view().end_offset(split)
+        if end is None:
+            return split.position
+        if split.stop is not None:
+            end = min(end, split.stop)
+        return max(split.position, end)
+
+    def event_time_before(self, split: KafkaPartitionSplit, position: int) -> int | None:
+        return self._view().timestamp_before(split, position)
+
+    def arrow_schema(self) -> Any:
+        return arrow_schema()
+
+    def read_arrow(self, split: KafkaPartitionSplit, start: int, end: int, max_rows: int) -> Iterator[Any]:
+        return RangeReader(self.options).read(split, start, end, max_rows)
+
+    def read_range(self, split: KafkaPartitionSplit, start: int, end: int, max_rows: int) -> Iterator[RangeChunk]:
+        for batch in self.read_arrow(split, start, end, max_rows):
+            times = batch.column("timestamp").cast("int64")
+            import pyarrow.compute as pc
+
+            yield RangeChunk(batch.column("value"), pc.divide(times, 1000))
