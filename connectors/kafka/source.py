@@ -8,7 +8,7 @@ offset ranges read into Arrow for Spark (ranges.py). docs/kafka.md is the guide.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sluicegate.api import (
@@ -34,8 +34,10 @@ class KafkaSource(
     SupportsSplitReassignmentOnRecovery,
     SupportsPositionRanges[KafkaPartitionSplit],
 ):
-    def __init__(self, options: KafkaOptions) -> None:
+    def __init__(self, options: KafkaOptions, cluster: Callable[[KafkaOptions], DataCluster] = DataCluster) -> None:
         self.options = options
+        self._cluster = cluster
+        """How the enumerator reaches the data cluster (tests give an in-memory one)."""
         self._codec = KafkaSplitCodec()
         self._planning: PlanningView | None = None
 
@@ -52,12 +54,12 @@ class KafkaSource(
         return self._codec
 
     def create_enumerator(self, context: SplitEnumeratorContext[KafkaPartitionSplit]) -> KafkaEnumerator:
-        return KafkaEnumerator(context, self.options, DataCluster(self.options))
+        return KafkaEnumerator(context, self.options, self._cluster(self.options))
 
     def restore_enumerator(
         self, context: SplitEnumeratorContext[KafkaPartitionSplit], checkpoint: Any
     ) -> KafkaEnumerator:
-        return KafkaEnumerator.restore(context, self.options, DataCluster(self.options), checkpoint)
+        return KafkaEnumerator.restore(context, self.options, self._cluster(self.options), checkpoint)
 
     def create_reader(self, context: SourceReaderContext) -> KafkaSourceReader:
         return KafkaSourceReader(self.options)

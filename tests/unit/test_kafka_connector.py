@@ -1,0 +1,295 @@
+"""The ``kafka`` connector without Kafka: options, and the enumerator driven by the
+coordinator core (CoreHarness) over an in-memory data cluster. Discovery calls are
+fired by hand, as the host would run them off the loop."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from core_harness import CoreHarness
+from sluicegate_connectors.kafka import KafkaOptions, KafkaSource
+from sluicegate_connectors.kafka.cluster import DataCluster, DataClusterError, TopicPartitionKey
+from sluicegate_connectors.kafka.enumerator import RETRY_MS
+from sluicegate_connectors.kafka.split import KafkaPartitionSplit, partition_owner_key
+
+from sluicegate.api.errors import ConfigError
+from sluicegate.coordinator.core import AsyncCall, Effects
+from sluicegate.protocol.messages import AddSplits, CoordinatorSourceEvent, NoMoreSplits
+
+BOOTSTRAP = "127.0.0.1:1"
+
+
+class MemoryCluster(DataCluster):
+    """Partitions with [earliest, latest) offsets and record timestamps, in memory."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        super().__init__(options)
+        self.logs: dict[TopicPartitionKey, tuple[int, int]] = {}
+        self.timestamps: dict[TopicPartitionKey, list[tuple[int, int]]] = {}
+        self.down = False
+
+    def add(self, topic: str, partitions: int, earliest: int = 0, latest: int = 100) -> None:
+        for p in range(partitions):
+            self.logs[(topic, p)] = (earliest, latest)
+
+    def partitions(self) -> dict[str, int]:
+        if self.down:
+            raise DataClusterError(f"listing topics on the data cluster at {BOOTSTRAP} failed: down")
+        counts: Counter[str] = Counter(t for t, _ in self.logs if self.options.matches(t))
+        return dict(counts)
+
+    def offsets(self, partitions: Any, spec: str | int) -> dict[TopicPartitionKey, int]:
+        out = {}
+        for key in partitions:
+            earliest, latest = self.logs[key]
+            if spec == "earliest":
+                out[key] = earliest
+            elif spec == "latest":
+                out[key] = latest
+            else:
+                stamps = [o for o, ts in self.timestamps.get(key, []) if ts >= int(spec)]
+                out[key] = min(stamps) if stamps else latest
+        return out
+
+
+def kafka_source(clusters: list[MemoryCluster], **options: str) -> KafkaSource:
+    opts = {"topics": "orders", "bootstrap_servers": BOOTSTRAP, "assignment_grace_ms": "0", **options}
+
+    def cluster(o: KafkaOptions) -> MemoryCluster:
+        # one cluster for the whole test: a restored enumerator sees the same one
+        if not clusters:
+            clusters.append(MemoryCluster(o))
+        return clusters[0]
+
+    return KafkaSource(KafkaOptions.parse(opts), cluster=cluster)
+
+
+class KafkaHarness(CoreHarness):
+    """Remembers the discovery calls the enumerator asked for and has not had run yet."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.discoveries: list[AsyncCall] = []
+        super().__init__(*args, **kwargs)
+
+    def _collect(self, effects: Effects) -> Effects:
+        self.discoveries += [c for c in effects.async_calls if c.fn.__name__ == "_discover"]
+        return super()._collect(effects)
+
+
+def discovery_call(h: CoreHarness) -> AsyncCall:
+    """The one discovery the enumerator has scheduled (it keeps one in flight)."""
+    assert isinstance(h, KafkaHarness)
+    assert len(h.discoveries) == 1, h.discoveries
+    return h.discoveries.pop()
+
+
+def fire(h: CoreHarness, call: AsyncCall) -> None:
+    try:
+        result, error = call.fn(), None
+    except Exception as exc:
+        result, error = None, exc
+    h._collect(h.core.on_async_result(call.call_id, result, error, h.now_ms))
+
+
+def assigned(h: CoreHarness) -> dict[str, tuple[int, int]]:
+    """split id -> (subtask, position) of every AddSplits."""
+    return {s["split_id"]: (e.subtask, s["position"]) for e in h.of_type(AddSplits) for s in e.body.splits}
+
+
+# -- options ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "setting"),
+    [
+        ({"topics": "a", "colour": "red"}, "colour"),
+        ({"topics": "a", "topic_pattern": "a.*"}, "topics"),
+        ({}, "topics"),
+        ({"topic_pattern": "(unclosed"}, "topic_pattern"),
+        ({"topics": "a", "starting_offsets": "yesterday"}, "starting_offsets"),
+        ({"topics": "a", "starting_offsets": "timestamp:soon"}, "starting_offsets"),
+        ({"topics": "a", "starting_offsets": '{"a": {"0": -3}}'}, "starting_offsets"),
+        ({"topics": "a", "starting_offsets": '{"a": [1]}'}, "starting_offsets"),
+        ({"topics": "a", "stopping_offsets": "earliest"}, "stopping_offsets"),
+        ({"topics": "a", "partition_discovery_interval_ms": "-1"}, "partition_discovery_interval_ms"),
+        ({"topics": "a", "fail_on_data_loss": "maybe"}, "fail_on_data_loss"),
+        ({"topics": "a", "kafka.group.id": "mine"}, "kafka.group.id"),
+        ({"topics": "a", "kafka.isolation.level": "read_uncommitted"}, "kafka.isolation.level"),
+        ({"topics": "a", "assigner": "lottery"}, "assigner"),
+        ({"topics": "a", "assignment_grace_ms": "soon"}, "assignment_grace_ms"),
+    ],
+)
+def test_a_bad_option_fails_naming_it(options: dict[str, str], setting: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        KafkaOptions.parse({"bootstrap_servers": BOOTSTRAP, **options})
+    assert info.value.setting == setting
+
+
+def test_without_bootstrap_servers_the_environment_is_used_or_the_option_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    with pytest.raises(ConfigError) as info:
+        KafkaOptions.parse({"topics": "a"})
+    assert info.value.setting == "bootstrap_servers"
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "10.0.0.1:9092")
+    assert KafkaOptions.parse({"topics": "a"}).bootstrap_servers == "10.0.0.1:9092"
+
+
+def test_client_settings_pass_through_and_the_connector_owns_exactly_once_settings() -> None:
+    options = KafkaOptions.parse(
+        {"topics": "a, b", "bootstrap_servers": BOOTSTRAP, "kafka.security.protocol": "SASL_SSL"}
+    )
+    assert options.topics == ("a", "b")
+    config = options.consumer_config()
+    assert config["security.protocol"] == "SASL_SSL"
+    assert config["isolation.level"] == "read_committed"
+    assert config["enable.auto.commit"] is False
+    assert config["bootstrap.servers"] == BOOTSTRAP
+
+
+def test_a_topic_pattern_matches_whole_names_and_never_internal_topics() -> None:
+    options = KafkaOptions.parse({"topic_pattern": "orders.*", "bootstrap_servers": BOOTSTRAP})
+    assert options.matches("orders-eu")
+    assert not options.matches("all-orders")
+    assert not KafkaOptions.parse({"topic_pattern": ".*", "bootstrap_servers": BOOTSTRAP}).matches("__consumer_offsets")
+
+
+# -- enumerator -------------------------------------------------------------------------
+
+
+def started(source: KafkaSource, clusters: list[MemoryCluster], parallelism: int = 4, **kw: Any) -> CoreHarness:
+    h = KafkaHarness(source, max_parallelism=parallelism, start=False, **kw)
+    h.start()
+    return h
+
+
+def test_partitions_go_to_their_sticky_owner_at_their_starting_offsets() -> None:
+    clusters: list[MemoryCluster] = []
+    source = kafka_source(clusters, starting_offsets="latest")
+    h = started(source, clusters)
+    clusters[0].add("orders", 8, earliest=5, latest=40)
+    first = discovery_call(h)
+    for s in range(4):
+        h.register(s)
+    fire(h, first)
+    got = assigned(h)
+    assert len(got) == 8
+    for p in range(8):
+        owner = partition_owner_key(KafkaPartitionSplit("orders", p, 0)) % 4
+        assert got[f"orders-{p}"] == (owner, 40)
+    assert Counter(s for s, _ in got.values()) == Counter({0: 2, 1: 2, 2: 2, 3: 2}), "consecutive owners"
+
+
+def test_starting_offsets_by_timestamp_and_by_json_map() -> None:
+    clusters: list[MemoryCluster] = []
+    h = started(kafka_source(clusters, starting_offsets="timestamp:1500"), clusters, parallelism=1)
+    clusters[0].add("orders", 2, earliest=0, latest=10)
+    clusters[0].timestamps[("orders", 0)] = [(i, 1000 + 100 * i) for i in range(10)]
+    h.register(0)
+    fire(h, discovery_call(h))
+    assert assigned(h) == {"orders-0": (0, 5), "orders-1": (0, 10)}, "no record at/after the time: its end"
+
+    clusters = []
+    h = started(kafka_source(clusters, starting_offsets='{"orders": {"0": 7, "1": -1}}'), clusters, parallelism=1)
+    clusters[0].add("orders", 3, earliest=2, latest=30)
+    h.register(0)
+    fire(h, discovery_call(h))
+    assert assigned(h) == {"orders-0": (0, 7), "orders-1": (0, 30), "orders-2": (0, 2)}
+
+
+def test_partitions_added_later_start_at_their_earliest_offset() -> None:
+    clusters: list[MemoryCluster] = []
+    h = started(kafka_source(clusters, starting_offsets="latest", partition_discovery_interval_ms="1000"), clusters, 2)
+    clusters[0].add("orders", 2, earliest=0, latest=50)
+    h.register(0)
+    h.register(1)
+    fire(h, discovery_call(h))
+    again = discovery_call(h)
+    assert again.initial_delay_ms == 1000
+    clusters[0].logs[("orders", 2)] = (3, 9)
+    fire(h, again)
+    assert assigned(h)["orders-2"][1] == 3
+    assert sorted(assigned(h)) == ["orders-0", "orders-1", "orders-2"]
+
+
+def test_bounded_partitions_stop_at_the_offsets_seen_at_start_then_no_more_splits() -> None:
+    clusters: list[MemoryCluster] = []
+    h = started(kafka_source(clusters, stopping_offsets="latest"), clusters, parallelism=2)
+    clusters[0].add("orders", 3, earliest=0, latest=20)
+    clusters[0].logs[("orders", 2)] = (4, 4)  # empty: already at its stop offset
+    h.register(0)
+    h.register(1)
+    fire(h, discovery_call(h))
+    splits = {s["split_id"]: s for e in h.of_type(AddSplits) for s in e.body.splits}
+    assert sorted(splits) == ["orders-0", "orders-1"], "an empty bounded partition is never assigned"
+    assert {s["stop"] for s in splits.values()} == {20}
+    assert isinstance(h, KafkaHarness) and h.discoveries == [], "bounded: no periodic discovery"
+    assert not h.of_type(NoMoreSplits)
+    for s in (0, 1):
+        h.ack(s)
+        h.finish(s)
+        h.request_split(s)  # a reader host asks for more once it runs dry
+    assert {e.subtask for e in h.of_type(NoMoreSplits)} == {0, 1}
+
+
+def test_a_failed_discovery_is_retried_and_crashes_nothing() -> None:
+    clusters: list[MemoryCluster] = []
+    h = started(kafka_source(clusters), clusters, parallelism=1)
+    clusters[0].add("orders", 1)
+    clusters[0].down = True
+    h.register(0)
+    fire(h, discovery_call(h))
+    retry = discovery_call(h)
+    assert retry.initial_delay_ms == RETRY_MS
+    assert h.counters["discovery_failures"] == 1
+    clusters[0].down = False
+    fire(h, retry)
+    assert list(assigned(h)) == ["orders-0"]
+
+
+def test_a_partition_missing_from_two_discoveries_is_dropped_and_its_readers_told() -> None:
+    clusters: list[MemoryCluster] = []
+    h = started(kafka_source(clusters, topic_pattern="orders.*", topics=""), clusters, parallelism=1)
+    clusters[0].add("orders-a", 1)
+    clusters[0].add("orders-b", 1)
+    h.register(0)
+    fire(h, discovery_call(h))
+    assert sorted(assigned(h)) == ["orders-a-0", "orders-b-0"]
+    del clusters[0].logs[("orders-b", 0)]
+    fire(h, discovery_call(h))
+    assert not h.of_type(CoordinatorSourceEvent), "one missing discovery may be a metadata hiccup"
+    fire(h, discovery_call(h))
+    events = [e.body.payload for e in h.of_type(CoordinatorSourceEvent)]
+    assert events == [{"type": "partitions_removed", "split_ids": ["orders-b-0"]}]
+
+
+def test_a_successor_coordinator_does_not_rediscover_known_partitions() -> None:
+    clusters: list[MemoryCluster] = []
+    h = started(kafka_source(clusters, partition_discovery_interval_ms="1000"), clusters, parallelism=2)
+    clusters[0].add("orders", 4)
+    h.register(0)
+    fire(h, discovery_call(h))  # subtask 1 is not there: with grace 0 all go to subtask 0
+    h.ack(0)
+    h.finish(0, ["orders-0"])
+    assert isinstance(h, KafkaHarness)
+    h.discoveries.clear()  # the old coordinator's call dies with it
+    h.restart_coordinator()
+    fire(h, discovery_call(h))
+    counts = Counter(s["split_id"] for e in h.of_type(AddSplits) for s in e.body.splits)
+    assert counts == Counter({f"orders-{p}": 1 for p in range(4)}), "nothing assigned twice, the finished one not again"
+
+
+def test_the_sticky_owner_waits_for_its_reader_within_the_grace_delay() -> None:
+    clusters: list[MemoryCluster] = []
+    h = started(kafka_source(clusters, assignment_grace_ms="60000"), clusters, parallelism=2)
+    clusters[0].add("orders", 2)
+    h.register(0)
+    fire(h, discovery_call(h))
+    owner = {p: partition_owner_key(KafkaPartitionSplit("orders", p, 0)) % 2 for p in range(2)}
+    waiting = [p for p in range(2) if owner[p] == 1]
+    assert sorted(assigned(h)) == sorted(f"orders-{p}" for p in range(2) if owner[p] == 0)
+    h.register(1)
+    assert {sid for sid, (s, _) in assigned(h).items() if s == 1} == {f"orders-{p}" for p in waiting}
