@@ -122,6 +122,7 @@ class KafkaOptions:
                 if name in _RESERVED_CLIENT_SETTINGS:
                     raise ConfigError(key, f"is set by the connector; use {_RESERVED_CLIENT_SETTINGS[name]}")
                 client[name] = value
+        _check_client_settings(client)
         from .split import partition_owner_key
 
         return cls(
@@ -161,6 +162,23 @@ class KafkaOptions:
                 "enable.partition.eof": True,
             }
         )
+
+
+def _check_client_settings(settings: Mapping[str, str]) -> None:
+    """librdkafka checks its settings when a client is built: build one (it is closed
+    before it connects anywhere) so that a typo fails at start, named."""
+    if not settings:
+        return
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        AdminClient({**settings, "bootstrap.servers": "127.0.0.1:9", "log_level": 0})
+    except KafkaException as exc:
+        message = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        named = re.search(r'property:? "([^"]+)"', message)
+        setting = CLIENT_PREFIX + named.group(1) if named else CLIENT_PREFIX + "*"
+        raise ConfigError(setting, message) from None
 
 
 def _int(options: Mapping[str, str], key: str, default: int, minimum: int) -> int:

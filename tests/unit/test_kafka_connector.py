@@ -118,6 +118,8 @@ def assigned(h: CoreHarness) -> dict[str, tuple[int, int]]:
         ({"topics": "a", "kafka.group.id": "mine"}, "kafka.group.id"),
         ({"topics": "a", "kafka.isolation.level": "read_uncommitted"}, "kafka.isolation.level"),
         ({"topics": "a", "assigner": "lottery"}, "assigner"),
+        ({"topics": "a", "kafka.no.such.setting": "1"}, "kafka.no.such.setting"),
+        ({"topics": "a", "kafka.security.protocol": "carrier-pigeon"}, "kafka.security.protocol"),
         ({"topics": "a", "assignment_grace_ms": "soon"}, "assignment_grace_ms"),
     ],
 )
