@@ -142,7 +142,12 @@ def test_without_bootstrap_servers_the_environment_is_used_or_the_option_is_name
 
 def test_client_settings_pass_through_and_the_connector_owns_exactly_once_settings() -> None:
     options = KafkaOptions.parse(
-        {"topics": "a, b", "bootstrap_servers": BOOTSTRAP, "kafka.security.protocol": "SASL_SSL"}
+        {
+            "topics": "a, b",
+            "bootstrap_servers": BOOTSTRAP,
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "PLAIN",
+        }
     )
     assert options.topics == ("a", "b")
     config = options.consumer_config()
