@@ -141,13 +141,9 @@ def test_without_bootstrap_servers_the_environment_is_used_or_the_option_is_name
 
 
 def test_client_settings_pass_through_and_the_connector_owns_exactly_once_settings() -> None:
+    secured = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p"}
     options = KafkaOptions.parse(
-        {
-            "topics": "a, b",
-            "bootstrap_servers": BOOTSTRAP,
-            "kafka.security.protocol": "SASL_SSL",
-            "kafka.sasl.mechanism": "PLAIN",
-        }
+        {"topics": "a, b", "bootstrap_servers": BOOTSTRAP, **{f"kafka.{k}": v for k, v in secured.items()}}
     )
     assert options.topics == ("a", "b")
     config = options.consumer_config()
