@@ -69,6 +69,13 @@ class DataCluster:
             return found
         return self._list(keys, OffsetSpec.earliest() if spec == "earliest" else OffsetSpec.latest())
 
+    def first_offsets_at(
+        self, partitions: Iterable[TopicPartitionKey], timestamp_ms: int
+    ) -> dict[TopicPartitionKey, int | None]:
+        """The first offset whose record timestamp is >= ``timestamp_ms`` (None: no such record yet)."""
+        found = self._list(list(partitions), OffsetSpec.for_timestamp(timestamp_ms))
+        return {k: (offset if offset >= 0 else None) for k, offset in found.items()}
+
     def _list(self, keys: list[TopicPartitionKey], spec: Any) -> dict[TopicPartitionKey, int]:
         request = {TopicPartition(t, p): spec for t, p in keys}
         try:

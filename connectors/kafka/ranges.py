@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -183,7 +183,7 @@ class PlanningView:
         self.options = options
         self._cluster = DataCluster(options)
         self._ends: dict[TopicPartitionKey, int] = {}
-        self._timestamps: OrderedDict[tuple[TopicPartitionKey, int], int | None] = OrderedDict()
+        self._timestamps: OrderedDict[tuple[TopicPartitionKey, int, str], list[int]] = OrderedDict()
         self._probe: Consumer | None = None
 
     def refresh(self, splits: Sequence[KafkaPartitionSplit]) -> None:
@@ -195,43 +195,58 @@ class PlanningView:
         return self._ends.get((split.topic, split.partition))
 
     def timestamp_before(self, split: KafkaPartitionSplit, position: int) -> int | None:
-        """The timestamp of the last record before ``position`` (None: there is none)."""
-        key = ((split.topic, split.partition), position)
+        """The timestamp of the last record before ``position`` (None: there is none).
+        It looks back a little: the offsets just before a position may be transaction markers."""
+        if position <= 0:
+            return None
+        records = self._cached(split, position, "before", lambda: self._records(split, max(0, position - 16), position))
+        return records[-1] if records else None
+
+    def timestamp_at(self, split: KafkaPartitionSplit, position: int) -> int | None:
+        """The timestamp of the first record at or after ``position`` (None: none yet)."""
+        end = self.end_offset(split)
+        if end is not None and position >= end:
+            return None
+        records = self._cached(split, position, "at", lambda: self._records(split, position, None, limit=1))
+        return records[0] if records else None
+
+    def offset_after(self, split: KafkaPartitionSplit, event_time_ms: int) -> int | None:
+        """The first offset whose record's timestamp is past ``event_time_ms`` (None: none yet)."""
+        key = (split.topic, split.partition)
+        return self._cluster.first_offsets_at([key], event_time_ms + 1)[key]
+
+    def _cached(
+        self, split: KafkaPartitionSplit, position: int, kind: str, fetch: Callable[[], list[int]]
+    ) -> list[int]:
+        key = ((split.topic, split.partition), position, kind)
         if key in self._timestamps:
             self._timestamps.move_to_end(key)
             return self._timestamps[key]
-        value = self._fetch_timestamp_before(split, position)
+        value = fetch()
         self._timestamps[key] = value
         while len(self._timestamps) > TIMESTAMP_CACHE:
             self._timestamps.popitem(last=False)
         return value
 
-    def _fetch_timestamp_before(self, split: KafkaPartitionSplit, position: int) -> int | None:
+    def _records(self, split: KafkaPartitionSplit, begin: int, until: int | None, limit: int = 16) -> list[int]:
+        """Timestamps of the records from ``begin`` (before ``until``), at most ``limit``."""
         if self._probe is None:
             self._probe = Consumer(self.options.consumer_config())
         probe = self._probe
-        # Look back a little: the offsets just before a position may be transaction markers.
-        lookback = 16
-        begin = max(0, position - lookback)
         probe.assign([TopicPartition(split.topic, split.partition, begin)])
+        found: list[int] = []
         try:
-            latest: int | None = None
             deadline = time.monotonic() + 10.0
-            while time.monotonic() < deadline:
-                messages = probe.consume(num_messages=lookback, timeout=0.5)
-                done = False
-                for message in messages:
+            while time.monotonic() < deadline and len(found) < limit:
+                for message in probe.consume(num_messages=limit, timeout=0.5):
                     error = message.error()
                     if error is not None:
                         if error.code() in (KafkaError._PARTITION_EOF, KafkaError._AUTO_OFFSET_RESET):
-                            done = True
+                            return found
                         continue
-                    if message.offset() >= position:
-                        done = True
-                        break
-                    latest = message.timestamp()[1]
-                if done:
-                    break
-            return latest
+                    if until is not None and message.offset() >= until:
+                        return found
+                    found.append(message.timestamp()[1])
+            return found[:limit]
         finally:
             probe.unassign()

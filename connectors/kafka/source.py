@@ -96,6 +96,12 @@ class KafkaSource(
     def event_time_before(self, split: KafkaPartitionSplit, position: int) -> int | None:
         return self._view().timestamp_before(split, position)
 
+    def event_time_at(self, split: KafkaPartitionSplit, position: int) -> int | None:
+        return self._view().timestamp_at(split, position)
+
+    def position_after_event_time(self, split: KafkaPartitionSplit, event_time_ms: int) -> int | None:
+        return self._view().offset_after(split, event_time_ms)
+
     def arrow_schema(self) -> Any:
         return arrow_schema()
 

@@ -249,6 +249,19 @@ class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery,
             return None
         return self.options.event_time_base(split) + (position - 1) * self.options.event_interval_ms
 
+    def event_time_at(self, split: SequenceSplit, position: int) -> int | None:
+        if position < split.start or (split.end is not None and position >= split.end):
+            return None
+        return self.options.event_time_base(split) + position * self.options.event_interval_ms
+
+    def position_after_event_time(self, split: SequenceSplit, event_time_ms: int) -> int | None:
+        interval = self.options.event_interval_ms
+        base = self.options.event_time_base(split)
+        if interval == 0:
+            return None if base <= event_time_ms else split.start
+        first = max(split.start, (event_time_ms - base) // interval + 1)
+        return first if split.end is None or first < split.end else None
+
 
 class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
     def __init__(

@@ -9,6 +9,7 @@ from sluicegate_connectors.sequence import SequenceOptions, SequenceReader, Sequ
 
 from sluicegate.spark.job import WINDOW_MS, WindowRow, expected_sequence_windows
 from sluicegate.spark.offsets import (
+    EventTimeBound,
     OffsetError,
     OwnedSplit,
     SourceOffset,
@@ -301,3 +302,54 @@ def test_sequence_available_end() -> None:
     assert unbounded.available_end(far, 0) > 5 and unbounded.split_end(far) is None
     with pytest.raises(ValueError):
         next(bounded.read_range(split, 999, 1100, 10))
+
+
+# -- planning-time event-time alignment (EventTimeBound) ---------------------------------
+
+
+def test_an_event_time_bound_reads_the_lagging_split_first_and_holds_the_others() -> None:
+    # Split 0 lags: its records have event time 1000 * position ms from the start of an
+    # hour ago; split 1 is current. With a 60 s drift, split 1 waits while split 0 catches
+    # up, and in every batch nothing is planned more than 60 s past the earliest split.
+    hour_ms = 3_600_000
+    lag = {"seq-00000": -hour_ms, "seq-00001": 0}
+
+    def time_at(split: OwnedSplit, position: int) -> int | None:
+        base = int(split.split["start"])  # type: ignore[call-overload]
+        return lag[split.split_id] + (position - base) * 1000
+
+    def after(split: OwnedSplit, event_time_ms: int) -> int | None:
+        base = int(split.split["start"])  # type: ignore[call-overload]
+        first = base + (event_time_ms - lag[split.split_id]) // 1000 + 1
+        assert split.end is not None
+        return max(base, first) if first < split.end else None
+
+    bound = EventTimeBound(60_000, time_at, after)
+    views = {0: view(1, owned(0, 1, size=10_000), owned(1, 1, size=10_000))}
+    offset = plan_next(SourceOffset(1), views, None, all_available)  # identities appear: nothing read yet
+    reads: list[dict[str, tuple[int, int]]] = []
+    while True:
+        nxt = plan_next(offset, views, None, all_available, event_time_bound=bound)
+        if nxt is offset:
+            break
+        reads.append({r.split["split_id"]: (r.start, r.end) for r in ranges_between(offset, nxt)[0]})  # type: ignore[misc]
+        offset = nxt
+    first = reads[0]
+    assert first == {"seq-00000": (0, 61)}, "only the lagging split, up to 60 s past its next record"
+    spans: list[int] = []
+    for batch in reads:
+        times = [time_at(views[0].splits[int(sid[-1])], a) for sid, (a, _) in batch.items()]
+        ends = [time_at(views[0].splits[int(sid[-1])], b - 1) for sid, (_, b) in batch.items()]
+        spans.append(max(t for t in ends if t is not None) - min(t for t in times if t is not None))
+    assert max(spans) <= 60_000, "no batch spans more event time than the drift"
+    final = offset.subtasks[0].splits
+    assert final["seq-00000"].pos == 10_000 and final["seq-00001"].pos == 20_000, "both read to the end"
+
+
+def test_without_event_times_the_bound_changes_nothing() -> None:
+    bound = EventTimeBound(0, lambda s, p: None, lambda s, t: None)
+    views = {0: view(1, owned(0, 1), owned(1, 1))}
+    first = plan_next(SourceOffset(1), views, None, all_available)
+    assert plan_next(first, views, None, all_available, event_time_bound=bound) == plan_next(
+        first, views, None, all_available
+    )

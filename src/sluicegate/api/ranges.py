@@ -101,6 +101,17 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
         split's watermark once everything before ``position`` is durably planned."""
         return None
 
+    def event_time_at(self, split: SplitT, position: int) -> int | None:
+        """The event time of the record at ``position`` (None: none there yet, or no
+        event time). With ``position_after_event_time`` it lets a planning host align
+        its splits on event time before it reads them."""
+        return None
+
+    def position_after_event_time(self, split: SplitT, event_time_ms: int) -> int | None:
+        """The first position whose record's event time is past ``event_time_ms``
+        (None: no such record is known). Records of a split come in event-time order."""
+        return None
+
     def is_finished_at(self, split: SplitT, position: int) -> bool:
         end = self.split_end(split)
         return end is not None and position >= end

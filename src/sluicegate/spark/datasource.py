@@ -71,7 +71,14 @@ from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
 from sluicegate.api.source import Boundedness, Source
 from sluicegate.connectors import load_source
 from sluicegate.spark.driver import DriverSettings, SparkReaderDriver
-from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskView, plan_next, ranges_between
+from sluicegate.spark.offsets import (
+    EventTimeBound,
+    OwnedSplit,
+    SourceOffset,
+    SubtaskView,
+    plan_next,
+    ranges_between,
+)
 
 log = logging.getLogger("sluicegate.spark")
 
@@ -117,6 +124,9 @@ class SparkSourceConfig:
     session_timeout_ms: int = 10_000
     topic_wait_timeout_s: float = 120.0
     arrow_batch_rows: int = 65_536
+    alignment_max_drift_ms: int | None = None
+    """Planning-time event-time alignment: no split is planned past the earliest next
+    event time of the query's splits plus this (needs a connector with event_time_at)."""
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @classmethod
@@ -153,6 +163,9 @@ class SparkSourceConfig:
             session_timeout_ms=_int_option(opts, "sessiontimeoutms", 10_000, 100),
             topic_wait_timeout_s=float(_int_option(opts, "topicwaittimeouts", 120, 0)),
             arrow_batch_rows=_int_option(opts, "arrowbatchrows", 65_536, 1),
+            alignment_max_drift_ms=(
+                _int_option(opts, "alignmentmaxdriftms", None, 0) if "alignmentmaxdriftms" in opts else None
+            ),
         )
 
     @property
@@ -341,6 +354,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 self._available,
                 planning.reported_finished,
                 self._event_time_before,
+                self._event_time_bound(),
             )
             if end is not start_offset:
                 if end.rows == start_offset.rows:
@@ -408,6 +422,21 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if self._available_now_ms is not None and source.boundedness is not Boundedness.BOUNDED:
             now_ms = self._available_now_ms
         return ranges.available_end(split, now_ms)
+
+    def _event_time_bound(self) -> EventTimeBound | None:
+        drift = self.config.alignment_max_drift_ms
+        if drift is None:
+            return None
+        source = self._source
+        ranges = _ranges(source)
+
+        def at(owned: OwnedSplit, position: int) -> int | None:
+            return ranges.event_time_at(source.split_codec.from_wire(owned.split), position)
+
+        def after(owned: OwnedSplit, event_time_ms: int) -> int | None:
+            return ranges.position_after_event_time(source.split_codec.from_wire(owned.split), event_time_ms)
+
+        return EventTimeBound(drift, at, after)
 
     def _event_time_before(self, owned: OwnedSplit, base: int) -> int | None:
         source = self._source

@@ -255,6 +255,35 @@ def _paused(
     return read_up_to is not None and read_up_to > max_allowed_watermark
 
 
+@dataclass(frozen=True)
+class EventTimeBound:
+    """Planning-time alignment over the splits of one query.
+
+    ``event_time_at(split, position)``: the event time of the record at ``position``
+    (None: unknown); ``position_after(split, t)``: the first position whose record's
+    event time is past ``t`` (None: none is known, everything available is at or
+    before ``t``). Records of a split are taken to come in event-time order."""
+
+    max_drift_ms: int
+    event_time_at: Callable[[OwnedSplit, int], int | None]
+    position_after: Callable[[OwnedSplit, int], int | None]
+
+    def clamp(self, readable: Mapping[K, tuple[OwnedSplit, int, int]]) -> dict[K, int]:
+        """New limits for ``readable`` (key -> split, base, limit): no split is planned
+        past the earliest next event time among them plus ``max_drift_ms``. A lagging
+        split reads at full speed; the others wait for it, batch by batch."""
+        nexts = {k: self.event_time_at(owned, base) for k, (owned, base, limit) in readable.items() if limit > base}
+        known = [t for t in nexts.values() if t is not None]
+        if not known:
+            return {k: limit for k, (_, _, limit) in readable.items()}
+        bound = min(known) + self.max_drift_ms
+        out: dict[K, int] = {}
+        for k, (owned, base, limit) in readable.items():
+            after = self.position_after(owned, bound) if limit > base else None
+            out[k] = limit if after is None else max(base, min(limit, after))
+        return out
+
+
 def plan_next(
     start: SourceOffset,
     views: Mapping[int, SubtaskView],
@@ -262,6 +291,7 @@ def plan_next(
     available: Callable[[OwnedSplit, int], int],
     reported_finished: Collection[str] = (),
     event_time_before: Callable[[OwnedSplit, int], int | None] | None = None,
+    event_time_bound: EventTimeBound | None = None,
 ) -> SourceOffset:
     """The next offset after ``start``, or ``start`` itself when nothing changed.
 
@@ -275,10 +305,12 @@ def plan_next(
 
     Watermark alignment: a split whose last read record (``event_time_before(split,
     base)``) is past its subtask's ``max_allowed_watermark`` does not advance in this
-    offset (it is paused, as a reader host pauses it) until the bound catches up."""
+    offset (it is paused, as a reader host pauses it) until the bound catches up.
+    With ``event_time_bound`` no split is planned past the earliest next event time of
+    the query's splits plus the bound's drift (``EventTimeBound.clamp``)."""
     located = start.index()
     bases: dict[tuple[int, str], int] = {}
-    backlog: dict[tuple[int, str], int] = {}
+    readable: dict[tuple[int, str], tuple[OwnedSplit, int, int]] = {}
     claimed: set[str] = set()
     for s, view in views.items():
         if view.attempt is None:
@@ -295,10 +327,14 @@ def plan_next(
                     limit = max(base, available(owned, base))
                 if owned.end is not None:
                     limit = min(limit, owned.end)
-                backlog[key] = max(0, limit - base)
+                readable[key] = (owned, base, max(base, limit))
             else:
                 base = owned.assigned_pos if prev is None else max(owned.assigned_pos, prev.entry.pos)
             bases[key] = base
+    limits = {k: limit for k, (_, _, limit) in readable.items()}
+    if event_time_bound is not None:
+        limits = event_time_bound.clamp(readable)
+    backlog = {k: max(0, limits[k] - readable[k][1]) for k in readable}
     granted = allocate(backlog, max_rows)
     subtasks: dict[int, SubtaskOffset] = {}
     for s, view in sorted(views.items()):
