@@ -353,3 +353,34 @@ def test_without_event_times_the_bound_changes_nothing() -> None:
     assert plan_next(first, views, None, all_available, event_time_bound=bound) == plan_next(
         first, views, None, all_available
     )
+
+
+def test_a_split_that_starts_under_a_new_identity_bounds_the_batch_in_which_it_appears() -> None:
+    # Split 0 is read; split 1, an hour behind, arrives (its subtask registered later). It
+    # reads nothing in the batch where its identity appears, but from the next one on: had
+    # split 0 been planned a minute further meanwhile, Spark's watermark would be past all
+    # of split 1 by then. So split 0 waits for it.
+    hour_ms = 3_600_000
+    lag = {"seq-00000": 0, "seq-00001": -hour_ms}
+
+    def time_at(split: OwnedSplit, position: int) -> int | None:
+        base = int(split.split["start"])  # type: ignore[call-overload]
+        return lag[split.split_id] + (position - base) * 1000
+
+    def after(split: OwnedSplit, event_time_ms: int) -> int | None:
+        base = int(split.split["start"])  # type: ignore[call-overload]
+        first = base + (event_time_ms - lag[split.split_id]) // 1000 + 1
+        assert split.end is not None
+        return max(base, first) if first < split.end else None
+
+    bound = EventTimeBound(60_000, time_at, after)
+    s0, s1 = owned(0, 1, size=10_000), owned(1, 1, size=10_000)
+    first = plan_next(SourceOffset(1), {0: view(1, s0), 1: view(None)}, None, all_available)
+    both = {0: view(1, s0), 1: view(1, s1)}
+    arrived = plan_next(first, both, None, all_available, event_time_bound=bound)
+    assert arrived.subtasks[1].splits["seq-00001"].pos == 10_000, "split 1 appears"
+    assert ranges_between(first, arrived) == {}, "split 0 is not planned past split 1's next record + 60 s"
+    nxt = plan_next(arrived, both, None, all_available, event_time_bound=bound)
+    assert {r.split["split_id"]: (r.start, r.end) for rs in ranges_between(arrived, nxt).values() for r in rs} == {
+        "seq-00001": (10_000, 10_061)
+    }

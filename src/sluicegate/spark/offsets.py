@@ -268,11 +268,20 @@ class EventTimeBound:
     event_time_at: Callable[[OwnedSplit, int], int | None]
     position_after: Callable[[OwnedSplit, int], int | None]
 
-    def clamp(self, readable: Mapping[K, tuple[OwnedSplit, int, int]]) -> dict[K, int]:
+    def clamp(
+        self,
+        readable: Mapping[K, tuple[OwnedSplit, int, int]],
+        arriving: Mapping[K, tuple[OwnedSplit, int]] | None = None,
+    ) -> dict[K, int]:
         """New limits for ``readable`` (key -> split, base, limit): no split is planned
         past the earliest next event time among them plus ``max_drift_ms``. A lagging
-        split reads at full speed; the others wait for it, batch by batch."""
+        split reads at full speed; the others wait for it, batch by batch. ``arriving``
+        (key -> split, base): splits under a new identity, which read nothing in this
+        batch but from the next one on; their next event times bound this batch too."""
         nexts = {k: self.event_time_at(owned, base) for k, (owned, base, limit) in readable.items() if limit > base}
+        for k, (owned, base) in (arriving or {}).items():
+            if owned.end is None or base < owned.end:
+                nexts[k] = self.event_time_at(owned, base)
         known = [t for t in nexts.values() if t is not None]
         if not known:
             return {k: limit for k, (_, _, limit) in readable.items()}
@@ -307,10 +316,12 @@ def plan_next(
     base)``) is past its subtask's ``max_allowed_watermark`` does not advance in this
     offset (it is paused, as a reader host pauses it) until the bound catches up.
     With ``event_time_bound`` no split is planned past the earliest next event time of
-    the query's splits plus the bound's drift (``EventTimeBound.clamp``)."""
+    the query's splits (those that start under a new identity included) plus the bound's
+    drift (``EventTimeBound.clamp``)."""
     located = start.index()
     bases: dict[tuple[int, str], int] = {}
     readable: dict[tuple[int, str], tuple[OwnedSplit, int, int]] = {}
+    arriving: dict[tuple[int, str], tuple[OwnedSplit, int]] = {}
     claimed: set[str] = set()
     for s, view in views.items():
         if view.attempt is None:
@@ -330,10 +341,11 @@ def plan_next(
                 readable[key] = (owned, base, max(base, limit))
             else:
                 base = owned.assigned_pos if prev is None else max(owned.assigned_pos, prev.entry.pos)
+                arriving[key] = (owned, base)
             bases[key] = base
     limits = {k: limit for k, (_, _, limit) in readable.items()}
     if event_time_bound is not None:
-        limits = event_time_bound.clamp(readable)
+        limits = event_time_bound.clamp(readable, arriving)
     backlog = {k: max(0, limits[k] - readable[k][1]) for k in readable}
     granted = allocate(backlog, max_rows)
     subtasks: dict[int, SubtaskOffset] = {}
