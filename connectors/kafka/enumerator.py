@@ -61,6 +61,7 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
         pending: list[KafkaPartitionSplit] | None = None,
         known: set[TopicPartitionKey] | None = None,
         first_done: bool = False,
+        removed: set[TopicPartitionKey] | None = None,
     ) -> None:
         self._context = context
         self._options = options
@@ -73,6 +74,8 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
         discovery thread reads it."""
         self._first_done = first_done
         self._missing_once: set[TopicPartitionKey] = set()
+        self._removed: set[TopicPartitionKey] = set(removed or ())
+        """Deleted partitions already announced (they stay in ``_known``)."""
         self._failures = 0
         self._closed = False
 
@@ -180,11 +183,13 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
         self._distribute()
 
     def _forget_removed(self, present: frozenset[TopicPartitionKey]) -> None:
-        missing = {k for k in self._known if k not in present}
+        self._removed -= present
+        missing = {k for k in self._known if k not in present} - self._removed
         gone = missing & self._missing_once
         self._missing_once = missing - gone
         if not gone:
             return
+        self._removed |= gone
         ids = sorted(split_id_of(t, p) for t, p in gone)
         dropped = self._distributor.assigner.remove(ids)
         log.warning("partitions deleted from the data cluster: %s (%d were not assigned yet)", ids, len(dropped))
@@ -222,6 +227,7 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
             "pending": [self._codec.to_wire(s) for s in self._distributor.assigner.pending],
             "known": sorted([t, p] for t, p in self._known),
             "first_done": self._first_done,
+            "removed": sorted([t, p] for t, p in self._removed),
         }
 
     @classmethod
@@ -240,6 +246,7 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
             pending=[codec.from_wire(s) for s in state.get("pending", [])],
             known={(str(t), int(p)) for t, p in state.get("known", [])},
             first_done=bool(state.get("first_done", False)),
+            removed={(str(t), int(p)) for t, p in state.get("removed", [])},
         )
 
 
