@@ -1,0 +1,777 @@
+"""The ``kafka`` connector over real Kafka and real processes: a coordinator process
+and ``sluicegate reader`` processes with the exactly-once ``kafka:OUT`` output.
+
+The oracle of every test is the input itself: each record the test produces is
+known by (partition, offset), key and value, and reading OUT ``read_committed``
+must give every one of them exactly once. The audit of the control topics is
+clean in every test.
+
+The helpers at the top are shared with test_kafka_recovery.py (FLIP-537).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import socket
+import threading
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from processes import Proc, ProcessGroup
+from sluicegate_connectors.kafka.split import partition_owner_key
+from test_takeover import free_port
+
+from sluicegate.audit import AuditSummary
+from sluicegate.audit.commands import run_audit
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
+
+COORDINATOR_TIMEOUTS = ("--session-timeout-ms", "3000", "--reader-departure-timeout-ms", "30000")
+READER_TIMING = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300", "--session-timeout-ms", "3000")
+KEEP_FOR_EVER = {"retention.ms": "-1", "retention.bytes": "-1"}
+"""Retention would delete records with old CreateTime timestamps at once: keep everything."""
+SEED_ENV = "SLUICEGATE_KAFKA_SEED"
+
+
+# -- the data cluster ---------------------------------------------------------------------
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, **config: str) -> None:
+    """Create ``name`` (auto-creation is off) and wait until its metadata shows every partition."""
+    client = admin(bootstrap)
+    futures = client.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config={**KEEP_FOR_EVER, **config})]
+    )
+    for future in futures.values():
+        future.result(30)
+    deadline = time.monotonic() + 30
+    while True:
+        topic = client.list_topics(name, timeout=10).topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+            return
+        assert time.monotonic() < deadline, f"topic {name} has no metadata 30 s after its creation"
+        time.sleep(0.1)
+
+
+def delete_topic(bootstrap: str, name: str) -> None:
+    client = admin(bootstrap)
+    for future in client.delete_topics([name], operation_timeout=30).values():
+        future.result(30)
+
+
+Expected = dict[tuple[str, int, int], tuple[str | None, str | None]]
+"""(topic, partition, offset) -> (key, value) of every committed input record."""
+
+
+class DataWriter:
+    """Produces records of known content to a topic and remembers where each one landed
+    (its delivery report), so that the expectation never assumes offsets."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, **config: Any) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.expected: Expected = {}
+        self._next = [0] * partitions
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 20,
+                "batch.num.messages": 10_000,
+                "queue.buffering.max.messages": 1_000_000,
+                **config,
+            }
+        )
+        self._pending: list[tuple[str, int, int, str | None, str | None]] = []
+        self._failed: list[str] = []
+
+    def _report(self, error: KafkaError | None, message: Any) -> None:
+        if error is not None:
+            self._failed.append(str(error))
+            return
+        key, value = message.key(), message.value()
+        self._pending.append(
+            (
+                message.topic(),
+                message.partition(),
+                message.offset(),
+                None if key is None else key.decode(),
+                None if value is None else value.decode(),
+            )
+        )
+
+    def record(self, partition: int, n: int) -> tuple[str, str]:
+        """The content of the n-th record written to ``partition``."""
+        crc = zlib.crc32(f"{self.topic}/{partition}/{n}".encode())
+        return f"k{partition}-{n}", f"v{partition}-{n}-{crc:08x}"
+
+    def produce(self, per_partition: int, key: Callable[[int, int], str | None] | None = None) -> int:
+        """``per_partition`` more records in each partition; returns how many were written."""
+        for n in range(per_partition):
+            for partition in range(self.partitions):
+                i = self._next[partition] + n
+                k, v = self.record(partition, i)
+                if key is not None:
+                    k = key(partition, i)  # type: ignore[assignment]
+                self._send(partition, k, v)
+        for partition in range(self.partitions):
+            self._next[partition] += per_partition
+        return per_partition * self.partitions
+
+    def _send(self, partition: int, key: str | None, value: str | None) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic,
+                    key=None if key is None else key.encode(),
+                    value=None if value is None else value.encode(),
+                    partition=partition,
+                    on_delivery=self._report,
+                )
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def flush(self, keep: bool = True) -> None:
+        """Wait for every delivery; ``keep``: the records count as committed input."""
+        assert self._producer.flush(60) == 0, "records still undelivered after 60 s"
+        assert not self._failed, f"deliveries failed: {self._failed[:3]}"
+        if keep:
+            for topic, partition, offset, key, value in self._pending:
+                self.expected[(topic, partition, offset)] = (key, value)
+        self._pending.clear()
+
+
+class TransactionalWriter(DataWriter):
+    """A DataWriter whose batches are transactions; an aborted one is not expected."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(bootstrap, topic, partitions, **{"transactional.id": f"{topic}.writer"})
+        self._producer.init_transactions(30)
+
+    def transaction(self, per_partition: int, commit: bool) -> None:
+        self._producer.begin_transaction()
+        self.produce(per_partition)
+        self._producer.flush(60)
+        if commit:
+            self._producer.commit_transaction(30)
+        else:
+            self._producer.abort_transaction(30)
+        self.flush(keep=commit)
+
+
+class BackgroundWriter:
+    """Keeps producing to a DataWriter's topic from a thread (``per_tick`` records per
+    partition every ``tick_s``) until ``stop``, which flushes: then ``writer.expected``
+    holds everything written."""
+
+    def __init__(self, writer: DataWriter, per_tick: int = 10, tick_s: float = 0.05) -> None:
+        self.writer = writer
+        self._per_tick = per_tick
+        self._tick_s = tick_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="background-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.writer.produce(self._per_tick)
+            self.writer._producer.poll(0)
+            self._stop.wait(self._tick_s)
+
+    def stop(self) -> Expected:
+        self._stop.set()
+        self._thread.join(10)
+        self.writer.flush()
+        return self.writer.expected
+
+
+class OutputReader:
+    """Reads OUT ``read_committed`` from the beginning. ``drain`` reads on incrementally
+    (a partition is at its end when its last event was the end-of-partition one);
+    ``read_all`` reads the whole topic again with a fresh consumer, for the final check."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.rows: list[dict[str, Any]] = []
+        self._consumer, self._partitions = self._open()
+        self._at_end: set[int] = set()
+
+    def _open(self) -> tuple[Any, int]:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "sluicegate-test-unused",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 100,
+            }
+        )
+        partitions = len(consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions)
+        consumer.assign([TopicPartition(self.topic, p, 0) for p in range(partitions)])
+        return consumer, partitions
+
+    def _read(self, consumer: Any, partitions: int, at_end: set[int], timeout_s: float) -> list[dict[str, Any]]:
+        new: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout_s
+        first = True
+        while first or len(at_end) < partitions:
+            first = False
+            assert time.monotonic() < deadline, f"could not read {self.topic} to its end in {timeout_s} s"
+            for message in consumer.consume(num_messages=10_000, timeout=0.2):
+                error = message.error()
+                if error is not None:
+                    assert error.code() == KafkaError._PARTITION_EOF, f"reading {self.topic}: {error}"
+                    at_end.add(message.partition())
+                    continue
+                at_end.discard(message.partition())
+                new.append(orjson.loads(message.value()))
+        return new
+
+    def drain(self, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+        """The rows committed since the last drain (also appended to ``rows``)."""
+        new = self._read(self._consumer, self._partitions, self._at_end, timeout_s)
+        self.rows += new
+        return new
+
+    def read_all(self, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Every committed row of OUT now, read again from the beginning (also kept as ``rows``)."""
+        consumer, partitions = self._open()
+        try:
+            self.rows = self._read(consumer, partitions, set(), timeout_s)
+        finally:
+            consumer.close()
+        return self.rows
+
+    def wait_for(self, count: int, timeout_s: float, procs: Sequence[Proc] = (), what: str = "") -> None:
+        """Drain until ``rows`` holds at least ``count`` rows; fail early if a process died."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.rows) < count:
+            for proc in procs:
+                code = proc.returncode
+                assert code is None, f"{proc.name} exited with {code} while waiting:\n{proc.tail()}"
+            assert time.monotonic() < deadline, (
+                f"{self.topic} has {len(self.rows)} of {count} rows after {timeout_s} s {what}\n"
+                + "\n".join(f"--- {p.name}\n{p.tail(8)}" for p in procs)
+            )
+            if not self.drain():
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def check_exactly_once(rows: Iterable[dict[str, Any]], expected: Expected) -> Counter[tuple[str, int, int]]:
+    """Every expected record once with its key and value, nothing else; the copies per record."""
+    copies: Counter[tuple[str, int, int]] = Counter()
+    wrong: list[str] = []
+    for row in rows:
+        value = row["value"]
+        where = (value["topic"], value["partition"], value["offset"])
+        copies[where] += 1
+        if row["split_id"] != f"{value['topic']}-{value['partition']}":
+            wrong.append(f"{where}: split_id {row['split_id']}")
+        content = expected.get(where)
+        if content is not None and content != (value["key"], value["value"]):
+            wrong.append(f"{where}: {(value['key'], value['value'])} instead of {content}")
+        if row["event_time_ms"] != value["timestamp"]:
+            wrong.append(f"{where}: event time {row['event_time_ms']} is not the timestamp {value['timestamp']}")
+    missing = sorted(expected.keys() - copies.keys())
+    foreign = sorted(copies.keys() - expected.keys())
+    twice = sorted(k for k, n in copies.items() if n > 1)
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} records never written, e.g. {missing[:5]}")
+    if foreign:
+        problems.append(f"{len(foreign)} records that are not committed input, e.g. {foreign[:5]}")
+    if twice:
+        problems.append(f"{len(twice)} records written more than once, e.g. {twice[:5]}")
+    if wrong:
+        problems.append(f"{len(wrong)} records with the wrong content, e.g. {wrong[:5]}")
+    assert not problems, "the output is not exactly the input:\n" + "\n".join(problems)
+    return copies
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def kafka_options(
+    bootstrap: str, *, topics: str | None = None, pattern: str | None = None, **more: str
+) -> dict[str, str]:
+    options = {"bootstrap_servers": bootstrap}
+    if topics is not None:
+        options["topics"] = topics
+    if pattern is not None:
+        options["topic_pattern"] = pattern
+    return {**options, **more}
+
+
+def option_args(options: Mapping[str, str]) -> list[str]:
+    return [arg for key, value in options.items() for arg in ("--option", f"{key}={value}")]
+
+
+def coordinator_args(source: str, max_parallelism: int, options: Mapping[str, str], *extra: str) -> list[str]:
+    return [
+        *("coordinator", "--source", source, "--connector", "kafka", "--max-parallelism", str(max_parallelism)),
+        *option_args(options),
+        *extra,
+    ]
+
+
+def reader_args(source: str, subtask: int, options: Mapping[str, str], out_topic: str, *extra: str) -> list[str]:
+    return [
+        *("reader", "--source", source, "--subtask", str(subtask), "--connector", "kafka"),
+        *("--output", f"kafka:{out_topic}"),
+        *option_args(options),
+        *extra,
+    ]
+
+
+def start_coordinator(
+    procs: ProcessGroup, source: str, max_parallelism: int, options: Mapping[str, str], *extra: str
+) -> Proc:
+    proc = procs.start(f"coordinator-{len(procs.procs)}", coordinator_args(source, max_parallelism, options, *extra))
+    proc.wait_for_log("is serving", timeout_s=90)
+    return proc
+
+
+def start_reader(
+    procs: ProcessGroup, source: str, subtask: int, options: Mapping[str, str], out_topic: str, *extra: str
+) -> Proc:
+    args = reader_args(source, subtask, options, out_topic, *(extra or READER_TIMING))
+    return procs.start(f"reader-{subtask}-{len(procs.procs)}", args)
+
+
+def hash_owner(topic: str, partition: int, parallelism: int) -> int:
+    """The subtask the sticky assigner gives ``topic-partition`` (Flink's Kafka rule)."""
+    return partition_owner_key(_TopicPartition(topic, partition)) % parallelism
+
+
+@dataclass(frozen=True)
+class _TopicPartition:
+    topic: str
+    partition: int
+
+
+def audit_ok(bootstrap: str, source: str) -> AuditSummary:
+    result = asyncio.run(run_audit(bootstrap, source))
+    shown = "\n".join(f"  {v.kind.value} at {v.location}: {v.message}" for v in result.violations[:10])
+    assert result.ok, f"the audit found {len(result.violations)} violation(s):\n{shown}"
+    return result.summary
+
+
+def readers_messages(bootstrap: str, source: str) -> list[dict[str, Any]]:
+    """The coordinator's messages on NS.S.readers as JSON envelopes, in cseq order."""
+    from test_takeover import readers_topic
+
+    return readers_topic(bootstrap, source)
+
+
+def of_type(messages: Iterable[dict[str, Any]], type_: str, subtask: int | None = None) -> list[dict[str, Any]]:
+    return [m for m in messages if m["type"] == type_ and (subtask is None or m["subtask"] == subtask)]
+
+
+def split_ids(message: dict[str, Any]) -> set[str]:
+    body = message["body"]
+    return {s["split_id"] for s in body["splits"]} if "splits" in body else set(body["split_ids"])
+
+
+@pytest.fixture
+def procs(tmp_path: Path, kafka_bootstrap: str) -> Any:
+    group = ProcessGroup(tmp_path, kafka_bootstrap)
+    try:
+        yield group
+    finally:
+        group.stop_all()
+
+
+# -- 1: a topic copied exactly once through reader SIGKILLs -----------------------------------
+
+PARTITIONS = 8
+RECORDS = 200_000
+READERS = 4
+KILLS = 5
+
+
+def test_a_topic_is_copied_exactly_once_through_reader_kills(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    """8 partitions, 200k records, a bounded source read by 4 reader processes into OUT;
+    readers are SIGKILLed at random instants (seeded: SLUICEGATE_KAFKA_SEED replays the
+    schedule) and started again after a random short delay. OUT read_committed holds
+    every input record exactly once, with its key and value."""
+    seed = int(os.environ.get(SEED_ENV) or random.randrange(2**32))
+    print(f"seed: {seed} (set {SEED_ENV}={seed} to replay the schedule)")
+    rng = random.Random(seed)
+    source = unique_source
+    data, out = f"{source}.in", f"{source}.out"
+    create_topic(kafka_bootstrap, data, PARTITIONS)
+    create_topic(kafka_bootstrap, out, PARTITIONS)
+    writer = DataWriter(kafka_bootstrap, data, PARTITIONS)
+    writer.produce(RECORDS // PARTITIONS)
+    writer.flush()
+    assert len(writer.expected) == RECORDS
+
+    options = kafka_options(kafka_bootstrap, topics=data, stopping_offsets="latest")
+    start_coordinator(procs, source, READERS, options, *COORDINATOR_TIMEOUTS)
+    current = {k: start_reader(procs, source, k, options, out) for k in range(READERS)}
+    for reader in current.values():
+        reader.wait_for_log("got 2 splits", timeout_s=60)
+    started = time.monotonic()
+    output = OutputReader(kafka_bootstrap, out)
+    kills = 0
+    restarts: list[tuple[float, int]] = []
+    draws = [rng.randrange(READERS) for _ in range(KILLS)]
+    delays = [rng.uniform(0.2, 2.0) for _ in range(KILLS)]  # until the victim is started again
+    gaps = [rng.uniform(0.4, 1.5) for _ in range(KILLS)]  # until the next kill
+    next_kill = started + rng.uniform(0.3, 1.5)
+    try:
+        while True:
+            now = time.monotonic()
+            waiting = {k for _, k in restarts}
+            for subtask, reader in current.items():
+                code = reader.returncode
+                assert subtask in waiting or code in (None, 0), f"{reader.name} exited with {code}:\n{reader.tail()}"
+            if restarts and restarts[0][0] <= now:
+                _, subtask = restarts.pop(0)
+                current[subtask] = start_reader(procs, source, subtask, options, out)
+                print(f"{now - started:6.1f} s  started {current[subtask].name}")
+                continue
+            if kills < KILLS and now >= next_kill:
+                # a reader that is reading (it was given splits), the drawn one or the next
+                reading = [
+                    k
+                    for k, r in current.items()
+                    if k not in waiting and r.returncode is None and r.lines_with(" splits (seq ")
+                ]
+                if reading:
+                    victim = min(reading, key=lambda k: (k - draws[kills]) % READERS)
+                    current[victim].kill()
+                    restarts.append((now + delays[kills], victim))
+                    restarts.sort()
+                    print(f"{now - started:6.1f} s  SIGKILL {current[victim].name} (subtask {victim})")
+                    kills += 1
+                    next_kill = now + gaps[kills - 1]
+                    continue
+            if not restarts and all(r.returncode == 0 for r in current.values()):
+                break
+            assert now - started < 120, "the readers did not finish within 120 s:\n" + procs.describe()
+            time.sleep(0.05)
+        print(f"{time.monotonic() - started:6.1f} s  every reader finished after {kills} kills")
+        output.read_all()
+    finally:
+        output.close()
+    check_exactly_once(output.rows, writer.expected)
+
+    assert kills == KILLS, f"the readers finished after {kills} kills: the schedule is too slow"
+
+    summary = audit_ok(kafka_bootstrap, source)
+    assert summary.splits_finished == PARTITIONS and summary.splits_owned == 0
+    registered: Counter[int] = Counter()
+    for proc in procs.procs:
+        if proc.name.startswith("reader-"):
+            registered[int(proc.name.split("-")[1])] += len(proc.lines_with("registered as attempt"))
+    assert {s.subtask: s.attempts for s in summary.subtasks} == dict(registered)
+    assert sum(registered.values()) == READERS + KILLS, "every victim had registered; each restart did"
+    restored = [p.name for p in procs.procs if p.lines_with("restored splits to the coordinator")]
+    print(f"attempts per subtask {dict(registered)}; {len(restored)} restarts reported restored splits")
+    assert restored, "no restarted reader restored a checkpoint"
+
+
+# -- 2: bad settings and an unreachable data cluster ---------------------------------------
+
+
+def test_bad_options_stop_the_coordinator_and_the_reader_at_start_naming_the_option(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    source = unique_source
+    good = kafka_options(kafka_bootstrap, topics=f"{source}.in")
+    cases = [
+        ("topicz", {**good, "topicz": "x"}),
+        ("topics", {**good, "topic_pattern": "x.*"}),
+        ("starting_offsets", {**good, "starting_offsets": "yesterday"}),
+        ("kafka.no.such.setting", {**good, "kafka.no.such.setting": "1"}),
+        ("kafka.isolation.level", {**good, "kafka.isolation.level": "read_uncommitted"}),
+    ]
+    started = []
+    for i, (setting, options) in enumerate(cases):
+        started.append((setting, procs.start(f"coordinator-bad-{i}", coordinator_args(source, 2, options))))
+        started.append((setting, procs.start(f"reader-bad-{i}", reader_args(source, 0, options, f"{source}.out"))))
+    for setting, proc in started:
+        code = proc.wait(60)
+        log = proc.log()
+        assert code == 2, f"{proc.args}: exit {code}\n{log}"
+        assert f"invalid setting {setting!r}" in log, f"{proc.name}: the error does not name {setting}:\n{log}"
+        assert "Traceback" not in log, log
+    # nothing was started: the coordinator did not even create the control topics
+    topics = admin(kafka_bootstrap).list_topics(timeout=10).topics
+    assert not [t for t in topics if source in t]
+
+
+class TcpForwarder:
+    """Forwards 127.0.0.1:``port`` to ``target`` once started: the data cluster at an
+    address where nothing answers, until the test lets it answer."""
+
+    def __init__(self, port: int, target: str) -> None:
+        self.port = port
+        host, _, target_port = target.rpartition(":")
+        self._target = (host, int(target_port))
+        self._server: socket.socket | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(16)
+        self._server = server
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        assert self._server is not None
+        while not self._closed:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self._target)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._server is not None:
+            self._server.close()
+
+
+def test_an_unreachable_data_cluster_is_logged_naming_it_and_crashes_nothing(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    """The data cluster's address answers nothing at first: the coordinator logs an
+    error naming it and keeps serving; once it answers, discovery succeeds and a reader
+    copies the (bounded) topic exactly once."""
+    source = unique_source
+    data, out = f"{source}.in", f"{source}.out"
+    create_topic(kafka_bootstrap, data, 2)
+    create_topic(kafka_bootstrap, out, 2)
+    writer = DataWriter(kafka_bootstrap, data, 2)
+    writer.produce(1000)
+    writer.flush()
+    port = free_port()
+    cluster = f"127.0.0.1:{port}"
+    options = kafka_options(cluster, topics=data, stopping_offsets="latest")
+    coordinator = start_coordinator(procs, source, 1, options)
+    reader = start_reader(procs, source, 0, options, out)
+    coordinator.wait_for_log("partition discovery failed", timeout_s=40)
+    failure = coordinator.lines_with("partition discovery failed")[0]
+    assert "ERROR" in failure and f"data cluster at {cluster}" in failure, failure
+    reader.wait_for_log("registered as attempt 1", timeout_s=30)
+    assert coordinator.returncode is None and reader.returncode is None
+    forwarder = TcpForwarder(port, kafka_bootstrap)
+    forwarder.start()
+    try:
+        coordinator.wait_for_log("discovered 2 partitions", timeout_s=40)
+        assert reader.wait(60) == 0, reader.tail()
+    finally:
+        forwarder.close()
+    assert coordinator.returncode is None
+    assert "Traceback" not in coordinator.log()
+    output = OutputReader(kafka_bootstrap, out)
+    try:
+        check_exactly_once(output.read_all(), writer.expected)
+    finally:
+        output.close()
+    summary = audit_ok(kafka_bootstrap, source)
+    assert summary.splits_finished == 2
+
+
+# -- 3: gaps that are not data loss --------------------------------------------------------
+
+
+def test_transactional_and_compacted_topics_are_read_exactly_once_across_offset_gaps(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    """One bounded source over two topics. TX was written in transactions, some aborted
+    (the last one too, so its partitions end with aborted records and a marker); CMP is
+    compacted (the log cleaner has removed old values of its keys before the readers
+    start). Only committed records are read, once each; the gaps in the offsets are not
+    data loss: both readers finish."""
+    source = unique_source
+    tx, cmp_, out = f"{source}.tx", f"{source}.cmp", f"{source}.out"
+    create_topic(
+        kafka_bootstrap,
+        cmp_,
+        2,
+        **{
+            "cleanup.policy": "compact",
+            "segment.ms": "100",
+            "min.cleanable.dirty.ratio": "0.01",
+            "min.compaction.lag.ms": "0",
+        },
+    )
+    compacted = DataWriter(kafka_bootstrap, cmp_, 2)
+    for _ in range(5):  # five versions of each key, in segments of their own
+        compacted.produce(200, key=lambda partition, n: f"key-{partition}-{n % 200}")
+        compacted.flush()
+        time.sleep(0.2)
+    compacted.produce(1, key=lambda partition, n: "last")  # rolls the last full segment
+    compacted.flush()
+    produced = dict(compacted.expected)
+    latest: dict[tuple[int, str | None], tuple[str, int, int]] = {}
+    for where in sorted(produced):
+        latest[(where[1], produced[where][0])] = where
+
+    create_topic(kafka_bootstrap, tx, 4)
+    create_topic(kafka_bootstrap, out, 4)
+    transactions = TransactionalWriter(kafka_bootstrap, tx, 4)
+    for per_partition, commit in ((300, True), (200, False), (300, True), (1, True), (100, False)):
+        transactions.transaction(per_partition, commit)
+
+    options = kafka_options(kafka_bootstrap, topics=f"{tx},{cmp_}", stopping_offsets="latest")
+    start_coordinator(procs, source, 2, options)
+    deadline = time.monotonic() + 60
+    while len(_committed_offsets(kafka_bootstrap, cmp_)) >= len(produced):  # (the cleaner runs every 15 s)
+        assert time.monotonic() < deadline, "the log cleaner did not compact CMP within 60 s"
+        time.sleep(1.0)
+    readers = [start_reader(procs, source, k, options, out) for k in range(2)]
+    assert [r.wait(60) for r in readers] == [0, 0], procs.describe()
+
+    rows = OutputReader(kafka_bootstrap, out)
+    try:
+        all_rows = rows.read_all()
+    finally:
+        rows.close()
+    check_exactly_once([r for r in all_rows if r["value"]["topic"] == tx], transactions.expected)
+    assert len(transactions.expected) == 4 * 601
+    compacted_rows = [r for r in all_rows if r["value"]["topic"] == cmp_]
+    copies = Counter((r["value"]["topic"], r["value"]["partition"], r["value"]["offset"]) for r in compacted_rows)
+    assert max(copies.values()) == 1, "a compacted record was written twice"
+    for row in compacted_rows:
+        value = row["value"]
+        where = (value["topic"], value["partition"], value["offset"])
+        assert produced.get(where) == (value["key"], value["value"]), row
+    assert set(latest.values()) <= copies.keys(), "the latest value of a key is missing"
+    assert len(copies) < len(produced), "CMP was read before it was compacted: no gap was crossed"
+    summary = audit_ok(kafka_bootstrap, source)
+    assert summary.splits_finished == 6 and summary.splits_owned == 0
+
+
+def _committed_offsets(bootstrap: str, topic: str) -> set[tuple[int, int]]:
+    """(partition, offset) of every record of ``topic`` now."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "sluicegate-test-unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        found: set[tuple[int, int]] = set()
+        at_end: set[int] = set()
+        while len(at_end) < partitions:
+            for message in consumer.consume(num_messages=10_000, timeout=0.5):
+                if message.error() is None:
+                    found.add((message.partition(), message.offset()))
+                elif message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+        return found
+    finally:
+        consumer.close()
+
+
+# -- 4: a deleted topic ----------------------------------------------------------------------
+
+
+def test_a_deleted_topic_of_a_pattern_source_ends_its_splits_with_a_warning(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    """A topic_pattern source over topics a and b, discovery every second. Once b is
+    copied it is deleted while the readers run: the coordinator warns once, the
+    owners end b's splits with a warning, and a keeps being copied; a topic c created
+    later is discovered and copied from its first offset. Nothing crashes."""
+    source = unique_source
+    a, b, c, out = (f"{source}.in.{name}" for name in ("a", "b", "c", "out"))
+    for topic in (a, b):
+        create_topic(kafka_bootstrap, topic, 2)
+    create_topic(kafka_bootstrap, out, 2)
+    writer_b = DataWriter(kafka_bootstrap, b, 2)
+    writer_b.produce(300)
+    writer_b.flush()
+    writer_a = DataWriter(kafka_bootstrap, a, 2)
+    writer_a.produce(300)
+    writer_a.flush()
+    pattern = re.escape(source) + r"\.in\.[a-z]"
+    options = kafka_options(kafka_bootstrap, pattern=pattern, partition_discovery_interval_ms="1000")
+    coordinator = start_coordinator(procs, source, 2, options, "--session-timeout-ms", "3000")
+    background = BackgroundWriter(writer_a)
+    output = OutputReader(kafka_bootstrap, out)
+    readers = [start_reader(procs, source, k, options, out) for k in range(2)]
+    everything: Expected = {}
+    try:
+        output.wait_for(len(writer_b.expected) + 600, 60, [coordinator, *readers], "(a and b)")
+        b_rows = Counter(r["value"]["offset"] for r in output.rows if r["value"]["topic"] == b)
+        assert sum(b_rows.values()) == len(writer_b.expected), "set-up: b is not copied yet"
+        delete_topic(kafka_bootstrap, b)
+        coordinator.wait_for_log("partitions deleted from the data cluster", timeout_s=30)
+        for split_id in (f"{b}-0", f"{b}-1"):
+            deadline = time.monotonic() + 30
+            while not any(split_id in line and "WARNING" in line for r in readers for line in r.lines_with(split_id)):
+                assert time.monotonic() < deadline, f"no reader warned that {split_id} ended:\n" + procs.describe()
+                time.sleep(0.2)
+        create_topic(kafka_bootstrap, c, 2)
+        writer_c = DataWriter(kafka_bootstrap, c, 2)
+        writer_c.produce(200)
+        writer_c.flush()
+        coordinator.wait_for_log(f"discovered 2 partitions ({c}-0", timeout_s=30)
+        time.sleep(3)  # three more discoveries: the deletion is not announced again
+        everything = {**writer_b.expected, **writer_c.expected, **background.stop()}
+        output.wait_for(len(everything), 60, [coordinator, *readers], "(a, b and c)")
+        time.sleep(1.0)
+        rows = output.read_all()
+    finally:
+        output.close()
+        background.stop()
+    check_exactly_once(rows, everything)
+    for proc in (coordinator, *readers):
+        assert proc.returncode is None, f"{proc.name} exited:\n{proc.tail()}"
+        assert "Traceback" not in proc.log(), proc.log()
+    warned = coordinator.lines_with("partitions deleted from the data cluster")
+    assert len(warned) == 1, "\n".join(warned)
+    assert f"{b}-0" in warned[0] and f"{b}-1" in warned[0]
+    summary = audit_ok(kafka_bootstrap, source)
+    assert summary.splits_finished == 2 and summary.splits_assigned == 6
