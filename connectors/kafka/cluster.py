@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from .options import KafkaOptions
@@ -77,14 +77,32 @@ class DataCluster:
         return {k: (offset if offset >= 0 else None) for k, offset in found.items()}
 
     def _list(self, keys: list[TopicPartitionKey], spec: Any) -> dict[TopicPartitionKey, int]:
-        request = {TopicPartition(t, p): spec for t, p in keys}
         try:
-            futures = self._client().list_offsets(
-                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.timeout_s
-            )
-            return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
+            return self._list_once(keys, spec)
+        except KafkaException as exc:
+            if not _unknown_partition(exc):
+                raise self._fail("listing offsets", exc) from None
+        # ListOffsets goes by the client's cached metadata, refreshed only every
+        # topic.metadata.refresh.interval.ms (5 min): partitions added to a topic since are
+        # "unknown" to it until then. A metadata request for the topics refreshes it.
+        try:
+            for topic in sorted({t for t, _ in keys}):
+                self._client().list_topics(topic=topic, timeout=self.timeout_s)
+            return self._list_once(keys, spec)
         except KafkaException as exc:
             raise self._fail("listing offsets", exc) from None
+
+    def _list_once(self, keys: list[TopicPartitionKey], spec: Any) -> dict[TopicPartitionKey, int]:
+        request = {TopicPartition(t, p): spec for t, p in keys}
+        futures = self._client().list_offsets(
+            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.timeout_s
+        )
+        return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
+
+
+def _unknown_partition(exc: KafkaException) -> bool:
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and error.code() == KafkaError._UNKNOWN_PARTITION
 
 
 def _log_client_error(error: Any) -> None:
