@@ -247,7 +247,9 @@ def wall_clock_ms() -> int:
 class SplitDistributor(Generic[SplitT]):
     """Runs an assigner for an enumerator: builds the round from the context, assigns,
     and arms a one-shot ``call_async`` timer when a split waits for a grace delay, so
-    the delay ends even when no other event comes."""
+    the delay ends even when no other event comes. The enumerator calls ``distribute``
+    on add_reader, add_splits_back and RequestSplit (no timer is armed while no reader
+    is live: the next registration is the event that ends the wait)."""
 
     def __init__(
         self,
@@ -276,7 +278,10 @@ class SplitDistributor(Generic[SplitT]):
         assignment = self.assigner.assign(round_)
         if assignment:
             self.context.assign_splits(assignment)
-        self._arm_timer(round_.now_ms)
+        if round_.live:
+            # With no live reader nothing can go out before one registers, and add_reader
+            # distributes; a timer now would find its deadline past and re-arm every 1 ms.
+            self._arm_timer(round_.now_ms)
         return sum(len(v) for v in assignment.values())
 
     def _arm_timer(self, now_ms: int) -> None:
