@@ -102,6 +102,12 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
         found = self._cluster.partitions()
         present = frozenset((t, p) for t, n in found.items() for p in range(n))
         new = sorted(present - known)
+        if new and not first and self._bounded:
+            # A bounded read is the partitions of the first discovery, up to their stop
+            # offsets; a restored enumerator (a coordinator failover) discovers once more
+            # and must not add later partitions, which would have no stop offset.
+            log.info("bounded source: %d partitions created after the first discovery are not read", len(new))
+            new = []
         if first:
             missing = [t for t in self._options.topics if t not in found]
             if missing:
