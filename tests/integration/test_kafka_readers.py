@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from processes import Proc, ProcessGroup
 from sluicegate_connectors.kafka.split import partition_owner_key
 from test_takeover import free_port
@@ -775,3 +775,52 @@ def test_a_deleted_topic_of_a_pattern_source_ends_its_splits_with_a_warning(
     assert f"{b}-0" in warned[0] and f"{b}-1" in warned[0]
     summary = audit_ok(kafka_bootstrap, source)
     assert summary.splits_finished == 2 and summary.splits_assigned == 6
+
+
+# -- 5: a bounded source across a coordinator failover --------------------------------------
+
+
+def test_a_bounded_source_ends_after_a_coordinator_failover_that_finds_a_new_partition(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    """The coordinator is SIGKILLed while two readers copy a bounded topic, a partition
+    is added to the topic, and a successor takes over. Its enumerator discovers once
+    more at start: the new partition is not part of the bounded read (in an
+    uninterrupted run it would never have been found), so the readers finish, are never
+    reset, and OUT holds exactly the records below the stop offsets."""
+    source = unique_source
+    data, out = f"{source}.in", f"{source}.out"
+    create_topic(kafka_bootstrap, data, 2)
+    create_topic(kafka_bootstrap, out, 2)
+    writer = DataWriter(kafka_bootstrap, data, 2)
+    writer.produce(30_000)
+    writer.flush()
+    expected = dict(writer.expected)
+    options = kafka_options(kafka_bootstrap, topics=data, stopping_offsets="latest")
+    first = start_coordinator(procs, source, 2, options, *COORDINATOR_TIMEOUTS)
+    readers = [start_reader(procs, source, k, options, out) for k in range(2)]
+    for reader in readers:
+        reader.wait_for_log("checkpoint 1:", timeout_s=60)
+    first.kill()
+    client = admin(kafka_bootstrap)
+    for future in client.create_partitions([NewPartitions(data, 3)]).values():
+        future.result(30)
+    later = DataWriter(kafka_bootstrap, data, 3)
+    later.produce(100)
+    later.flush()
+    assert any(partition == 2 for _, partition, _ in later.expected)
+    successor = start_coordinator(procs, source, 2, options, *COORDINATOR_TIMEOUTS)
+    assert "epoch 2" in successor.lines_with("is serving")[0], successor.tail()
+    assert [r.wait(60) for r in readers] == [0, 0], procs.describe()
+    assert successor.lines_with("partitions created after the first discovery are not read")
+
+    output = OutputReader(kafka_bootstrap, out)
+    try:
+        check_exactly_once(output.read_all(), expected)
+    finally:
+        output.close()
+    for reader in readers:
+        assert len(reader.lines_with("registering subtask")) == 1, reader.tail()
+    summary = audit_ok(kafka_bootstrap, source)
+    assert summary.epochs == [1, 2]
+    assert summary.splits_assigned == 2 and summary.splits_finished == 2 and summary.splits_owned == 0
