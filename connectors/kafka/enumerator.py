@@ -209,7 +209,13 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
         self._distribute()
 
     def add_splits_back(self, splits: list[KafkaPartitionSplit], subtask: int) -> None:
-        self._distributor.add_splits(splits)
+        # A split of a deleted partition comes back when its reader was down at the
+        # announcement; assigned again it would never end (a consumer assigned to a
+        # deleted partition gets no error), so it ends here.
+        deleted = [s.split_id for s in splits if (s.topic, s.partition) in self._removed]
+        if deleted:
+            log.warning("splits of deleted partitions came back from subtask %d and end: %s", subtask, deleted)
+        self._distributor.add_splits([s for s in splits if (s.topic, s.partition) not in self._removed])
         self._distribute()
 
     def handle_split_request(self, subtask: int, hostname: str | None) -> None:
