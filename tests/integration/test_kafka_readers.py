@@ -721,9 +721,12 @@ def test_a_deleted_topic_of_a_pattern_source_ends_its_splits_with_a_warning(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
 ) -> None:
     """A topic_pattern source over topics a and b, discovery every second. Once b is
-    copied it is deleted while the readers run: the coordinator warns once, the
-    owners end b's splits with a warning, and a keeps being copied; a topic c created
-    later is discovered and copied from its first offset. Nothing crashes."""
+    copied it is deleted while the readers run: the coordinator warns once, b-1's owner
+    ends it with a warning, and a keeps being copied. b-0's owner was SIGKILLed just
+    before and misses the announcement; started again, it reports b-0, which the
+    enumerator ends instead of handing it out again (no consumer error would ever end
+    it). A topic c created later is discovered and copied from its first offset.
+    Nothing crashes."""
     source = unique_source
     a, b, c, out = (f"{source}.in.{name}" for name in ("a", "b", "c", "out"))
     for topic in (a, b):
@@ -746,13 +749,20 @@ def test_a_deleted_topic_of_a_pattern_source_ends_its_splits_with_a_warning(
         output.wait_for(len(writer_b.expected) + 600, 60, [coordinator, *readers], "(a and b)")
         b_rows = Counter(r["value"]["offset"] for r in output.rows if r["value"]["topic"] == b)
         assert sum(b_rows.values()) == len(writer_b.expected), "set-up: b is not copied yet"
+        owner = {
+            split_id: m["subtask"]
+            for m in of_type(readers_messages(kafka_bootstrap, source), "AddSplits")
+            for split_id in split_ids(m)
+        }
+        missed, told = owner[f"{b}-0"], owner[f"{b}-1"]
+        assert missed != told, f"set-up: one reader holds both of b's partitions: {owner}"
+        readers[missed].kill()  # b-0 is in its last checkpoint: OUT holds all of b
         delete_topic(kafka_bootstrap, b)
         coordinator.wait_for_log("partitions deleted from the data cluster", timeout_s=30)
-        for split_id in (f"{b}-0", f"{b}-1"):
-            deadline = time.monotonic() + 30
-            while not any(split_id in line and "WARNING" in line for r in readers for line in r.lines_with(split_id)):
-                assert time.monotonic() < deadline, f"no reader warned that {split_id} ended:\n" + procs.describe()
-                time.sleep(0.2)
+        readers[told].wait_for_log(f"partitions ['{b}-1'] were deleted from the data cluster", timeout_s=30)
+        readers[missed] = start_reader(procs, source, missed, options, out)
+        readers[missed].wait_for_log("restored splits to the coordinator", timeout_s=60)
+        coordinator.wait_for_log(f"came back from subtask {missed} and end: ['{b}-0']", timeout_s=30)
         create_topic(kafka_bootstrap, c, 2)
         writer_c = DataWriter(kafka_bootstrap, c, 2)
         writer_c.produce(200)
@@ -773,8 +783,15 @@ def test_a_deleted_topic_of_a_pattern_source_ends_its_splits_with_a_warning(
     warned = coordinator.lines_with("partitions deleted from the data cluster")
     assert len(warned) == 1, "\n".join(warned)
     assert f"{b}-0" in warned[0] and f"{b}-1" in warned[0]
+    assert not readers[missed].lines_with(f"{b}-0"), "the restarted reader was given the deleted b-0"
+    messages = readers_messages(kafka_bootstrap, source)
+    removed = [m for m in of_type(messages, "SourceEvent") if m["body"]["payload"]["type"] == "partitions_removed"]
+    assert removed and all(split_ids({"body": m["body"]["payload"]}) == {f"{b}-0", f"{b}-1"} for m in removed)
+    again = [m for m in of_type(messages, "AddSplits") if m["cseq"] > removed[0]["cseq"] and b in str(split_ids(m))]
+    assert not again, f"splits of the deleted topic were handed out again: {again}"
     summary = audit_ok(kafka_bootstrap, source)
-    assert summary.splits_finished == 2 and summary.splits_assigned == 6
+    assert summary.splits_finished == 1 and summary.splits_assigned == 6
+    assert summary.splits_owned == 4, "a, c (and not b) are owned"
 
 
 # -- 5: a bounded source across a coordinator failover --------------------------------------
