@@ -30,7 +30,6 @@ Pure: no I/O and no clock of its own; the caller passes ``now_ms``.
 from __future__ import annotations
 
 import math
-import time
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -240,10 +239,6 @@ def assigner_from_options(
     return lambda: make(grace_ms)
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class SplitDistributor(Generic[SplitT]):
     """Runs an assigner for an enumerator: builds the round from the context, assigns,
     and arms a one-shot ``call_async`` timer when a split waits for a grace delay, so
@@ -255,11 +250,12 @@ class SplitDistributor(Generic[SplitT]):
         self,
         context: SplitEnumeratorContext[SplitT],
         assigner: SplitAssigner[SplitT],
-        clock: Callable[[], int] = wall_clock_ms,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         self.context = context
         self.assigner = assigner
-        self._clock = clock
+        self._clock = clock or context.current_time_ms
+        """The coordinator's step time by default, so a replayed step decides the same."""
         self._timer_due_ms: int | None = None
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:

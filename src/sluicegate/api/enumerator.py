@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,11 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
 
     @abstractmethod
     def registered_readers(self) -> Mapping[int, ReaderInfo[SplitT]]: ...
+
+    def current_time_ms(self) -> int:
+        """The coordinator's time for this step (wall clock ms). Enumerators use it
+        instead of reading a clock, so that a replayed step decides the same."""
+        return int(time.time() * 1000)
 
     @abstractmethod
     def outstanding_split_count(self) -> int:

@@ -630,6 +630,9 @@ class _CoreContext(SplitEnumeratorContext[SplitT]):
     def registered_readers(self) -> Mapping[int, ReaderInfo[SplitT]]:
         return {s: self._core.reader_info(s) for s in self._core.live_subtasks()}
 
+    def current_time_ms(self) -> int:
+        return self._core._now_ms
+
     def outstanding_split_count(self) -> int:
         return self._core.tracker.total_owned()
 
