@@ -60,8 +60,12 @@ def arrow_schema() -> Any:
 
 
 def shared_consumer(options: KafkaOptions) -> Consumer:
-    """This process's consumer for the options' data cluster (created once)."""
-    config = options.consumer_config()
+    """This process's consumer for the options' data cluster (created once).
+
+    A range only asks for records that exist, so the broker need not hold a fetch
+    open for more: librdkafka's default ``fetch.wait.max.ms`` (500 ms) would be paid
+    at every switch to another range (unless the user set it)."""
+    config = {"fetch.wait.max.ms": 10, **options.consumer_config()}
     key = tuple(sorted((k, str(v)) for k, v in config.items()))
     with _CONSUMERS_LOCK:
         consumer = _CONSUMERS.get(key)
