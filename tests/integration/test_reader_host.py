@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from inline_coordinator import InlineCoordinator, create_topics
 from sluicegate_connectors.sequence import SequenceOptions, SequenceSource
 
+from sluicegate.kafka.compacted import read_latest_value
 from sluicegate.protocol import (
     CheckpointAck,
     ReaderLeaving,
@@ -27,7 +28,7 @@ from sluicegate.protocol import (
     envelope,
 )
 from sluicegate.protocol.topics import ControlTopics, TopicSpec
-from sluicegate.reader.host import ReaderHost, ReaderSettings, read_latest_value
+from sluicegate.reader.host import ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
 from sluicegate.reader.state import ReaderCheckpoint
 from sluicegate.transport.topics import apply_topics

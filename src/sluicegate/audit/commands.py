@@ -25,7 +25,7 @@ from sluicegate.audit.kafka_source import (
     read_control_topics_full,
 )
 from sluicegate.audit.report import print_report, to_json_bytes
-from sluicegate.coordinator.config import validate_source_name
+from sluicegate.protocol.names import validate_source
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -73,7 +73,7 @@ def audit_command(
             json_output,
         )
     try:
-        validate_source_name(source, "--source")
+        validate_source(source, "--source")
         result = asyncio.run(run_audit(bootstrap, source, namespace))
     except (ConfigError, MissingTopicsError, ReadTimeoutError) as exc:
         raise _fail(str(exc), json_output) from None

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from sluicegate.api.errors import ConfigError
-
-SOURCE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
-
-
-def validate_source_name(name: str, setting: str = "source") -> str:
-    if not SOURCE_NAME.fullmatch(name):
-        raise ConfigError(setting, f"{name!r} must match [a-z0-9][a-z0-9._-]{{0,99}}")
-    return name
+from sluicegate.protocol.names import validate_source
 
 
 @dataclass(frozen=True)
@@ -28,7 +20,7 @@ class CoordinatorConfig:
     """Largest AddSplits record; bigger assignments are split over several seqs."""
 
     def __post_init__(self) -> None:
-        validate_source_name(self.source)
+        validate_source(self.source)
         _positive("max_parallelism", self.max_parallelism, upper=100_000)
         _positive("session_timeout_ms", self.session_timeout_ms)
         _positive("reader_departure_timeout_ms", self.reader_departure_timeout_ms)

@@ -15,7 +15,8 @@ from typing import Any
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import load_source
-from sluicegate.coordinator.config import CoordinatorConfig, validate_source_name
+from sluicegate.coordinator.config import CoordinatorConfig
+from sluicegate.protocol.names import validate_namespace
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -102,7 +103,7 @@ class CoordinatorSettings:
     """How long offset-only progress (heartbeats) may wait before it is committed."""
 
     def __post_init__(self) -> None:
-        validate_source_name(self.namespace, "namespace")
+        validate_namespace(self.namespace)
         if not self.sources:
             raise ConfigError("sources", "at least one source is required")
         names = [s.source for s in self.sources]

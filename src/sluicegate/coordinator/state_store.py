@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from sluicegate.kafka.compacted import read_all
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -50,34 +51,7 @@ def merge_records(source: str, records: Iterable[tuple[bytes | None, bytes | Non
 
 async def read_state(bootstrap: str, topic: str, source: str) -> dict[str, Any] | None:
     """The source's last committed state, or None if it never committed any."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        max_partition_fetch_bytes=STATE_RECORD_MAX_BYTES,
-        fetch_max_bytes=STATE_RECORD_MAX_BYTES,
-    )
-    await consumer.start()
-    try:
-        partitions = consumer.partitions_for_topic(topic) or {0}
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        end = await consumer.end_offsets(tps)
-        records: list[tuple[bytes | None, bytes | None]] = []
-        remaining = {tp for tp in tps if end[tp] > 0}
-        while remaining:
-            batch = await consumer.getmany(*remaining, timeout_ms=1000)
-            for tp, messages in batch.items():
-                records.extend((m.key, m.value) for m in messages)
-                if messages and messages[-1].offset + 1 >= end[tp]:
-                    remaining.discard(tp)
-            for tp in list(remaining):
-                if await consumer.position(tp) >= end[tp]:
-                    remaining.discard(tp)
-    finally:
-        await consumer.stop()
+    records = await read_all(bootstrap, topic, max_record_bytes=STATE_RECORD_MAX_BYTES)
     parts = merge_records(source, records)
     if "meta" not in parts:
         return None

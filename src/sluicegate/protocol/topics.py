@@ -6,7 +6,6 @@ coordinator create; ``ControlTopics.for_source(source, ns)`` gives just the name
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
@@ -14,12 +13,11 @@ from importlib import resources
 from typing import Any
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.protocol.names import validate_namespace, validate_source
 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "MAX_PARALLELISM",
-    "NAMESPACE_PATTERN",
-    "SOURCE_PATTERN",
     "ControlTopics",
     "TopicSpec",
     "TopicTemplate",
@@ -30,8 +28,6 @@ __all__ = [
 ]
 
 DEFAULT_NAMESPACE = "sluicegate"
-SOURCE_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
-NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 #: Upper bound on max_parallelism (partitions of the per-subtask topics).
 MAX_PARALLELISM = 32768
 _KAFKA_TOPIC_MAX_LEN = 249
@@ -112,28 +108,6 @@ def topic_templates() -> tuple[TopicTemplate, ...]:
     text = resources.files("sluicegate_topics").joinpath("topics.toml").read_text(encoding="utf-8")
     data = tomllib.loads(text)
     return tuple(_template(raw) for raw in data.get("topic", []))
-
-
-def validate_source(source: str) -> str:
-    """``source`` if it is a valid source name, else ConfigError (a ValueError)."""
-    if not isinstance(source, str) or not SOURCE_PATTERN.fullmatch(source):
-        raise ConfigError(
-            "source",
-            f"{source!r} is not a valid source name: use 1-100 characters of a-z, 0-9, '.', '_' "
-            f"or '-', starting with a letter or digit ({SOURCE_PATTERN.pattern})",
-        )
-    return source
-
-
-def validate_namespace(ns: str) -> str:
-    """``ns`` if it is a valid topic namespace prefix, else ConfigError (a ValueError)."""
-    if not isinstance(ns, str) or not NAMESPACE_PATTERN.fullmatch(ns):
-        raise ConfigError(
-            "namespace",
-            f"{ns!r} is not a valid topic namespace: use 1-100 characters of A-Z, a-z, 0-9, "
-            f"'.', '_' or '-', starting with a letter or digit ({NAMESPACE_PATTERN.pattern})",
-        )
-    return ns
 
 
 def _validate_max_parallelism(max_parallelism: int) -> int:

@@ -1,30 +1,11 @@
-"""The standalone reader host: one subtask of a source, reading the splits its
-coordinator assigns over Kafka (docs/protocol.md).
+"""The reader side: one module per concern, imported by name (this package imports
+nothing, so a light module such as ``protocol`` never pulls in Kafka clients).
 
-- ``ReaderSession``: the protocol, free of I/O (unit-tested without Kafka);
-- ``ReaderHost`` / ``ReaderSettings``: the aiokafka process around it;
-- ``reader_command``: the ``sluicegate reader`` command line.
+- ``protocol``: ``ReaderProtocol``, the reader side of docs/protocol.md, pure;
+- ``session``: ``ReaderSession``, the protocol's outcomes applied to a connector reader;
+- ``channel``: ``ControlChannel``, the link to the control topics under every host
+  (``sluicegate.kafka.control_channel`` over Kafka, ``memory_channel`` in memory);
+- ``host``: ``ReaderHost``, the standalone process (transactional checkpoints);
+- ``output``, ``state``, ``watermark``: where records go, the checkpoint record,
+  per-split watermarks; ``commands``: ``sluicegate reader``.
 """
-
-from sluicegate.reader.host import ReaderHost, ReaderSettings
-from sluicegate.reader.output import JsonlOutput, KafkaOutput, Output, OutputSpec
-from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
-from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
-from sluicegate.reader.watermark import AlignmentChange, SplitWatermarks
-
-__all__ = [
-    "AlignmentChange",
-    "CheckpointPlan",
-    "Disposition",
-    "JsonlOutput",
-    "KafkaOutput",
-    "Output",
-    "OutputSpec",
-    "Phase",
-    "ReaderCheckpoint",
-    "ReaderHost",
-    "ReaderSession",
-    "ReaderSettings",
-    "SplitWatermarks",
-    "StateRecordError",
-]

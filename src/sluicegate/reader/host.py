@@ -1,6 +1,9 @@
 """The standalone reader host: one subtask of one source, over Kafka (aiokafka).
 
-It drives a ``ReaderSession`` (the protocol, free of I/O) and does the I/O:
+It drives a ``ReaderSession`` (the protocol and the connector reader, free of
+I/O) over a ``ControlChannel`` (reader/channel.py: topics, registration at the
+captured end offset, intake, sends with contact tracking) and does the rest of
+the I/O itself: the transactional checkpoints.
 
 1. waits for the control topics (readers never create them);
 2. starts its transactional producer (``transactional_id`` = ``NS.S.reader-K``),
@@ -33,22 +36,24 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.reader import Record
 from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
-from sluicegate.coordinator.config import validate_source_name
-from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
-from sluicegate.protocol.dead_letter import DeadLetter
-from sluicegate.protocol.messages import Body, Direction, ReaderLeaving
-from sluicegate.protocol.topics import NAMESPACE_PATTERN, ControlTopics
+from sluicegate.kafka.clients import control_consumer, transactional_producer
+from sluicegate.kafka.compacted import read_latest_value
+from sluicegate.kafka.control_channel import KafkaControlChannel
+from sluicegate.protocol.codec import encode, encode_key
+from sluicegate.protocol.messages import Body, ReaderLeaving
+from sluicegate.protocol.names import validate_namespace, validate_source
+from sluicegate.protocol.topics import ControlTopics
+from sluicegate.reader.channel import ControlChannel, Inbound
 from sluicegate.reader.output import Output, OutputSpec, gather_all, open_output
 from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
-from sluicegate.transport.topics import TopicApplyError, wait_for_topics
 
 log = logging.getLogger("sluicegate.reader")
 
@@ -59,7 +64,6 @@ BUSY_BACKOFF_MS = 5
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
-FOREVER_S = 10.0**9
 
 
 @dataclass(frozen=True)
@@ -84,12 +88,8 @@ class ReaderSettings:
     """How long to wait for the topics (None: for ever)."""
 
     def __post_init__(self) -> None:
-        validate_source_name(self.source, "--source")
-        if not NAMESPACE_PATTERN.fullmatch(self.namespace):
-            raise ConfigError(
-                "--namespace",
-                f"{self.namespace!r} must match {NAMESPACE_PATTERN.pattern}",
-            )
+        validate_source(self.source, "--source")
+        validate_namespace(self.namespace, "--namespace")
         if not self.bootstrap_servers.strip():
             raise ConfigError(
                 "--bootstrap-servers",
@@ -128,11 +128,15 @@ def _now_ms() -> int:
 
 @dataclass
 class _Stats:
-    dead_letters: int = 0
+    channel: ControlChannel
     registrations: int = 0
     fenced: int = 0
     last_progress_s: float = field(default_factory=time.monotonic)
     records_at_last_progress: int = 0
+
+    @property
+    def dead_letters(self) -> int:
+        return self.channel.dead_letters
 
 
 class ReaderHost:
@@ -148,19 +152,18 @@ class ReaderHost:
         self.topics = ControlTopics.for_source(settings.source, settings.namespace)
         self.location = location or f"{socket.gethostname()}:{os.getpid()}"
         self.session: ReaderSession[Any] | None = None
-        self.stats = _Stats()
         self._stop_requested = asyncio.Event()
         self._txn: AIOKafkaProducer | None = None
-        self._plain: AIOKafkaProducer | None = None
-        self._control: AIOKafkaConsumer | None = None
+        self.channel: ControlChannel = KafkaControlChannel(
+            self.topics, settings.bootstrap_servers, settings.transactional_id, settings.topic_wait_timeout_s
+        )
+        self.stats = _Stats(self.channel)
         self._output: Output | None = None
         self._in_txn = False
-        self._last_contact_s = time.monotonic()
         self._registration_sent_s: float | None = None
         self._last_registration_notice_s = 0.0
         self._finished_idle = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._readers_tp = TopicPartition(self.topics.readers, settings.subtask)
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -210,68 +213,25 @@ class ReaderHost:
 
     async def _start(self) -> None:
         s = self.settings
-        names = [
-            self.topics.coordinator,
-            self.topics.readers,
-            self.topics.reader_state,
-            self.topics.dead_letter,
-        ]
-        if s.output.kind == "kafka":
-            names.append(s.output.target)
-        partitions = await self._wait_for_topics(names)
+        extra = [self.topics.reader_state] + ([s.output.target] if s.output.kind == "kafka" else [])
+        partitions = await self.channel.open([s.subtask], extra)
         count = partitions[self.topics.readers]
         if s.subtask >= count:
             raise ConfigError(
                 "--subtask",
                 f"{s.subtask} has no partition in {self.topics.readers} ({count} partitions: subtasks 0..{count - 1})",
             )
-        self._txn = AIOKafkaProducer(
-            bootstrap_servers=s.bootstrap_servers,
-            client_id=f"{s.transactional_id}.txn",
-            transactional_id=s.transactional_id,
-            enable_idempotence=True,
-            acks="all",
+        self._txn = transactional_producer(
+            s.bootstrap_servers,
+            s.transactional_id,
             transaction_timeout_ms=min(900_000, max(60_000, 3 * s.checkpoint_interval_ms)),
         )
-        self._plain = AIOKafkaProducer(
-            bootstrap_servers=s.bootstrap_servers,
-            client_id=f"{s.transactional_id}.plain",
-            enable_idempotence=True,
-            acks="all",
-            linger_ms=0,
-        )
         await self._txn.start()  # init_transactions: fences a zombie of this subtask
-        await self._plain.start()
-        self._control = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers,
-            client_id=f"{s.transactional_id}.control",
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-        )
-        await self._control.start()
-        self._control.assign([self._readers_tp])
         restored = await self._restore()
         self.session = ReaderSession(s.source, s.subtask, self.source, location=self.location, restored=restored)
         self._output = open_output(s.output, self._txn_producer)
         await self._output.open()
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="reader-heartbeat"))
-
-    async def _wait_for_topics(self, names: list[str]) -> dict[str, int]:
-        """Wait for the topics (never creating them); an unreachable broker is retried too."""
-        s = self.settings
-        timeout = s.topic_wait_timeout_s
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = FOREVER_S if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                return await wait_for_topics(s.bootstrap_servers, names, left)
-            except TopicApplyError as exc:  # cannot reach Kafka (yet)
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise
-                log.warning("waiting for topics: %s", exc)
-                await asyncio.sleep(2.0)
 
     async def _shutdown(self) -> None:
         for task in self._tasks:
@@ -287,12 +247,12 @@ class ReaderHost:
                 await self._output.close()
             except Exception:
                 log.exception("closing the output failed")
-        for client in (self._control, self._plain, self._txn):
-            if client is not None:
-                try:
-                    await client.stop()
-                except Exception as exc:  # stopping a fenced producer may raise
-                    log.debug("stopping a Kafka client: %s", exc)
+        await self.channel.close()
+        if self._txn is not None:
+            try:
+                await self._txn.stop()
+            except Exception as exc:  # stopping a fenced producer may raise
+                log.debug("stopping a Kafka client: %s", exc)
         if self._txn is not None:
             _retrieve_fatal_errors(self._txn)
 
@@ -301,14 +261,7 @@ class ReaderHost:
     async def _restore(self) -> ReaderCheckpoint | None:
         s = self.settings
         tp = TopicPartition(self.topics.reader_state, s.subtask)
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers,
-            client_id=f"{s.transactional_id}.restore",
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-        )
+        consumer = control_consumer(s.bootstrap_servers, f"{s.transactional_id}.restore")
         await consumer.start()
         try:
             if s.subtask not in (consumer.partitions_for_topic(self.topics.reader_state) or {s.subtask}):
@@ -423,34 +376,22 @@ class ReaderHost:
         return IDLE_POLL_MS if session.nothing_to_read else BUSY_BACKOFF_MS
 
     async def _poll_control(self, timeout_ms: int) -> None:
-        assert self._control is not None
-        try:
-            batches = await self._control.getmany(self._readers_tp, timeout_ms=timeout_ms, max_records=500)
-        except KafkaError as exc:
-            log.warning("reading %s failed: %s", self.topics.readers, exc)
-            await asyncio.sleep(0.5)
-            return
-        for record in batches.get(self._readers_tp, []):
+        for record in await self.channel.poll(timeout_ms, self.settings.subtask):
             if not await self._on_control_record(record):
                 break  # fenced: the rest of the batch is for the failed attempt
 
-    async def _on_control_record(self, record: Any) -> bool:
+    async def _on_control_record(self, record: Inbound) -> bool:
         session = self._session
         try:
-            env = decode(record.value, Direction.TO_READER)
-        except DecodeError as exc:
-            await self._dead_letter(record, exc.kind.value, exc.detail)
-            return True
-        try:
-            outcome = session.on_message(env)
+            outcome = session.on_message(record.env)
         except Exception as exc:  # e.g. the connector's codec rejects a split
-            log.exception("could not apply %s at offset %d", env.type, record.offset)
-            await self._dead_letter(record, "rejected", f"{type(exc).__name__}: {exc}")
+            log.exception("could not apply %s at offset %d", record.env.type, record.raw.offset)
+            await self.channel.reject(record.raw, "rejected", f"{type(exc).__name__}: {exc}")
             return True
         if outcome is Disposition.REGISTERED:
             self.stats.registrations += 1
             self._registration_sent_s = None
-            self._last_contact_s = time.monotonic()
+            self.channel.contact()
             self._finished_idle = False
             await self._flush_outbox()
         elif outcome is Disposition.FENCED:
@@ -460,16 +401,8 @@ class ReaderHost:
 
     async def _register(self) -> None:
         """Capture the end offset first, then register, then consume from that offset."""
-        assert self._control is not None
         session = self._session
-        while True:
-            try:
-                end = (await self._control.end_offsets([self._readers_tp]))[self._readers_tp]
-                break
-            except KafkaError as exc:
-                log.warning("cannot read the end offset of %s: %s; retrying", self._readers_tp, exc)
-                await asyncio.sleep(1.0)
-        self._control.seek(self._readers_tp, end)
+        await self.channel.capture(self.settings.subtask)
         registration = session.begin_registration()
         log.info(
             "registering subtask %d of %s (incarnation %s, %d restored splits, checkpoint %s)",
@@ -501,7 +434,7 @@ class ReaderHost:
             )
 
     async def _check_contact(self) -> None:
-        silent_s = time.monotonic() - self._last_contact_s
+        silent_s = self.channel.silent_for_s()
         if silent_s * 1000 > self.settings.session_timeout_ms:
             reason = (
                 f"no heartbeat could be sent for {silent_s:.1f} s "
@@ -549,7 +482,7 @@ class ReaderHost:
         output = self._output_
         session.checkpoint_committed(plan)
         output.committed()
-        self._last_contact_s = time.monotonic()
+        self.channel.contact()
         log.info(
             "checkpoint %d: %d splits, %d records since the last, %d splits finished, applied seq %d",
             plan.checkpoint_id,
@@ -669,29 +602,8 @@ class ReaderHost:
         return future
 
     async def _send_plain(self, body: Body, wait: bool = False) -> bool:
-        """Send through the plain producer; with ``wait``, until the broker has it."""
-        assert self._plain is not None
-        env = self._session.envelope(body, _now_ms())
-        try:
-            future = await self._plain.send(self.topics.coordinator, encode(env), key=encode_key(self.settings.subtask))
-            if wait:
-                await future
-                self._last_contact_s = time.monotonic()
-            else:
-                future.add_done_callback(self._on_plain_delivered)
-        except KafkaError as exc:
-            log.warning("could not send %s: %s", body.TYPE, exc)
-            return False
-        return True
-
-    def _on_plain_delivered(self, future: asyncio.Future[Any]) -> None:
-        if future.cancelled():
-            return
-        exc = future.exception()
-        if exc is None:
-            self._last_contact_s = time.monotonic()
-        else:
-            log.warning("a message to the coordinator was not delivered: %s", exc)
+        """Send outside the checkpoint transaction; with ``wait``, until the broker has it."""
+        return await self.channel.send(self._session.envelope(body, _now_ms()), wait=wait)
 
     async def _flush_outbox(self) -> None:
         session = self._session
@@ -700,24 +612,6 @@ class ReaderHost:
         request = session.maybe_request_split(_now_ms())
         if request is not None:
             await self._send_plain(request)
-
-    async def _dead_letter(self, record: Any, kind: str, reason: str) -> None:
-        letter = DeadLetter(
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=record.key,
-            value=record.value,
-            kind=kind,
-            reason=reason,
-        )
-        letter.log()
-        self.stats.dead_letters += 1
-        assert self._plain is not None
-        try:
-            await self._plain.send(self.topics.dead_letter, letter.value, key=letter.key, headers=letter.headers())
-        except KafkaError as exc:
-            log.warning("could not copy the record to %s: %s", self.topics.dead_letter, exc)
 
     async def _heartbeat_loop(self) -> None:
         interval = self.settings.heartbeat_interval_ms / 1000
@@ -764,8 +658,8 @@ class ReaderHost:
             f"{session.splits_finished_total} splits finished, "
             f"{session.checkpoints_committed} checkpoints"
         )
-        if self.stats.dead_letters:
-            line += f", {self.stats.dead_letters} dead-lettered records"
+        if self.channel.dead_letters:
+            line += f", {self.channel.dead_letters} dead-lettered records"
         if self.stats.fenced:
             line += f", fenced {self.stats.fenced} times"
         print(line, flush=True)
@@ -804,37 +698,3 @@ def _retrieve_fatal_errors(producer: AIOKafkaProducer) -> None:
     for future in futures:
         if isinstance(future, asyncio.Future) and future.done() and not future.cancelled():
             future.exception()
-
-
-async def read_latest_value(consumer: AIOKafkaConsumer, tp: TopicPartition, key: bytes) -> bytes | None:
-    """The value of the latest committed record with ``key`` in ``tp`` (None: none, or a tombstone).
-
-    Reads backwards in growing windows from the read_committed end offset, so a
-    long, not yet compacted partition is not read whole.
-    """
-    consumer.assign([tp])
-    begin = (await consumer.beginning_offsets([tp]))[tp]
-    end = (await consumer.end_offsets([tp]))[tp]
-    high = end
-    window = 64
-    while high > begin:
-        low = max(begin, high - window)
-        consumer.seek(tp, low)
-        found = False
-        value: bytes | None = None
-        deadline = time.monotonic() + 60
-        while await consumer.position(tp) < high:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {tp.topic}[{tp.partition}] {low}..{high} took over 60 s")
-            batches = await consumer.getmany(tp, timeout_ms=500)
-            for record in batches.get(tp, []):
-                if record.offset >= high:
-                    break
-                if record.key == key:
-                    found = True
-                    value = record.value
-        if found:
-            return value
-        high = low
-        window *= 8
-    return None

@@ -70,6 +70,7 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
 from sluicegate.api.source import Boundedness, Source
 from sluicegate.connectors import load_source
+from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.spark.driver import DriverSettings, SparkReaderDriver
 from sluicegate.spark.offsets import (
     EventTimeBound,
@@ -135,6 +136,7 @@ class SparkSourceConfig:
         source = opts.get("source", "").strip()
         if not source:
             raise ConfigError("source", "is required: .option('source', NAME)")
+        validate_source(source)
         connector_options: dict[str, str] = {}
         raw_json = opts.get("connectoroptions")
         if raw_json:
@@ -155,7 +157,7 @@ class SparkSourceConfig:
             connector=opts.get("connector", "sequence").strip() or "sequence",
             connector_options=tuple(sorted(connector_options.items())),
             bootstrap_servers=bootstrap.strip(),
-            namespace=opts.get("namespace", "sluicegate"),
+            namespace=validate_namespace(opts.get("namespace", "sluicegate")),
             max_records_per_trigger=(
                 _int_option(opts, "maxrecordspertrigger", None, 1) if "maxrecordspertrigger" in opts else None
             ),

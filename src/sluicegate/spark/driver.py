@@ -3,22 +3,24 @@
 ``SparkReaderDriver`` runs in the long-lived Python process that Spark starts for
 a streaming source on the driver (the one that calls ``latestOffset``,
 ``partitions`` and ``commit``). It owns a background thread with an asyncio
-loop that drives one ``ReaderSession`` (reader/session.py: attempts, epochs,
-``seq`` order, fencing) per reader subtask over Kafka (aiokafka):
+loop that drives one ``ReaderProtocol`` (reader/protocol.py: attempts, epochs,
+``seq`` order, fencing, ownership, checkpoint acceptance) per reader subtask over
+a ``ControlChannel`` (reader/channel.py; Kafka unless a test gives an in-memory
+one); no connector reader is created here:
 
 - registration: per subtask, capture the read_committed end of its partition of
   ``NS.S.readers``, send ``ReaderRegistration`` (with the splits of the restored
   Spark offset, FLIP-537), consume from that offset; again after being fenced;
-- coordinator records go to their subtask's session; the splits each applied
-  ``AddSplits`` gives are remembered with its ``seq`` (their identity, offsets.py);
+- coordinator records go to their subtask's protocol, which owns each split with
+  the ``seq`` of the ``AddSplits`` that gave it (its identity, offsets.py);
 - a ``Heartbeat`` per subtask every ``heartbeat_interval_ms`` with the watermark of
   what is durably planned, a ``RequestSplit`` when a subtask has nothing;
 - ``acknowledge(offset)``: ``SplitsFinished`` and ``CheckpointAck`` for an offset
   Spark has made durable, awaited until the broker has them.
 
 No data passes through here: Spark's executors read the ranges the offsets name.
-Every method that the Spark thread calls hands its work to the loop, so sessions
-are only ever touched by the loop's thread.
+Every method that the Spark thread calls hands its work to the loop, so the
+protocols are only ever touched by the loop's thread.
 """
 
 from __future__ import annotations
@@ -34,37 +36,31 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError
-
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.ranges import SupportsPositionRanges
 from sluicegate.api.reader import Record
-from sluicegate.api.source import Source
+from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import WireSplit
-from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
-from sluicegate.protocol.dead_letter import DeadLetter
-from sluicegate.protocol.messages import (
-    AddSplits,
-    Body,
-    CheckpointAck,
-    NoMoreSplits,
-    ReaderLeaving,
-    RequestSplit,
-    SplitsFinished,
-)
-from sluicegate.protocol.messages import Direction as _Direction
+from sluicegate.kafka.control_channel import KafkaControlChannel
+from sluicegate.protocol.messages import Body, Heartbeat, ReaderLeaving
 from sluicegate.protocol.topics import ControlTopics
-from sluicegate.reader.session import Disposition, Phase, ReaderSession
+from sluicegate.reader.channel import ControlChannel, Inbound
+from sluicegate.reader.protocol import (
+    Fenced,
+    NoMoreSplitsApplied,
+    Phase,
+    ReaderProtocol,
+    Registered,
+    SplitsAdded,
+)
 from sluicegate.reader.state import ReaderCheckpoint
+from sluicegate.reader.watermark import SplitWatermarks
 from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskView
-from sluicegate.transport.topics import TopicApplyError, wait_for_topics
 
 log = logging.getLogger("sluicegate.spark")
 
 T = TypeVar("T")
 
-REQUEST_SPLIT_INTERVAL_S = 1.0
 REGISTRATION_NOTICE_INTERVAL_S = 15.0
 CALL_TIMEOUT_S = 60.0
 
@@ -87,12 +83,6 @@ class DriverSettings:
             raise ConfigError("kafka.bootstrap.servers", "not set: pass the option or set KAFKA_BOOTSTRAP_SERVERS")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ConfigError("heartbeatIntervalMs", "must be below sessionTimeoutMs")
-
-
-@dataclass(slots=True)
-class _Assigned:
-    wire: WireSplit
-    seq: int
 
 
 @dataclass(frozen=True)
@@ -121,7 +111,7 @@ class DriverStatus:
 class SparkReaderDriver:
     """The reader subtasks ``0..parallelism-1`` of one source, for one Spark query."""
 
-    def __init__(self, settings: DriverSettings, source: Source[Any]) -> None:
+    def __init__(self, settings: DriverSettings, source: Source[Any], channel: ControlChannel | None = None) -> None:
         if not isinstance(source, SupportsPositionRanges):
             raise ConfigError(
                 "connector", "this connector cannot be read by Spark: it does not support position ranges"
@@ -131,14 +121,19 @@ class SparkReaderDriver:
         self.ranges: SupportsPositionRanges[Any] = source
         self.codec = source.split_codec
         self.topics = ControlTopics.for_source(settings.source, settings.namespace)
-        self.sessions: dict[int, ReaderSession[Any]] = {}
-        self._assigned: dict[int, dict[str, _Assigned]] = {s: {} for s in range(settings.parallelism)}
+        self.protocols: dict[int, ReaderProtocol] = {}
+        self._watermarks: dict[int, SplitWatermarks] = {s: SplitWatermarks() for s in range(settings.parallelism)}
+        """Per subtask: each owned split's event time up to its durably planned position."""
         self._acked: dict[int, tuple[int, int]] = {}
         """subtask -> (attempt, checkpoint id) of its last delivered CheckpointAck."""
         self._to_register: set[int] = set()
         self._registering_since: dict[int, float] = {}
-        self._last_request: dict[int, float] = {}
-        self._last_contact = time.monotonic()
+        self.channel: ControlChannel = channel or KafkaControlChannel(
+            self.topics,
+            settings.bootstrap_servers,
+            f"{settings.namespace}.{settings.source}.spark-{os.getpid()}",
+            settings.topic_wait_timeout_s,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -146,10 +141,8 @@ class SparkReaderDriver:
         self._stopping = False
         self._changed = threading.Condition()
         self._generation = 0
-        self._producer: AIOKafkaProducer | None = None
-        self._consumer: AIOKafkaConsumer | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._stats = {"registrations": 0, "fenced": 0, "acks": 0, "splits_finished": 0, "dead_letters": 0}
+        self._stats = {"registrations": 0, "fenced": 0, "acks": 0, "splits_finished": 0}
         self._left = False
         self._reported_finished: set[str] = set()
 
@@ -161,11 +154,11 @@ class SparkReaderDriver:
         if self._thread is not None:
             return
         for s in range(self.settings.parallelism):
-            self.sessions[s] = ReaderSession(
+            self.protocols[s] = ReaderProtocol(
                 self.settings.source,
                 s,
-                self.source,
                 location=self.settings.location,
+                reassign_on_recovery=isinstance(self.source, SupportsSplitReassignmentOnRecovery),
                 restored=self._restored_checkpoint(restored, s),
             )
         self._thread = threading.Thread(target=self._run_loop, name="sluicegate-spark-driver", daemon=True)
@@ -280,17 +273,7 @@ class SparkReaderDriver:
 
     async def _start(self) -> None:
         s = self.settings
-        names = [self.topics.coordinator, self.topics.readers, self.topics.dead_letter]
-        deadline = time.monotonic() + s.topic_wait_timeout_s
-        while True:
-            try:
-                partitions = await wait_for_topics(s.bootstrap_servers, names, max(0.0, deadline - time.monotonic()))
-                break
-            except TopicApplyError as exc:
-                if time.monotonic() >= deadline:
-                    raise
-                log.warning("waiting for the topics of %s: %s", s.source, exc)
-                await asyncio.sleep(2.0)
+        partitions = await self.channel.open(range(s.parallelism))
         count = partitions[self.topics.readers]
         if s.parallelism > count:
             raise ConfigError(
@@ -307,27 +290,7 @@ class SparkReaderDriver:
                 s.parallelism,
                 count - 1,
             )
-        client = f"{s.namespace}.{s.source}.spark-{os.getpid()}"
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=s.bootstrap_servers,
-            client_id=client,
-            enable_idempotence=True,
-            acks="all",
-            linger_ms=0,
-        )
-        await self._producer.start()
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers,
-            client_id=f"{client}.control",
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-        )
-        await self._consumer.start()
-        self._consumer.assign([self._tp(k) for k in range(s.parallelism)])
         self._to_register = set(range(s.parallelism))
-        self._last_contact = time.monotonic()
         self._tasks = [
             asyncio.create_task(self._control_loop(), name="sluicegate-spark-control"),
             asyncio.create_task(self._heartbeat_loop(), name="sluicegate-spark-heartbeat"),
@@ -340,57 +303,41 @@ class SparkReaderDriver:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-        for session in self.sessions.values():
-            if session.phase is not Phase.CLOSED:
-                session.close()
-        for client in (self._consumer, self._producer):
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await client.stop()
-        self._consumer = self._producer = None
-
-    def _tp(self, subtask: int) -> TopicPartition:
-        return TopicPartition(self.topics.readers, subtask)
+        for protocol in self.protocols.values():
+            if protocol.phase is not Phase.CLOSED:
+                protocol.close()
+        with contextlib.suppress(Exception):
+            await self.channel.close()
 
     async def _control_loop(self) -> None:
-        consumer = self._consumer
-        assert consumer is not None
         while True:
             try:
                 if self._to_register:
                     await self._register_pending()
-                batches = await consumer.getmany(timeout_ms=100, max_records=1000)
-            except KafkaError as exc:
-                log.warning("reading %s failed: %s", self.topics.readers, exc)
-                await asyncio.sleep(1.0)
-                continue
+                inbound = await self.channel.poll(timeout_ms=100)
             except Exception:  # never let the control loop die: registrations would stop
                 log.exception("the control loop of %s failed; retrying", self.settings.source)
                 await asyncio.sleep(1.0)
                 continue
-            for tp, records in batches.items():
-                for record in records:
-                    if not await self._on_record(tp.partition, record):
-                        break  # fenced: the rest is addressed to the failed attempt
+            fenced: set[int] = set()
+            for record in inbound:
+                if record.subtask in fenced:
+                    continue  # the rest is addressed to the failed attempt
+                if not await self._on_inbound(record):
+                    fenced.add(record.subtask)
             self._registration_notices()
 
     async def _register_pending(self) -> None:
-        consumer, producer = self._consumer, self._producer
-        assert consumer is not None and producer is not None
         for s in sorted(self._to_register):
-            session = self.sessions[s]
-            if session.phase is Phase.ACTIVE:
+            protocol = self.protocols[s]
+            if protocol.phase is Phase.ACTIVE:
                 self._to_register.discard(s)
                 continue
-            tp = self._tp(s)
-            end = (await consumer.end_offsets([tp]))[tp]
-            consumer.seek(tp, end)
-            registration = session.begin_registration()
-            future = await producer.send(
-                self.topics.coordinator, encode(session.envelope(registration, _now_ms())), key=encode_key(s)
-            )
-            await future
-            self._last_contact = time.monotonic()
+            await self.channel.capture(s)
+            registration = protocol.begin_registration()
+            if not await self.channel.send(protocol.envelope(registration, _now_ms())):
+                await asyncio.sleep(1.0)
+                return  # retried on the next round of the control loop
             self._to_register.discard(s)
             self._registering_since[s] = time.monotonic()
             log.info(
@@ -405,94 +352,59 @@ class SparkReaderDriver:
     def _registration_notices(self) -> None:
         now = time.monotonic()
         for s, since in list(self._registering_since.items()):
-            if self.sessions[s].phase is not Phase.REGISTERING:
+            if self.protocols[s].phase is not Phase.REGISTERING:
                 del self._registering_since[s]
             elif now - since >= REGISTRATION_NOTICE_INTERVAL_S:
                 self._registering_since[s] = now
                 log.info("subtask %d still waits for the coordinator of %s to accept it", s, self.settings.source)
 
-    async def _on_record(self, subtask: int, record: Any) -> bool:
-        session = self.sessions[subtask]
+    async def _on_inbound(self, record: Inbound) -> bool:
+        subtask = record.subtask
+        protocol = self.protocols[subtask]
         try:
-            env = decode(record.value, _Direction.TO_READER)
-        except DecodeError as exc:
-            await self._dead_letter(record, exc.kind.value, exc.detail)
+            outcome = protocol.on_message(record.env)
+        except Exception as exc:
+            log.exception("could not apply %s at offset %d", record.env.type, record.raw.offset)
+            await self.channel.reject(record.raw, "rejected", f"{type(exc).__name__}: {exc}")
             return True
-        body = env.body
-        known = set(session.owned) if isinstance(body, AddSplits) else None
-        try:
-            outcome = session.on_message(env)
-        except Exception as exc:  # e.g. the codec rejects a split
-            log.exception("could not apply %s at offset %d", env.type, record.offset)
-            await self._dead_letter(record, "rejected", f"{type(exc).__name__}: {exc}")
-            return True
-        if outcome is Disposition.REGISTERED:
-            self._on_registered(subtask)
-        elif outcome is Disposition.FENCED:
+        if isinstance(outcome, Registered):
+            self._on_registered(subtask, outcome)
+        elif isinstance(outcome, Fenced):
             self._on_fenced(subtask)
-            return False
-        elif outcome is Disposition.APPLIED and isinstance(body, AddSplits):
-            assert known is not None
-            mine = self._assigned[subtask]
-            for split in body.splits:
-                split_id = split["split_id"]
-                if split_id not in known and split_id in session.owned:
-                    mine[split_id] = _Assigned(dict(split), body.seq)
+            return False  # the rest is addressed to the failed attempt
+        elif isinstance(outcome, SplitsAdded):
+            self._watermarks[subtask].add(s["split_id"] for s in outcome.splits)
             self._notify()
-        elif outcome is Disposition.APPLIED and isinstance(body, NoMoreSplits):
+        elif isinstance(outcome, NoMoreSplitsApplied):
             self._notify()
         return True
 
-    def _on_registered(self, subtask: int) -> None:
-        session = self.sessions[subtask]
+    def _on_registered(self, subtask: int, outcome: Registered) -> None:
         self._stats["registrations"] += 1
         self._registering_since.pop(subtask, None)
-        self._last_contact = time.monotonic()
-        mine = self._assigned[subtask] = {}
-        # Restored splits the session kept (sources without reassignment on recovery) are
+        self.channel.contact()
+        # Restored splits the protocol kept (sources without reassignment on recovery) are
         # read under a new identity (seq 0) from their restored positions.
-        restored = {s["split_id"]: s for s in session.restored_splits}
-        for split_id in session.owned:
-            if split_id in restored:
-                mine[split_id] = _Assigned(dict(restored[split_id]), 0)
-        log.info("subtask %d registered as attempt %s", subtask, session.attempt)
+        self._watermarks[subtask] = SplitWatermarks()
+        self._watermarks[subtask].add(s["split_id"] for s in outcome.kept)
+        log.info("subtask %d registered as attempt %s", subtask, outcome.attempt)
         self._notify()
 
     def _on_fenced(self, subtask: int) -> None:
-        session = self.sessions[subtask]
+        protocol = self.protocols[subtask]
         self._stats["fenced"] += 1
-        self._assigned[subtask] = {}
+        self._watermarks[subtask].clear()
         self._acked.pop(subtask, None)
         self._to_register.add(subtask)
-        last = session.last_checkpoint
+        last = protocol.last_checkpoint
         log.warning(
             "subtask %d fenced (%s): registering again with checkpoint %s (%d splits)",
             subtask,
-            session.fenced_reason,
+            protocol.fenced_reason,
             last.checkpoint_id if last else None,
             len(last.splits) if last else 0,
         )
         self._notify()
-
-    async def _dead_letter(self, record: Any, kind: str, reason: str) -> None:
-        letter = DeadLetter(
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=record.key,
-            value=record.value,
-            kind=kind,
-            reason=reason,
-        )
-        letter.log()
-        self._stats["dead_letters"] += 1
-        if self._producer is not None:
-            try:
-                await self._producer.send(
-                    self.topics.dead_letter, letter.value, key=letter.key, headers=letter.headers()
-                )
-            except KafkaError as exc:
-                log.warning("could not copy the record to %s: %s", self.topics.dead_letter, exc)
 
     async def _heartbeat_loop(self) -> None:
         interval = self.settings.heartbeat_interval_ms / 1000
@@ -500,121 +412,99 @@ class SparkReaderDriver:
             await asyncio.sleep(interval)
             if self._left:
                 return
-            now = time.monotonic()
+            now_ms = _now_ms()
             sends: list[Awaitable[Any]] = []
-            for s, session in self.sessions.items():
-                if not session.active:
+            for s, protocol in self.protocols.items():
+                if not protocol.active:
                     continue
-                bodies: list[Body] = [session.heartbeat(), *session.take_outbox()]
-                if (
-                    not session.owned
-                    and not session.no_more_splits
-                    and now - self._last_request.get(s, 0.0) >= REQUEST_SPLIT_INTERVAL_S
-                ):
-                    self._last_request[s] = now
-                    bodies.append(RequestSplit(hostname=socket.gethostname()))
+                bodies: list[Body] = [Heartbeat(watermark=self._watermarks[s].current(), idle=not protocol.owned)]
+                request = protocol.maybe_request_split(now_ms, nothing_to_read=not protocol.owned)
+                if request is not None:
+                    bodies.append(request)
                 for body in bodies:
                     sends.append(self._send(s, body))
             if sends:
-                results = await asyncio.gather(*sends, return_exceptions=True)
-                if not any(isinstance(r, BaseException) for r in results):
-                    self._last_contact = time.monotonic()
+                await asyncio.gather(*sends)
             self._check_contact()
 
     def _check_contact(self) -> None:
-        silent = time.monotonic() - self._last_contact
+        silent = self.channel.silent_for_s()
         if silent * 1000 <= self.settings.session_timeout_ms:
             return
         reason = f"nothing could be sent to the coordinator for {silent:.1f} s"
-        for s, session in self.sessions.items():
-            if session.active or session.phase is Phase.REGISTERING:
-                session.self_fence(reason)
+        for s, protocol in self.protocols.items():
+            if protocol.self_fence(reason) is not None:
                 self._on_fenced(s)
-        self._last_contact = time.monotonic()
+        self.channel.contact()
 
-    async def _send(self, subtask: int, body: Body) -> None:
-        producer = self._producer
-        assert producer is not None
-        env = self.sessions[subtask].envelope(body, _now_ms())
-        future = await producer.send(self.topics.coordinator, encode(env), key=encode_key(subtask))
-        await future
+    async def _send(self, subtask: int, body: Body) -> bool:
+        return await self.channel.send(self.protocols[subtask].envelope(body, _now_ms()))
 
     async def _planning_state(self) -> PlanningState:
         return PlanningState(self._views(), frozenset(self._reported_finished))
 
     def _views(self) -> dict[int, SubtaskView]:
         out: dict[int, SubtaskView] = {}
-        for s, session in self.sessions.items():
-            if not session.active:
-                out[s] = SubtaskView(None, session.highest_epoch, session.applied_seq, False, ())
+        for s, protocol in self.protocols.items():
+            if not protocol.active:
+                out[s] = SubtaskView(None, protocol.highest_epoch, protocol.applied_seq, False, ())
                 continue
             splits = []
-            for split_id, assigned in self._assigned[s].items():
-                split = self.codec.from_wire(assigned.wire)
+            for split_id, owned in protocol.owned.items():
+                split = self.codec.from_wire(owned.wire)
                 splits.append(
                     OwnedSplit(
                         split_id=split_id,
-                        split=assigned.wire,
-                        seq=assigned.seq,
+                        split=owned.wire,
+                        seq=owned.seq,
                         assigned_pos=self.ranges.split_position(split),
                         end=self.ranges.split_end(split),
                     )
                 )
             out[s] = SubtaskView(
-                session.attempt,
-                session.highest_epoch,
-                session.applied_seq,
-                session.no_more_splits,
+                protocol.attempt,
+                protocol.highest_epoch,
+                protocol.applied_seq,
+                protocol.no_more_splits,
                 tuple(splits),
-                session.max_allowed_watermark,
+                protocol.max_allowed_watermark,
             )
         return out
 
     async def _acknowledge(self, offset: SourceOffset) -> bool:
         ok = True
         for s, sub in sorted(offset.subtasks.items()):
-            session = self.sessions.get(s)
-            if session is None or not session.active or sub.attempt is None or sub.attempt != session.attempt:
+            protocol = self.protocols.get(s)
+            if protocol is None or not protocol.active or sub.attempt is None or sub.attempt != protocol.attempt:
                 continue
             if self._acked.get(s, (0, -1)) >= (sub.attempt, offset.checkpoint_id):
                 continue
-            mine = self._assigned[s]
-            finished = [sid for sid, e in sorted(sub.splits.items()) if e.finished and sid in mine]
+            finished = [sid for sid, e in sorted(sub.splits.items()) if e.finished and sid in protocol.owned]
             unfinished = {sid: e for sid, e in sub.splits.items() if not e.finished}
-            wire = [self._wire_at(e.split, e.pos) for _, e in sorted(unfinished.items())]
-            ack = CheckpointAck(checkpoint_id=offset.checkpoint_id, applied_seq=sub.applied_seq, splits=wire)
-            try:
-                if finished:
-                    await self._send(s, SplitsFinished(split_ids=finished))
-                await self._send(s, ack)
-            except KafkaError as exc:
-                log.warning("could not acknowledge checkpoint %d of subtask %d: %s", offset.checkpoint_id, s, exc)
+            plan = protocol.plan_checkpoint(
+                [self._wire_at(e.split, e.pos) for _, e in sorted(unfinished.items())],
+                checkpoint_id=offset.checkpoint_id,
+                applied_seq=sub.applied_seq,
+                no_more_splits=sub.no_more_splits,
+                finished=finished,
+            )
+            delivered = True
+            for body in plan.messages():
+                delivered = delivered and await self._send(s, body)
+            if not delivered:
+                log.warning("could not acknowledge checkpoint %d of subtask %d now", offset.checkpoint_id, s)
                 ok = False
                 continue
-            if session.attempt != sub.attempt:  # fenced while sending
+            if protocol.attempt != sub.attempt:  # fenced while sending
                 continue
-            self._last_contact = time.monotonic()
             self._acked[s] = (sub.attempt, offset.checkpoint_id)
             self._stats["acks"] += 1
             self._stats["splits_finished"] += len(finished)
-            session.last_checkpoint = ReaderCheckpoint(
-                source=self.settings.source,
-                subtask=s,
-                checkpoint_id=offset.checkpoint_id,
-                applied_seq=sub.applied_seq,
-                splits=wire,
-                epoch=session.highest_epoch,
-                attempt=sub.attempt,
-                no_more_splits=sub.no_more_splits,
-            )
-            session.checkpoints_committed += 1
+            protocol.checkpoint_committed(plan)
             self._reported_finished.update(finished)
-            for sid in finished:
-                session.owned.pop(sid, None)
-                mine.pop(sid, None)
-                session.splits_finished_total += 1
-            session.watermarks.remove(finished)
-            session.watermarks.observe(
+            watermarks = self._watermarks[s]
+            watermarks.remove(finished)
+            watermarks.observe(
                 Record(sid, None, self._event_time_before(e.split, e.pos)) for sid, e in unfinished.items()
             )
             if finished:
@@ -636,33 +526,31 @@ class SparkReaderDriver:
 
     async def _status(self) -> DriverStatus:
         return DriverStatus(
-            phases={s: x.phase.value for s, x in self.sessions.items()},
-            attempts={s: x.attempt for s, x in self.sessions.items()},
-            owned={s: len(x.owned) for s, x in self.sessions.items()},
-            no_more_splits={s: x.no_more_splits for s, x in self.sessions.items()},
+            phases={s: x.phase.value for s, x in self.protocols.items()},
+            attempts={s: x.attempt for s, x in self.protocols.items()},
+            owned={s: len(x.owned) for s, x in self.protocols.items()},
+            no_more_splits={s: x.no_more_splits for s, x in self.protocols.items()},
             registrations=self._stats["registrations"],
             fenced=self._stats["fenced"],
             acks=self._stats["acks"],
             splits_finished=self._stats["splits_finished"],
-            dead_letters=self._stats["dead_letters"],
+            dead_letters=self.channel.dead_letters,
         )
 
     async def _all_finished(self) -> bool:
-        return all(x.active and x.no_more_splits and not x.owned for x in self.sessions.values())
+        return all(x.is_finished for x in self.protocols.values())
 
     async def _all_active(self) -> bool:
-        return all(x.active for x in self.sessions.values())
+        return all(x.active for x in self.protocols.values())
 
     async def _leave(self) -> None:
         if self._left or not await self._all_finished():
             return
-        for s in sorted(self.sessions):
-            try:
-                await self._send(s, ReaderLeaving(splits=[]))
-            except KafkaError as exc:
-                log.warning("subtask %d could not leave: %s (the coordinator will time it out)", s, exc)
+        for s in sorted(self.protocols):
+            if not await self._send(s, ReaderLeaving(splits=[])):
+                log.warning("subtask %d could not leave (the coordinator will time it out)", s)
         self._left = True
-        log.info("all %d subtasks finished and left %s", len(self.sessions), self.settings.source)
+        log.info("all %d subtasks finished and left %s", len(self.protocols), self.settings.source)
 
 
 def _now_ms() -> int:

@@ -1,0 +1,47 @@
+"""The aiokafka clients every part of sluicegate builds, with the settings each role needs.
+
+Every consumer reads ``read_committed`` (the control topics are written in
+transactions) and never joins a group (partitions are assigned); every producer
+is idempotent with ``acks=all``.
+"""
+
+from __future__ import annotations
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+
+def control_consumer(bootstrap_servers: str, client_id: str) -> AIOKafkaConsumer:
+    """A read_committed consumer without a group: the caller assigns and seeks."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        client_id=client_id,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+
+
+def plain_producer(bootstrap_servers: str, client_id: str) -> AIOKafkaProducer:
+    """For records that need no transaction (heartbeats, registrations, dead letters)."""
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap_servers,
+        client_id=client_id,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=0,
+    )
+
+
+def transactional_producer(
+    bootstrap_servers: str, transactional_id: str, transaction_timeout_ms: int
+) -> AIOKafkaProducer:
+    """Starting it (init_transactions) fences any earlier producer of ``transactional_id``."""
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap_servers,
+        client_id=f"{transactional_id}.txn",
+        transactional_id=transactional_id,
+        enable_idempotence=True,
+        acks="all",
+        transaction_timeout_ms=transaction_timeout_ms,
+    )

@@ -1,0 +1,78 @@
+"""Reading compacted topics (state records): the whole topic, or the latest value of a key.
+
+Both read ``read_committed``: state records are written in transactions, and an
+aborted one must never be restored.
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+
+async def read_all(bootstrap: str, topic: str, max_record_bytes: int) -> list[tuple[bytes | None, bytes | None]]:
+    """Every committed (key, value) of every partition of ``topic``, in offset order per partition."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=max_record_bytes,
+        fetch_max_bytes=max_record_bytes,
+    )
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or {0}
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        records: list[tuple[bytes | None, bytes | None]] = []
+        remaining = {tp for tp in tps if end[tp] > 0}
+        while remaining:
+            batch = await consumer.getmany(*remaining, timeout_ms=1000)
+            for tp, messages in batch.items():
+                records.extend((m.key, m.value) for m in messages)
+                if messages and messages[-1].offset + 1 >= end[tp]:
+                    remaining.discard(tp)
+            for tp in list(remaining):
+                if await consumer.position(tp) >= end[tp]:
+                    remaining.discard(tp)
+    finally:
+        await consumer.stop()
+    return records
+
+
+async def read_latest_value(consumer: AIOKafkaConsumer, tp: TopicPartition, key: bytes) -> bytes | None:
+    """The value of the latest committed record with ``key`` in ``tp`` (None: none, or a tombstone).
+
+    Reads backwards in growing windows from the read_committed end offset, so a
+    long, not yet compacted partition is not read whole.
+    """
+    consumer.assign([tp])
+    begin = (await consumer.beginning_offsets([tp]))[tp]
+    end = (await consumer.end_offsets([tp]))[tp]
+    high = end
+    window = 64
+    while high > begin:
+        low = max(begin, high - window)
+        consumer.seek(tp, low)
+        found = False
+        value: bytes | None = None
+        deadline = time.monotonic() + 60
+        while await consumer.position(tp) < high:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {tp.topic}[{tp.partition}] {low}..{high} took over 60 s")
+            batches = await consumer.getmany(tp, timeout_ms=500)
+            for record in batches.get(tp, []):
+                if record.offset >= high:
+                    break
+                if record.key == key:
+                    found = True
+                    value = record.value
+        if found:
+            return value
+        high = low
+        window *= 8
+    return None

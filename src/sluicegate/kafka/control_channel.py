@@ -1,0 +1,136 @@
+"""``KafkaControlChannel``: the reader hosts' control channel over aiokafka (see reader/channel.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from sluicegate.kafka.clients import control_consumer, plain_producer
+from sluicegate.protocol.topics import ControlTopics
+from sluicegate.reader.channel import ControlChannel, RawRecord
+from sluicegate.transport.topics import TopicApplyError, wait_for_topics
+
+log = logging.getLogger("sluicegate.reader")
+
+FOREVER_S = 10.0**9
+RETRY_S = 1.0
+
+
+class KafkaControlChannel(ControlChannel):
+    def __init__(
+        self,
+        topics: ControlTopics,
+        bootstrap_servers: str,
+        client_id: str,
+        topic_wait_timeout_s: float | None = None,
+    ) -> None:
+        super().__init__(topics)
+        self.bootstrap_servers = bootstrap_servers
+        self.client_id = client_id
+        self.topic_wait_timeout_s = topic_wait_timeout_s
+        """How long ``open`` waits for the topics (None: for ever)."""
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._partitions: dict[int, TopicPartition] = {}
+
+    async def open(self, subtasks: Sequence[int], extra_topics: Sequence[str] = ()) -> dict[str, int]:
+        topics = self.topics
+        names = [topics.coordinator, topics.readers, topics.dead_letter, *extra_topics]
+        partitions = await self._wait_for_topics(names)
+        self._producer = plain_producer(self.bootstrap_servers, f"{self.client_id}.plain")
+        await self._producer.start()
+        self._consumer = control_consumer(self.bootstrap_servers, f"{self.client_id}.control")
+        await self._consumer.start()
+        count = partitions[topics.readers]
+        self._partitions = {s: TopicPartition(topics.readers, s) for s in subtasks if s < count}
+        self._consumer.assign(list(self._partitions.values()))
+        self.contact()
+        return partitions
+
+    async def _wait_for_topics(self, names: list[str]) -> dict[str, int]:
+        """Wait for the topics (never creating them); an unreachable broker is retried too."""
+        timeout = self.topic_wait_timeout_s
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = FOREVER_S if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await wait_for_topics(self.bootstrap_servers, names, left)
+            except TopicApplyError as exc:  # cannot reach Kafka (yet)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                log.warning("waiting for topics: %s", exc)
+                await asyncio.sleep(2.0)
+
+    async def capture(self, subtask: int) -> None:
+        consumer = self._require_consumer()
+        tp = self._partitions[subtask]
+        while True:
+            try:
+                end = (await consumer.end_offsets([tp]))[tp]
+                break
+            except KafkaError as exc:
+                log.warning("cannot read the end offset of %s: %s; retrying", tp, exc)
+                await asyncio.sleep(RETRY_S)
+        consumer.seek(tp, end)
+
+    async def _send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        wait: bool,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> bool:
+        producer = self._producer
+        if producer is None:
+            raise RuntimeError("the control channel is not open")
+        future = await producer.send(topic, value, key=key, headers=headers)
+        if wait:
+            await future
+            return True
+        future.add_done_callback(self._on_delivered)
+        return False
+
+    def _on_delivered(self, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is None:
+            self.contact()
+        else:
+            log.warning("a message to the coordinator was not delivered: %s", exc)
+
+    async def _fetch(self, timeout_ms: int, subtask: int | None) -> list[tuple[int, RawRecord]]:
+        consumer = self._require_consumer()
+        partitions = list(self._partitions.values()) if subtask is None else [self._partitions[subtask]]
+        try:
+            batches = await consumer.getmany(*partitions, timeout_ms=timeout_ms, max_records=1000)
+        except KafkaError as exc:
+            log.warning("reading %s failed: %s", self.topics.readers, exc)
+            await asyncio.sleep(0.5)
+            return []
+        return [
+            (tp.partition, RawRecord(r.topic, r.partition, r.offset, r.key, r.value))
+            for tp, records in sorted(batches.items(), key=lambda item: item[0].partition)
+            for r in records
+        ]
+
+    def _require_consumer(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise RuntimeError("the control channel is not open")
+        return self._consumer
+
+    async def close(self) -> None:
+        for client in (self._consumer, self._producer):
+            if client is not None:
+                try:
+                    await client.stop()
+                except Exception as exc:
+                    log.debug("stopping a Kafka client: %s", exc)
+        self._consumer = self._producer = None

@@ -1,0 +1,1 @@
+"""The control-channel contract: one suite, run on the in-memory broker and on Kafka."""
