@@ -54,6 +54,7 @@ from sluicegate.reader.channel import ControlChannel, Inbound
 from sluicegate.reader.output import Output, OutputSpec, gather_all, open_output
 from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
+from sluicegate.reader.timing import CLI_NAMES, HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, ReaderTiming
 
 log = logging.getLogger("sluicegate.reader")
 
@@ -78,10 +79,10 @@ class ReaderSettings:
     options: Mapping[str, str] = field(default_factory=dict)
     namespace: str = "sluicegate"
     checkpoint_interval_ms: int = 2_000
-    heartbeat_interval_ms: int = 1_000
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     max_batch: int = 10_000
     exit_when_finished: bool = True
-    session_timeout_ms: int = 10_000
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
     """The coordinator's session timeout: with no heartbeat sent for longer, the reader
     fences itself."""
     topic_wait_timeout_s: float | None = None
@@ -97,14 +98,8 @@ class ReaderSettings:
             )
         _at_least("--subtask", self.subtask, 0)
         _at_least("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
-        _at_least("--heartbeat-interval-ms", self.heartbeat_interval_ms, 10)
         _at_least("--max-batch", self.max_batch, 1)
-        _at_least("--session-timeout-ms", self.session_timeout_ms, 100)
-        if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ConfigError(
-                "--heartbeat-interval-ms",
-                f"must be below the session timeout ({self.session_timeout_ms} ms), got {self.heartbeat_interval_ms}",
-            )
+        ReaderTiming(self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s).check(CLI_NAMES)
         if not self.connector.strip():
             raise ConfigError("--connector", "must name a connector")
 

@@ -71,7 +71,8 @@ from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
 from sluicegate.api.source import Boundedness, Source
 from sluicegate.connectors import load_source
 from sluicegate.protocol.names import validate_namespace, validate_source
-from sluicegate.spark.driver import DriverSettings, SparkReaderDriver
+from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
+from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings, SparkReaderDriver
 from sluicegate.spark.offsets import (
     EventTimeBound,
     OwnedSplit,
@@ -121,9 +122,9 @@ class SparkSourceConfig:
     bootstrap_servers: str = ""
     namespace: str = "sluicegate"
     max_records_per_trigger: int | None = None
-    heartbeat_interval_ms: int = 1_000
-    session_timeout_ms: int = 10_000
-    topic_wait_timeout_s: float = 120.0
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
+    topic_wait_timeout_s: float = TOPIC_WAIT_TIMEOUT_S
     arrow_batch_rows: int = 65_536
     alignment_max_drift_ms: int | None = None
     """Planning-time event-time alignment: no split is planned past the earliest next
@@ -161,9 +162,9 @@ class SparkSourceConfig:
             max_records_per_trigger=(
                 _int_option(opts, "maxrecordspertrigger", None, 1) if "maxrecordspertrigger" in opts else None
             ),
-            heartbeat_interval_ms=_int_option(opts, "heartbeatintervalms", 1_000, 10),
-            session_timeout_ms=_int_option(opts, "sessiontimeoutms", 10_000, 100),
-            topic_wait_timeout_s=float(_int_option(opts, "topicwaittimeouts", 120, 0)),
+            heartbeat_interval_ms=_int_option(opts, "heartbeatintervalms", HEARTBEAT_INTERVAL_MS, 10),
+            session_timeout_ms=_int_option(opts, "sessiontimeoutms", SESSION_TIMEOUT_MS, 100),
+            topic_wait_timeout_s=float(_int_option(opts, "topicwaittimeouts", int(TOPIC_WAIT_TIMEOUT_S), 0)),
             arrow_batch_rows=_int_option(opts, "arrowbatchrows", 65_536, 1),
             alignment_max_drift_ms=(
                 _int_option(opts, "alignmentmaxdriftms", None, 0) if "alignmentmaxdriftms" in opts else None

@@ -54,6 +54,7 @@ from sluicegate.reader.protocol import (
     SplitsAdded,
 )
 from sluicegate.reader.state import ReaderCheckpoint
+from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, SPARK_NAMES, ReaderTiming
 from sluicegate.reader.watermark import SplitWatermarks
 from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskView
 
@@ -61,6 +62,8 @@ log = logging.getLogger("sluicegate.spark")
 
 T = TypeVar("T")
 
+TOPIC_WAIT_TIMEOUT_S = 120.0
+"""A Spark query does not wait for ever for its source's topics: it fails, naming them."""
 REGISTRATION_NOTICE_INTERVAL_S = 15.0
 CALL_TIMEOUT_S = 60.0
 
@@ -71,9 +74,9 @@ class DriverSettings:
     parallelism: int
     bootstrap_servers: str
     namespace: str = "sluicegate"
-    heartbeat_interval_ms: int = 1_000
-    session_timeout_ms: int = 10_000
-    topic_wait_timeout_s: float = 120.0
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
+    topic_wait_timeout_s: float = TOPIC_WAIT_TIMEOUT_S
     location: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}/spark")
 
     def __post_init__(self) -> None:
@@ -81,8 +84,7 @@ class DriverSettings:
             raise ConfigError("parallelism", f"must be >= 1, got {self.parallelism}")
         if not self.bootstrap_servers.strip():
             raise ConfigError("kafka.bootstrap.servers", "not set: pass the option or set KAFKA_BOOTSTRAP_SERVERS")
-        if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ConfigError("heartbeatIntervalMs", "must be below sessionTimeoutMs")
+        ReaderTiming(self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s).check(SPARK_NAMES)
 
 
 @dataclass(frozen=True)

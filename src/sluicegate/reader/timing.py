@@ -1,0 +1,58 @@
+"""How a reader host keeps contact with its coordinator: one model, one set of
+defaults and rules, for the standalone host and the Spark source alike.
+
+- ``heartbeat_interval_ms``: how often each subtask says it is alive;
+- ``session_timeout_ms``: the coordinator's session timeout; a host that could send
+  nothing for longer fences itself (the coordinator has failed the attempt by then);
+- ``topic_wait_timeout_s``: how long to wait for the control topics at start
+  (None: for ever).
+
+Each host names the settings its own way (``--heartbeat-interval-ms`` on the command
+line, ``heartbeatIntervalMs`` as a Spark option); errors name them as the user wrote
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluicegate.api.errors import ConfigError
+
+HEARTBEAT_INTERVAL_MS = 1_000
+SESSION_TIMEOUT_MS = 10_000
+
+
+@dataclass(frozen=True)
+class TimingNames:
+    heartbeat_interval_ms: str
+    session_timeout_ms: str
+    topic_wait_timeout_s: str
+
+
+CLI_NAMES = TimingNames("--heartbeat-interval-ms", "--session-timeout-ms", "--topic-wait-timeout-s")
+SPARK_NAMES = TimingNames("heartbeatIntervalMs", "sessionTimeoutMs", "topicWaitTimeoutS")
+
+
+@dataclass(frozen=True)
+class ReaderTiming:
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
+    topic_wait_timeout_s: float | None = None
+
+    def check(self, names: TimingNames) -> ReaderTiming:
+        """This timing, or ConfigError naming the first bad setting."""
+        _at_least(names.heartbeat_interval_ms, self.heartbeat_interval_ms, 10)
+        _at_least(names.session_timeout_ms, self.session_timeout_ms, 100)
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError(
+                names.heartbeat_interval_ms,
+                f"must be below the session timeout ({self.session_timeout_ms} ms), got {self.heartbeat_interval_ms}",
+            )
+        if self.topic_wait_timeout_s is not None and self.topic_wait_timeout_s < 0:
+            raise ConfigError(names.topic_wait_timeout_s, f"must be >= 0, got {self.topic_wait_timeout_s}")
+        return self
+
+
+def _at_least(setting: str, value: int, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(setting, f"must be an integer >= {minimum}, got {value!r}")
