@@ -7,18 +7,27 @@ coordinator's hot path updates metrics.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 import faust
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 
-if TYPE_CHECKING:
-    from sluicegate.coordinator.faust_app import SourceRunners
+
+class SourceRunners(Protocol):
+    """What the endpoints read: the worker's settings and the runners it has now
+    (faust_app.SourceRunners is one; this module does not import the app)."""
+
+    @property
+    def settings(self) -> CoordinatorSettings: ...
+
+    @property
+    def runners(self) -> Mapping[str, SourceRunner]: ...
 
 
 def source_snapshot(runner: SourceRunner) -> dict[str, Any]:
