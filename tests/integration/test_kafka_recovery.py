@@ -227,7 +227,7 @@ def test_splits_never_acknowledged_go_back_to_the_enumerator_before_add_reader(
     source = unique_source
     writer, out = setup_topics(kafka_bootstrap, source, partitions=4)
     options = kafka_options(kafka_bootstrap, topics=writer.topic)
-    start_coordinator(procs, source, 2, options)  # session timeout 10 s: the restart fences
+    start_coordinator(procs, source, 2, options, "--session-timeout-ms", "20000")  # the restart fences
     background = BackgroundWriter(writer, per_tick=20)
     output = OutputReader(kafka_bootstrap, out)
     try:
@@ -294,13 +294,13 @@ def test_a_reported_split_now_owned_elsewhere_is_dropped(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
 ) -> None:
     """A reader with checkpointed splits is SIGKILLed; its slot departs (session timeout
-    2 s, departure 3 s) and after the grace delay the other reader gets its splits. The
+    3 s, departure 3 s) and after the grace delay the other reader gets its splits. The
     killed reader then starts again and reports them: ReaderRegistered tells it to drop
     them, nobody takes them from their new owner, and the copy is exact."""
     source = unique_source
     writer, out = setup_topics(kafka_bootstrap, source, partitions=4)
     options = kafka_options(kafka_bootstrap, topics=writer.topic, assignment_grace_ms="1000")
-    timeouts = ("--session-timeout-ms", "2000", "--reader-departure-timeout-ms", "3000")
+    timeouts = ("--session-timeout-ms", "3000", "--reader-departure-timeout-ms", "3000")
     start_coordinator(procs, source, 2, options, *timeouts)
     background = BackgroundWriter(writer, per_tick=20)
     output = OutputReader(kafka_bootstrap, out)
