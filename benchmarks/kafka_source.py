@@ -329,9 +329,14 @@ def report(results: list[Result], records: int) -> int:
         if r.error and not r.rows:
             print(f"{r.job:<9} {r.side:<11} FAILED")
             continue
+        steady = (
+            f"{r.steady_rate:>14,.0f} {r.steady_mib:>12.1f} {r.add_batch_ms:>11.0f}"
+            if r.steady_s > 0
+            else f"{'-':>14} {'-':>12} {'-':>11}"
+        )
         print(
             f"{r.job:<9} {r.side:<11} {r.rows:>11,} {r.seconds:>8.1f} {r.first_batch_s:>16.1f} "
-            f"{r.steady_rate:>14,.0f} {r.steady_mib:>12.1f} {r.add_batch_ms:>11.0f} {r.data_batches:>7}"
+            f"{steady} {r.data_batches:>7}"
         )
     print()
     for job in JOBS:
