@@ -15,7 +15,7 @@ from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings
 from sluicegate.protocol.topics import topic_specs
 from sluicegate.reader.host import ReaderSettings
 from sluicegate.reader.output import OutputSpec
-from sluicegate.spark.datasource import SparkSourceConfig
+from sluicegate.spark.options import SparkSourceConfig
 
 NAMES = st.one_of(
     st.from_regex(r"[A-Za-z0-9._-]{1,12}", fullmatch=True),

@@ -2,10 +2,13 @@
 (``spark.readStream.format("sluicegate")``) whose partitions are the reader subtasks
 of a source, and the main windowed job on top of it.
 
-``sluicegate.spark.offsets`` is pure; ``driver`` speaks the protocol over Kafka;
-``datasource`` is the PySpark data source; ``job`` the windowed-count job.
+``offsets`` is pure (offsets and planning); ``planner`` is ``latestOffset``;
+``driver`` speaks the protocol (a ReaderProtocol per subtask over a control
+channel); ``options`` parses the source's options; ``datasource`` is the PySpark
+data source; ``job`` the windowed-count job.
 """
 
-from sluicegate.spark.datasource import FORMAT, SluicegateDataSource, SparkSourceConfig, register, source_schema
+from sluicegate.spark.datasource import FORMAT, SluicegateDataSource, register, source_schema
+from sluicegate.spark.options import SparkSourceConfig
 
 __all__ = ["FORMAT", "SluicegateDataSource", "SparkSourceConfig", "register", "source_schema"]

@@ -12,7 +12,7 @@ Per micro-batch:
 
 - ``latestOffset(start, limit)`` first acknowledges ``start`` if that has not
   happened yet (it is in Spark's offset log, so durable), then plans the next
-  offset (offsets.py): every owned split with its end position for this batch,
+  offset (planner.py, offsets.py): every owned split with its end position for this batch,
   within ``maxRecordsPerTrigger`` shared by backlog;
 - ``partitions(start, end)``: ``end`` is now in the offset log, so it is
   acknowledged at once (``SplitsFinished`` + ``CheckpointAck`` per subtask, with the
@@ -20,7 +20,7 @@ Per micro-batch:
   range ``[start, end)`` of it, the attempt and the checkpoint id: all an executor
   needs;
 - ``read(partition)`` runs on an executor, on a fresh copy of this object, and
-  reads the ranges with the connector's ``read_range`` into Arrow record batches;
+  reads the ranges with the connector's ``read_arrow`` (or ``read_range``) into Arrow record batches;
 - ``commit(end)`` comes one batch late (and not at all after the last batch of an
   availableNow run), so acks do not wait for it; it only re-acknowledges.
 
@@ -37,13 +37,11 @@ then leave); an unbounded one up to what was available when the trigger started.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -68,29 +66,20 @@ from pyspark.sql.types import (
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
-from sluicegate.api.source import Boundedness, Source
+from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
-from sluicegate.protocol.names import validate_namespace, validate_source
-from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
-from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings, SparkReaderDriver
+from sluicegate.spark.driver import SparkReaderDriver
 from sluicegate.spark.offsets import (
-    EventTimeBound,
-    OwnedSplit,
     SourceOffset,
-    SubtaskView,
-    plan_next,
     ranges_between,
 )
+from sluicegate.spark.options import SparkSourceConfig
+from sluicegate.spark.planner import NextOffsetPlanner
 
 log = logging.getLogger("sluicegate.spark")
 
 FORMAT = "sluicegate"
-BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 LOG_LEVEL_ENV = "SLUICEGATE_SPARK_LOG_LEVEL"
-WAITING_NOTICE_S = 30.0
-SETTLE_S = 3.0
-"""How long a batch that would read nothing waits for the other subtasks to register."""
-
 _SQL_TYPES: dict[str, tuple[DataType, str]] = {
     "bigint": (LongType(), "int64"),
     "long": (LongType(), "int64"),
@@ -101,105 +90,6 @@ _SQL_TYPES: dict[str, tuple[DataType, str]] = {
     "binary": (BinaryType(), "binary"),
     "boolean": (BooleanType(), "bool"),
 }
-
-
-@dataclass(frozen=True)
-class SparkSourceConfig:
-    """The options of ``format("sluicegate")`` (keys are case-insensitive).
-
-    ``source``, ``parallelism``: the source name and its number of reader subtasks
-    (= Spark partitions per batch); ``connector`` (default ``sequence``) with its
-    options as ``option.<key>`` (or a JSON object in ``connectorOptions``);
-    ``kafka.bootstrap.servers`` (default ``$KAFKA_BOOTSTRAP_SERVERS``),
-    ``namespace``; ``maxRecordsPerTrigger``; ``heartbeatIntervalMs``,
-    ``sessionTimeoutMs``, ``topicWaitTimeoutS``; ``arrowBatchRows``.
-    """
-
-    source: str
-    parallelism: int
-    connector: str = "sequence"
-    connector_options: tuple[tuple[str, str], ...] = ()
-    bootstrap_servers: str = ""
-    namespace: str = "sluicegate"
-    max_records_per_trigger: int | None = None
-    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
-    session_timeout_ms: int = SESSION_TIMEOUT_MS
-    topic_wait_timeout_s: float = TOPIC_WAIT_TIMEOUT_S
-    arrow_batch_rows: int = 65_536
-    alignment_max_drift_ms: int | None = None
-    """Planning-time event-time alignment: no split is planned past the earliest next
-    event time of the query's splits plus this (needs a connector with event_time_at)."""
-    extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> SparkSourceConfig:
-        opts = {str(k).lower(): str(v) for k, v in options.items()}
-        source = opts.get("source", "").strip()
-        if not source:
-            raise ConfigError("source", "is required: .option('source', NAME)")
-        validate_source(source)
-        connector_options: dict[str, str] = {}
-        raw_json = opts.get("connectoroptions")
-        if raw_json:
-            try:
-                parsed = json.loads(raw_json)
-            except ValueError as exc:
-                raise ConfigError("connectorOptions", f"must be a JSON object: {exc}") from None
-            if not isinstance(parsed, dict):
-                raise ConfigError("connectorOptions", "must be a JSON object")
-            connector_options.update({str(k): str(v) for k, v in parsed.items()})
-        for key, value in opts.items():
-            if key.startswith("option."):
-                connector_options[key[len("option.") :]] = value
-        bootstrap = opts.get("kafka.bootstrap.servers") or os.environ.get(BOOTSTRAP_ENV, "")
-        return cls(
-            source=source,
-            parallelism=_int_option(opts, "parallelism", None, 1),
-            connector=opts.get("connector", "sequence").strip() or "sequence",
-            connector_options=tuple(sorted(connector_options.items())),
-            bootstrap_servers=bootstrap.strip(),
-            namespace=validate_namespace(opts.get("namespace", "sluicegate")),
-            max_records_per_trigger=(
-                _int_option(opts, "maxrecordspertrigger", None, 1) if "maxrecordspertrigger" in opts else None
-            ),
-            heartbeat_interval_ms=_int_option(opts, "heartbeatintervalms", HEARTBEAT_INTERVAL_MS, 10),
-            session_timeout_ms=_int_option(opts, "sessiontimeoutms", SESSION_TIMEOUT_MS, 100),
-            topic_wait_timeout_s=float(_int_option(opts, "topicwaittimeouts", int(TOPIC_WAIT_TIMEOUT_S), 0)),
-            arrow_batch_rows=_int_option(opts, "arrowbatchrows", 65_536, 1),
-            alignment_max_drift_ms=(
-                _int_option(opts, "alignmentmaxdriftms", None, 0) if "alignmentmaxdriftms" in opts else None
-            ),
-        )
-
-    @property
-    def options(self) -> dict[str, str]:
-        return dict(self.connector_options)
-
-    def driver_settings(self) -> DriverSettings:
-        return DriverSettings(
-            source=self.source,
-            parallelism=self.parallelism,
-            bootstrap_servers=self.bootstrap_servers,
-            namespace=self.namespace,
-            heartbeat_interval_ms=self.heartbeat_interval_ms,
-            session_timeout_ms=self.session_timeout_ms,
-            topic_wait_timeout_s=self.topic_wait_timeout_s,
-        )
-
-
-def _int_option(opts: Mapping[str, str], key: str, default: int | None, minimum: int) -> int:
-    raw = opts.get(key)
-    if raw is None:
-        if default is None:
-            raise ConfigError(key, "is required")
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(key, f"must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(key, f"must be >= {minimum}, got {value}")
-    return value
 
 
 @functools.lru_cache(maxsize=16)
@@ -280,7 +170,6 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._driver: SparkReaderDriver | None = None
         self._initial: SourceOffset | None = None
         self._available_now_ms: int | None = None
-        self._last_prepare_warning = float("-inf")
 
     # Spark pickles this object into the read function that executors run: only the
     # configuration travels, never the driver's thread and Kafka clients.
@@ -338,112 +227,9 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         start_offset = SourceOffset.from_json(start)
         driver = self._ensure_driver(start_offset)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        if not driver.acknowledge(start_offset):
-            log.warning("checkpoint %d is not acknowledged yet: no new batch", start_offset.checkpoint_id)
-            return start
-        available_now = self._available_now_ms is not None
-        generation = driver.generation
-        waited = False
-        since = time.monotonic()
-        settle_until = since + SETTLE_S
-        while True:
-            planning = driver.planning_state()
-            if not self._prepare_planning(planning.views):
-                return start
-            end = plan_next(
-                start_offset,
-                planning.views,
-                max_rows,
-                self._available,
-                planning.reported_finished,
-                self._event_time_before,
-                self._event_time_bound(),
-            )
-            if end is not start_offset:
-                if end.rows == start_offset.rows:
-                    if available_now and self._done(driver):
-                        # Only bookkeeping (finished splits reported, NoMoreSplits) is new:
-                        # no batch for it, the coordinator already has what it needs.
-                        driver.leave()
-                        log.info("source %s: everything available was read", self.config.source)
-                        return start
-                    if not waited or (time.monotonic() < settle_until and not driver.all_active()):
-                        # Only assignments or bookkeeping changed: let a burst of coordinator
-                        # records (and the other subtasks' registrations) settle before paying
-                        # for a batch that reads nothing.
-                        waited = True
-                        generation = driver.wait_for_change(generation, 0.3)
-                        continue
-                return end.to_json()
-            if not available_now:
-                if waited:
-                    return start
-                waited = True
-                generation = driver.wait_for_change(generation, 0.2)
-                continue
-            if self._done(driver):
-                driver.leave()
-                log.info("source %s: everything available was read", self.config.source)
-                return start
-            generation = driver.wait_for_change(generation, 1.0)
-            if time.monotonic() - since >= WAITING_NOTICE_S:
-                since = time.monotonic()
-                log.info("source %s: waiting for the coordinator (%s)", self.config.source, driver.status())
-
-    def _done(self, driver: SparkReaderDriver) -> bool:
-        """availableNow: a bounded source is done when every subtask has finished; an
-        unbounded one when every subtask is registered and nothing is left below the
-        trigger's start time (checked again after a second, for late assignments)."""
-        if self._source.boundedness is Boundedness.BOUNDED:
-            return driver.all_finished()
-        if not driver.all_active():
-            return False
-        generation = driver.generation
-        return driver.wait_for_change(generation, 1.0) == generation
-
-    def _prepare_planning(self, views: Mapping[int, SubtaskView]) -> bool:
-        """Let the connector fetch what planning needs (e.g. end offsets); False when it
-        cannot now (its data cluster is down): no new batch, the query waits and retries."""
-        source = self._source
-        splits = [source.split_codec.from_wire(o.split) for v in views.values() for o in v.splits]
-        try:
-            _ranges(source).prepare_planning(splits)
-        except Exception as exc:
-            now = time.monotonic()
-            if now - self._last_prepare_warning >= WAITING_NOTICE_S:
-                self._last_prepare_warning = now
-                log.warning("source %s: cannot plan the next batch now: %s", self.config.source, exc)
-            time.sleep(1.0)
-            return False
-        return True
-
-    def _available(self, owned: OwnedSplit, base: int) -> int:
-        source = self._source
-        ranges = _ranges(source)
-        split = ranges.with_position(source.split_codec.from_wire(owned.split), base)
-        now_ms = int(time.time() * 1000)
-        if self._available_now_ms is not None and source.boundedness is not Boundedness.BOUNDED:
-            now_ms = self._available_now_ms
-        return ranges.available_end(split, now_ms)
-
-    def _event_time_bound(self) -> EventTimeBound | None:
-        drift = self.config.alignment_max_drift_ms
-        if drift is None:
-            return None
-        source = self._source
-        ranges = _ranges(source)
-
-        def at(owned: OwnedSplit, position: int) -> int | None:
-            return ranges.event_time_at(source.split_codec.from_wire(owned.split), position)
-
-        def after(owned: OwnedSplit, event_time_ms: int) -> int | None:
-            return ranges.position_after_event_time(source.split_codec.from_wire(owned.split), event_time_ms)
-
-        return EventTimeBound(drift, at, after)
-
-    def _event_time_before(self, owned: OwnedSplit, base: int) -> int | None:
-        source = self._source
-        return _ranges(source).event_time_before(source.split_codec.from_wire(owned.split), base)
+        planner = NextOffsetPlanner(self.config.source, self._source, driver, self.config.alignment_max_drift_ms)
+        end = planner.next_offset(start_offset, max_rows, self._available_now_ms)
+        return start if end is start_offset else end.to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         start_offset = SourceOffset.from_json(start)

@@ -1,0 +1,118 @@
+"""The options of ``spark.readStream.format("sluicegate")``, parsed once and checked.
+
+Keys are case-insensitive; a bad value raises ConfigError naming the option as
+the user wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sluicegate.api.errors import ConfigError
+from sluicegate.protocol.names import validate_namespace, validate_source
+from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
+from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+
+@dataclass(frozen=True)
+class SparkSourceConfig:
+    """The options of ``format("sluicegate")`` (keys are case-insensitive).
+
+    ``source``, ``parallelism``: the source name and its number of reader subtasks
+    (= Spark partitions per batch); ``connector`` (default ``sequence``) with its
+    options as ``option.<key>`` (or a JSON object in ``connectorOptions``);
+    ``kafka.bootstrap.servers`` (default ``$KAFKA_BOOTSTRAP_SERVERS``),
+    ``namespace``; ``maxRecordsPerTrigger``; ``heartbeatIntervalMs``,
+    ``sessionTimeoutMs``, ``topicWaitTimeoutS``; ``arrowBatchRows``.
+    """
+
+    source: str
+    parallelism: int
+    connector: str = "sequence"
+    connector_options: tuple[tuple[str, str], ...] = ()
+    bootstrap_servers: str = ""
+    namespace: str = "sluicegate"
+    max_records_per_trigger: int | None = None
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
+    topic_wait_timeout_s: float = TOPIC_WAIT_TIMEOUT_S
+    arrow_batch_rows: int = 65_536
+    alignment_max_drift_ms: int | None = None
+    """Planning-time event-time alignment: no split is planned past the earliest next
+    event time of the query's splits plus this (needs a connector with event_time_at)."""
+    extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> SparkSourceConfig:
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        source = opts.get("source", "").strip()
+        if not source:
+            raise ConfigError("source", "is required: .option('source', NAME)")
+        validate_source(source)
+        connector_options: dict[str, str] = {}
+        raw_json = opts.get("connectoroptions")
+        if raw_json:
+            try:
+                parsed = json.loads(raw_json)
+            except ValueError as exc:
+                raise ConfigError("connectorOptions", f"must be a JSON object: {exc}") from None
+            if not isinstance(parsed, dict):
+                raise ConfigError("connectorOptions", "must be a JSON object")
+            connector_options.update({str(k): str(v) for k, v in parsed.items()})
+        for key, value in opts.items():
+            if key.startswith("option."):
+                connector_options[key[len("option.") :]] = value
+        bootstrap = opts.get("kafka.bootstrap.servers") or os.environ.get(BOOTSTRAP_ENV, "")
+        return cls(
+            source=source,
+            parallelism=_int_option(opts, "parallelism", None, 1),
+            connector=opts.get("connector", "sequence").strip() or "sequence",
+            connector_options=tuple(sorted(connector_options.items())),
+            bootstrap_servers=bootstrap.strip(),
+            namespace=validate_namespace(opts.get("namespace", "sluicegate")),
+            max_records_per_trigger=(
+                _int_option(opts, "maxrecordspertrigger", None, 1) if "maxrecordspertrigger" in opts else None
+            ),
+            heartbeat_interval_ms=_int_option(opts, "heartbeatintervalms", HEARTBEAT_INTERVAL_MS, 10),
+            session_timeout_ms=_int_option(opts, "sessiontimeoutms", SESSION_TIMEOUT_MS, 100),
+            topic_wait_timeout_s=float(_int_option(opts, "topicwaittimeouts", int(TOPIC_WAIT_TIMEOUT_S), 0)),
+            arrow_batch_rows=_int_option(opts, "arrowbatchrows", 65_536, 1),
+            alignment_max_drift_ms=(
+                _int_option(opts, "alignmentmaxdriftms", None, 0) if "alignmentmaxdriftms" in opts else None
+            ),
+        )
+
+    @property
+    def options(self) -> dict[str, str]:
+        return dict(self.connector_options)
+
+    def driver_settings(self) -> DriverSettings:
+        return DriverSettings(
+            source=self.source,
+            parallelism=self.parallelism,
+            bootstrap_servers=self.bootstrap_servers,
+            namespace=self.namespace,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            session_timeout_ms=self.session_timeout_ms,
+            topic_wait_timeout_s=self.topic_wait_timeout_s,
+        )
+
+
+def _int_option(opts: Mapping[str, str], key: str, default: int | None, minimum: int) -> int:
+    raw = opts.get(key)
+    if raw is None:
+        if default is None:
+            raise ConfigError(key, "is required")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(key, f"must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(key, f"must be >= {minimum}, got {value}")
+    return value

@@ -1,0 +1,160 @@
+"""``latestOffset``: how the driver decides the next micro-batch's offset.
+
+Each call first acknowledges the start offset (it is in Spark's offset log, so
+durable), then plans (offsets.py ``plan_next``) from the driver's view of the
+subtasks, with the connector's end positions (``prepare_planning``,
+``available_end``), its event times (watermark alignment) and the optional
+planning-time event-time bound. It waits a little when only bookkeeping changed
+(so that a burst of coordinator records and the other subtasks' registrations
+settle before a batch that reads nothing), and with ``Trigger.AvailableNow`` it
+ends the query's reading once everything available was read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from sluicegate.api.ranges import SupportsPositionRanges
+from sluicegate.api.source import Boundedness, Source
+from sluicegate.spark.driver import SparkReaderDriver
+from sluicegate.spark.offsets import EventTimeBound, OwnedSplit, SourceOffset, SubtaskView, plan_next
+
+log = logging.getLogger("sluicegate.spark")
+
+WAITING_NOTICE_S = 30.0
+SETTLE_S = 3.0
+"""How long a batch that would read nothing waits for the other subtasks to register."""
+
+
+class NextOffsetPlanner:
+    """One ``latestOffset`` call: the next offset after ``start``, or ``start`` itself."""
+
+    def __init__(
+        self,
+        source_name: str,
+        source: Source[Any],
+        driver: SparkReaderDriver,
+        alignment_max_drift_ms: int | None = None,
+    ) -> None:
+        assert isinstance(source, SupportsPositionRanges)
+        self.source_name = source_name
+        self.source = source
+        self.ranges: SupportsPositionRanges[Any] = source
+        self.driver = driver
+        self.alignment_max_drift_ms = alignment_max_drift_ms
+        self._available_now_ms: int | None = None
+
+    _last_prepare_warning = float("-inf")
+
+    def next_offset(self, start: SourceOffset, max_rows: int | None, available_now_ms: int | None) -> SourceOffset:
+        driver = self.driver
+        self._available_now_ms = available_now_ms
+        if not driver.acknowledge(start):
+            log.warning("checkpoint %d is not acknowledged yet: no new batch", start.checkpoint_id)
+            return start
+        available_now = available_now_ms is not None
+        generation = driver.generation
+        waited = False
+        since = time.monotonic()
+        settle_until = since + SETTLE_S
+        while True:
+            planning = driver.planning_state()
+            if not self._prepare_planning(planning.views):
+                return start
+            end = plan_next(
+                start,
+                planning.views,
+                max_rows,
+                self._available,
+                planning.reported_finished,
+                self._event_time_before,
+                self._event_time_bound(),
+            )
+            if end is not start:
+                if end.rows == start.rows:
+                    if available_now and self._done():
+                        # Only bookkeeping (finished splits reported, NoMoreSplits) is new:
+                        # no batch for it, the coordinator already has what it needs.
+                        driver.leave()
+                        log.info("source %s: everything available was read", self.source_name)
+                        return start
+                    if not waited or (time.monotonic() < settle_until and not driver.all_active()):
+                        # Only assignments or bookkeeping changed: let a burst of coordinator
+                        # records (and the other subtasks' registrations) settle before paying
+                        # for a batch that reads nothing.
+                        waited = True
+                        generation = driver.wait_for_change(generation, 0.3)
+                        continue
+                return end
+            if not available_now:
+                if waited:
+                    return start
+                waited = True
+                generation = driver.wait_for_change(generation, 0.2)
+                continue
+            if self._done():
+                driver.leave()
+                log.info("source %s: everything available was read", self.source_name)
+                return start
+            generation = driver.wait_for_change(generation, 1.0)
+            if time.monotonic() - since >= WAITING_NOTICE_S:
+                since = time.monotonic()
+                log.info("source %s: waiting for the coordinator (%s)", self.source_name, driver.status())
+
+    def _done(self) -> bool:
+        """availableNow: a bounded source is done when every subtask has finished; an
+        unbounded one when every subtask is registered and nothing is left below the
+        trigger's start time (checked again after a second, for late assignments)."""
+        driver = self.driver
+        if self.source.boundedness is Boundedness.BOUNDED:
+            return driver.all_finished()
+        if not driver.all_active():
+            return False
+        generation = driver.generation
+        return driver.wait_for_change(generation, 1.0) == generation
+
+    def _prepare_planning(self, views: Mapping[int, SubtaskView]) -> bool:
+        """Let the connector fetch what planning needs (e.g. end offsets); False when it
+        cannot now (its data cluster is down): no new batch, the query waits and retries."""
+        codec = self.source.split_codec
+        splits = [codec.from_wire(o.split) for v in views.values() for o in v.splits]
+        try:
+            self.ranges.prepare_planning(splits)
+        except Exception as exc:
+            now = time.monotonic()
+            if now - NextOffsetPlanner._last_prepare_warning >= WAITING_NOTICE_S:
+                NextOffsetPlanner._last_prepare_warning = now
+                log.warning("source %s: cannot plan the next batch now: %s", self.source_name, exc)
+            time.sleep(1.0)
+            return False
+        return True
+
+    def _split(self, owned: OwnedSplit) -> Any:
+        return self.source.split_codec.from_wire(owned.split)
+
+    def _available(self, owned: OwnedSplit, base: int) -> int:
+        split = self.ranges.with_position(self._split(owned), base)
+        now_ms = int(time.time() * 1000)
+        if self._available_now_ms is not None and self.source.boundedness is not Boundedness.BOUNDED:
+            now_ms = self._available_now_ms
+        return self.ranges.available_end(split, now_ms)
+
+    def _event_time_before(self, owned: OwnedSplit, base: int) -> int | None:
+        return self.ranges.event_time_before(self._split(owned), base)
+
+    def _event_time_bound(self) -> EventTimeBound | None:
+        drift = self.alignment_max_drift_ms
+        if drift is None:
+            return None
+        ranges = self.ranges
+
+        def at(owned: OwnedSplit, position: int) -> int | None:
+            return ranges.event_time_at(self._split(owned), position)
+
+        def after(owned: OwnedSplit, event_time_ms: int) -> int | None:
+            return ranges.position_after_event_time(self._split(owned), event_time_ms)
+
+        return EventTimeBound(drift, at, after)
