@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install demo test lint kafka clean
+.PHONY: install demo test unit lint kafka clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ lint: install
 
 test: lint kafka
 	$(BIN)/pytest -q
+
+unit: install  ## the tests that need no Kafka, no JVM: seconds
+	$(BIN)/pytest -q -m "not kafka" tests/unit tests/contract/test_memory_channel.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,126 @@
+"""The Spark driver's protocol work without Kafka: a SparkReaderDriver on the in-memory
+control channel, with the test playing the coordinator. Registration, assignment,
+planning, acknowledgement and fencing, in well under a second."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sluicegate_connectors.sequence import SequenceSource
+
+from sluicegate.protocol.codec import decode, encode, encode_key
+from sluicegate.protocol.messages import (
+    AddSplits,
+    Body,
+    CheckpointAck,
+    Direction,
+    Envelope,
+    ReaderRegistered,
+    ReaderRegistration,
+    SplitsReleased,
+    envelope,
+)
+from sluicegate.protocol.topics import ControlTopics
+from sluicegate.reader.memory_channel import MemoryBroker, MemoryControlChannel
+from sluicegate.spark.driver import DriverSettings, SparkReaderDriver
+from sluicegate.spark.offsets import SourceOffset, plan_next, ranges_between
+
+SOURCE = "memdriver"
+TOPICS = ControlTopics.for_source(SOURCE)
+
+
+def eventually(check: Callable[[], Any], timeout_s: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError(f"not within {timeout_s} s: {check}")
+
+
+class Coordinator:
+    """The test's stand-in: reads the inbox, writes to the readers topic on the driver's loop."""
+
+    def __init__(self, broker: MemoryBroker, driver: SparkReaderDriver) -> None:
+        self.broker = broker
+        self.driver = driver
+
+    def inbox(self, *types: type[Body]) -> list[Envelope]:
+        envs = [decode(r.value or b"", Direction.TO_COORDINATOR) for r in self.broker.records(TOPICS.coordinator)]
+        return [e for e in envs if not types or isinstance(e.body, types)]
+
+    def send(self, subtask: int, body: Body, attempt: int | None, epoch: int = 1) -> None:
+        value = encode(envelope(body, source=SOURCE, subtask=subtask, attempt=attempt, epoch=epoch, ts=1))
+        loop = self.driver._loop
+        assert loop is not None
+        loop.call_soon_threadsafe(self.broker.append, TOPICS.readers, subtask, encode_key(subtask), value)
+
+
+@pytest.fixture
+def running() -> Iterator[tuple[SparkReaderDriver, Coordinator]]:
+    broker = MemoryBroker()
+    broker.create_control_topics(TOPICS, 2)
+    source = SequenceSource.from_options({"splits": "4", "records_per_split": "100"})
+    settings = DriverSettings(
+        source=SOURCE, parallelism=2, bootstrap_servers="memory:0", heartbeat_interval_ms=50, session_timeout_ms=2_000
+    )
+    driver = SparkReaderDriver(settings, source, channel=MemoryControlChannel(broker, TOPICS))
+    driver.start(None)
+    try:
+        yield driver, Coordinator(broker, driver)
+    finally:
+        driver.close()
+
+
+def wire(k: int) -> dict[str, Any]:
+    return {"split_id": f"seq-{k:05d}", "start": k * 100, "end": (k + 1) * 100, "position": k * 100}
+
+
+def register_both(coordinator: Coordinator) -> None:
+    registrations = eventually(
+        lambda: coordinator.inbox(ReaderRegistration) if len(coordinator.inbox(ReaderRegistration)) == 2 else None
+    )
+    for env in registrations:
+        assert isinstance(env.body, ReaderRegistration)
+        coordinator.send(
+            env.subtask, ReaderRegistered(incarnation=env.body.incarnation, attempt=1, dropped_split_ids=[]), None
+        )
+
+
+def test_assigned_splits_are_planned_read_and_acknowledged(running: tuple[SparkReaderDriver, Coordinator]) -> None:
+    driver, coordinator = running
+    register_both(coordinator)
+    eventually(driver.all_active)
+    coordinator.send(0, AddSplits(seq=1, splits=[wire(0), wire(1)]), attempt=1)
+    coordinator.send(1, AddSplits(seq=1, splits=[wire(2)]), attempt=1)
+    state = eventually(
+        lambda: (s := driver.planning_state()) and sum(len(v.splits) for v in s.views.values()) == 3 and s
+    )
+    assert {o.split_id: o.seq for o in state.views[0].splits} == {"seq-00000": 1, "seq-00001": 1}
+
+    first = plan_next(SourceOffset(1), state.views, None, lambda o, base: int(o.split["end"]))
+    assert driver.acknowledge(first)
+    second = plan_next(first, state.views, None, lambda o, base: int(o.split["end"]))
+    assert {r.split["split_id"]: (r.start, r.end) for r in ranges_between(first, second)[0]} == {
+        "seq-00000": (0, 100),
+        "seq-00001": (100, 200),
+    }
+    assert driver.acknowledge(second)
+    acks = [e for e in coordinator.inbox(CheckpointAck) if e.subtask == 0]
+    assert [a.body.checkpoint_id for a in acks] == [first.checkpoint_id, second.checkpoint_id]  # type: ignore[union-attr]
+    assert acks[-1].body.splits == []  # type: ignore[union-attr]
+    assert driver.status().splits_finished == 3
+
+
+def test_a_failed_attempt_registers_again_with_its_checkpoint(running: tuple[SparkReaderDriver, Coordinator]) -> None:
+    driver, coordinator = running
+    register_both(coordinator)
+    eventually(driver.all_active)
+    coordinator.send(1, SplitsReleased(reason="session-timeout", failed_attempt=1, split_ids=[]), attempt=1)
+    again = eventually(lambda: [e for e in coordinator.inbox(ReaderRegistration) if e.subtask == 1][1:])
+    assert again[0].body.incarnation != coordinator.inbox(ReaderRegistration)[0].body.incarnation  # type: ignore[union-attr]
+    assert driver.status().fenced == 1
