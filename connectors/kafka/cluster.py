@@ -34,7 +34,7 @@ class DataCluster:
 
     def _client(self) -> AdminClient:
         if self._admin is None:
-            config = self.options.client_config(**{"error_cb": _log_client_error})
+            config = self.options.client_config()
             self._admin = AdminClient(config)
         return self._admin
 
@@ -103,8 +103,3 @@ class DataCluster:
 def _unknown_partition(exc: KafkaException) -> bool:
     error = exc.args[0] if exc.args else None
     return isinstance(error, KafkaError) and error.code() == KafkaError._UNKNOWN_PARTITION
-
-
-def _log_client_error(error: Any) -> None:
-    # librdkafka reports connection trouble here and retries by itself; one line each.
-    log.warning("data cluster: %s", error)

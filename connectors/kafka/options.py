@@ -23,6 +23,8 @@ from sluicegate.api.assigners import (
 )
 from sluicegate.api.errors import ConfigError
 
+from .client_log import client_logging
+
 CLIENT_PREFIX = "kafka."
 """Options ``kafka.<name>`` go to the data cluster's clients as ``<name>`` (librdkafka names)."""
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -148,6 +150,7 @@ class KafkaOptions:
         settings, then the connector's own."""
         config: dict[str, Any] = dict(self.client_settings)
         config["bootstrap.servers"] = self.bootstrap_servers
+        config.update(client_logging())
         config.update(extra)
         return config
 

@@ -66,7 +66,7 @@ def shared_consumer(options: KafkaOptions) -> Consumer:
     open for more: librdkafka's default ``fetch.wait.max.ms`` (500 ms) would be paid
     at every switch to another range (unless the user set it)."""
     config = {"fetch.wait.max.ms": 10, **options.consumer_config()}
-    key = tuple(sorted((k, str(v)) for k, v in config.items()))
+    key = tuple(sorted((k, str(v)) for k, v in config.items() if k not in ("logger", "error_cb")))
     with _CONSUMERS_LOCK:
         consumer = _CONSUMERS.get(key)
         if consumer is None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from sluicegate.api import InputStatus, ReadResult, Record, SourceReader
+from sluicegate.api import InputStatus, ReadResult, Record, SourceError, SourceReader
 
 from .enumerator import REMOVED_EVENT
 from .options import KafkaOptions
@@ -37,7 +37,7 @@ POLL_TIMEOUT_S = 0.05
 MAX_BATCH = 10_000
 
 
-class DataLossError(RuntimeError):
+class DataLossError(SourceError):
     """Offsets a split still had to read were deleted by retention (fail_on_data_loss)."""
 
     def __init__(self, topic: str, partition: int, first_lost: int, first_left: int) -> None:

@@ -15,7 +15,7 @@ from sluicegate.api.enumerator import (
     SplitEnumeratorContext,
     SplitsAssignment,
 )
-from sluicegate.api.errors import ConfigError, NoLiveReaderError
+from sluicegate.api.errors import ConfigError, NoLiveReaderError, SourceError
 from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
 from sluicegate.api.reader import InputStatus, ReadResult, Record, SourceReader, SourceReaderContext
 from sluicegate.api.source import Boundedness, Source, SupportsSplitReassignmentOnRecovery
@@ -35,6 +35,7 @@ __all__ = [
     "Record",
     "RoundRobinAssigner",
     "Source",
+    "SourceError",
     "SourceReader",
     "SourceReaderContext",
     "SourceSplit",

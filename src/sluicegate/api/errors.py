@@ -12,6 +12,12 @@ class ConfigError(ValueError):
         self.problem = problem
 
 
+class SourceError(RuntimeError):
+    """A connector cannot go on, for a reason its user must see and act on (for example
+    data deleted before it was read, with ``fail_on_data_loss``). Hosts stop with the
+    message alone, no traceback: it names what and where."""
+
+
 class NoLiveReaderError(RuntimeError):
     """An assignment named a subtask that has no live attempt (PROTOCOL semantics 6).
 

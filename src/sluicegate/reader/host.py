@@ -39,7 +39,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
-from sluicegate.api.errors import ConfigError
+from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.reader import Record
 from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
@@ -178,7 +178,7 @@ class ReaderHost:
         except ConfigError as exc:
             log.error("%s", exc)
             return EXIT_CONFIG
-        except ReaderTakenOver as exc:
+        except (ReaderTakenOver, SourceError) as exc:
             log.error("%s", exc)
             return EXIT_FAILED
         except (KafkaError, OSError, TimeoutError) as exc:
