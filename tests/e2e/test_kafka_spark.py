@@ -1,0 +1,556 @@
+"""The ``kafka`` connector end to end: a real Kafka topic, real Spark (local[2]) and a
+real coordinator process (``sluicegate coordinator --connector kafka``).
+
+One data topic of 8 partitions holds 2,000,000 small records of known content: the
+record at offset ``o`` of partition ``p`` has the value ``b"p:o"``, and those at offsets
+0, 50,000, ... also a key ``b"k<o>"`` and one header ``("h", b"v<o>")``. So the whole
+output of a query is checked exactly: per partition the row count, the distinct offsets
+and their range (no loss, no duplicate), a CRC-32 checksum over (partition, offset,
+value), and every row's topic, timestamp type, key and headers. The tests share the
+topic (module fixture); each reads it as a source of its own:
+
+1. a plain bounded run (``stopping_offsets=latest``, ``Trigger.AvailableNow``,
+   parallelism 4, ``maxRecordsPerTrigger`` so that it takes 7 batches) into Parquet;
+   the schema is Spark's Kafka source's;
+2. the Spark driver SIGKILLed mid-run (the query runs in a subprocess: this file run
+   as a script, killed with its JVM and Python workers), restarted from its checkpoint;
+3. the coordinator SIGKILLed mid-run and a successor started;
+4. an unbounded source (``stopping_offsets=none``, discovery every second) read by a
+   running query (processingTime trigger) while partitions are added to its topic (a
+   topic of its own): the coordinator assigns the new partitions within a few discovery
+   intervals and the query reads all their records, once.
+
+Tests 2 and 3 read the first half of each partition (``stopping_offsets`` as a JSON
+map). The query writes to a Parquet file sink (exactly once through its log), read back
+with pyarrow from the files that log committed; test 4 uses the memory sink.
+Each ends with the audit of the control topics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+
+from processes import Proc, ProcessGroup, readers_messages
+
+from sluicegate.audit.commands import run_audit
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(480)]
+
+PARTITIONS = 8
+PER_PARTITION = 250_000
+RECORDS = PARTITIONS * PER_PARTITION
+"""2M records of ~10 bytes: enough that the plain run takes several batches of 300,000 at
+a realistic rate and the kill tests have a mid-run to land in; small enough that writing
+the topic takes ~5-10 s and the plain run stays under ~90 s on 2 cores (Spark reads here
+at ~40-60k records/s with the Parquet sink: the Python workers turn librdkafka messages
+into Arrow)."""
+PARALLELISM = 4
+MAX_RECORDS_PER_TRIGGER = 300_000
+"""7 data batches over the 2M records."""
+HALF = PER_PARTITION // 2
+"""The kill tests read the first half of each partition (``stopping_offsets`` as a JSON
+map): 1M records, 200,000 a batch, so that a kill lands mid-run at half the cost."""
+KILL_MAX_RECORDS_PER_TRIGGER = 200_000
+KEYED_EVERY = 50_000
+"""Offsets that are a multiple of this have a key and a header."""
+
+
+# -- the data topic --------------------------------------------------------------------
+
+
+def _admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    # retention.ms=-1: nothing may be deleted while a test reads it
+    new = NewTopic(topic, partitions, 1, config={"retention.ms": "-1", "retention.bytes": "-1"})
+    admin = _admin(bootstrap)  # referenced until the result: a collected client cancels its requests
+    admin.create_topics([new])[topic].result(30)
+
+
+def _end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = _admin(bootstrap)
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)})
+    return {tp.partition: f.result(30).offset for tp, f in futures.items()}
+
+
+def _produce(bootstrap: str, topic: str, counts: Mapping[int, tuple[int, int]]) -> None:
+    """Write offsets ``[start, end)`` of each partition ``p``: value ``p:offset``. The
+    idempotent producer writes each record once and in order, so its offset is its number
+    (checked: each partition ends at ``end``)."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "batch.num.messages": 100_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
+    produce = producer.produce
+    for partition, (start, end) in counts.items():
+        prefix = b"%d:" % partition
+        offset = start
+        while offset < end:
+            try:
+                if offset % KEYED_EVERY == 0:
+                    key = b"k%d" % offset
+                    produce(topic, prefix + b"%d" % offset, key, partition, headers=[("h", b"v%d" % offset)])
+                else:
+                    produce(topic, prefix + b"%d" % offset, None, partition)
+                offset += 1
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0, "records left undelivered"
+    ends = _end_offsets(bootstrap, topic, max(counts) + 1)
+    assert {p: ends[p] for p in counts} == {p: end for p, (_, end) in counts.items()}, ends
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What reading a topic must give: offsets ``0..n-1`` of each partition (``counts``)
+    once, and the checksum of their rows."""
+
+    topic: str
+    counts: dict[int, int]
+    checksum: int
+
+    @property
+    def rows(self) -> int:
+        return sum(self.counts.values())
+
+
+def checksum(partition: Any, offset: Any, value: Any) -> int:
+    """CRC-32 of the rows ``partition:offset:value`` (one a line), in the order given."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lines = pc.binary_join_element_wise(
+        pc.cast(partition, pa.string()), pc.cast(offset, pa.string()), pc.cast(value, pa.string()), ":"
+    )
+    return zlib.crc32("\n".join(lines.to_pylist()).encode())
+
+
+def expected_of(topic: str, counts: Mapping[int, int]) -> Expected:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    partition = pa.array([p for p, n in counts.items() for _ in range(n)], pa.int32())
+    offset = pa.array([o for n in counts.values() for o in range(n)], pa.int64())
+    value = pc.binary_join_element_wise(pc.cast(partition, pa.string()), pc.cast(offset, pa.string()), ":")
+    return Expected(topic, dict(counts), checksum(partition, offset, value))
+
+
+@pytest.fixture(scope="module")
+def data_topic(kafka_bootstrap: str) -> Expected:
+    topic = f"kdata-{secrets.token_hex(4)}"
+    _create_topic(kafka_bootstrap, topic, PARTITIONS)
+    _produce(kafka_bootstrap, topic, {p: (0, PER_PARTITION) for p in range(PARTITIONS)})
+    return expected_of(topic, dict.fromkeys(range(PARTITIONS), PER_PARTITION))
+
+
+@pytest.fixture(scope="module")
+def first_half(data_topic: Expected) -> Expected:
+    return expected_of(data_topic.topic, dict.fromkeys(range(PARTITIONS), HALF))
+
+
+# -- the query -------------------------------------------------------------------------
+
+
+def connector_options(topic: str, bootstrap: str, stopping: str = "latest", **extra: str) -> dict[str, str]:
+    return {"topics": topic, "bootstrap_servers": bootstrap, "stopping_offsets": stopping, **extra}
+
+
+def stop_at(expected: Expected) -> str:
+    """``stopping_offsets`` that read what ``expected`` holds: a JSON map."""
+    return json.dumps({expected.topic: {str(p): n for p, n in expected.counts.items()}})
+
+
+def kafka_stream(spark: Any, source: str, options: Mapping[str, str], bootstrap: str, max_records: int) -> Any:
+    reader = (
+        spark.readStream.format("sluicegate")
+        .option("source", source)
+        .option("connector", "kafka")
+        .option("parallelism", str(PARALLELISM))
+        .option("maxRecordsPerTrigger", str(max_records))
+        .option("kafka.bootstrap.servers", bootstrap)
+    )
+    for key, value in options.items():
+        reader = reader.option(f"option.{key}", value)
+    return reader.load()
+
+
+def start_parquet_query(
+    spark: Any, source: str, options: Mapping[str, str], bootstrap: str, workdir: Path, max_records: int
+) -> Any:
+    """The bounded query: every row into Parquet (the file sink is exactly once), AvailableNow."""
+    return (
+        kafka_stream(spark, source, options, bootstrap, max_records)
+        .writeStream.format("parquet")
+        .option("path", str(workdir / "out"))
+        .option("checkpointLocation", str(workdir / "checkpoint"))
+        .queryName(f"kafka-{source}")
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def rows_planned(query: Any) -> int:
+    """Offsets planned so far by the query (its source offset's running count)."""
+    for source in (query.lastProgress or {}).get("sources") or []:
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            with contextlib.suppress(ValueError):
+                end = json.loads(end)
+        if isinstance(end, dict) and isinstance(end.get("rows"), int):
+            return int(end["rows"])
+    return 0
+
+
+def spark_session(app: str) -> Any:
+    from sluicegate.spark.job import spark_session as session
+
+    return session(app, quiet=True)  # sets PYSPARK_PYTHON to this interpreter
+
+
+# -- checking the output ----------------------------------------------------------------
+
+
+def check_rows(table: Any, expected: Expected) -> None:
+    """``table`` (Arrow, Spark's Kafka schema) holds exactly the topic's records: offsets
+    0..n-1 of each partition once, the checksum over (partition, offset, value), and in
+    every row the topic, timestamp type, key and headers the record was written with."""
+    import pyarrow.compute as pc
+
+    table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    stats = table.group_by("partition").aggregate(
+        [("offset", "count"), ("offset", "count_distinct"), ("offset", "min"), ("offset", "max")]
+    )
+    got = {row.pop("partition"): tuple(row.values()) for row in stats.to_pylist()}
+    want = {p: (n, n, 0, n - 1) for p, n in expected.counts.items()}
+    assert got == want, "partition: (rows, distinct offsets, min, max)"
+    assert checksum(table["partition"], table["offset"], table["value"]) == expected.checksum
+
+    assert pc.all(pc.equal(table["topic"], expected.topic)).as_py()
+    assert pc.all(pc.equal(table["timestampType"], 0)).as_py()  # CreateTime
+    assert table["timestamp"].null_count == 0
+    # the records with a key and a header: offsets 0, KEYED_EVERY, ... of each partition
+    keyed = table.filter(pc.is_valid(table["key"])).select(["partition", "offset", "key", "headers"]).to_pylist()
+    assert sorted((r["partition"], r["offset"]) for r in keyed) == [
+        (p, o) for p, n in sorted(expected.counts.items()) for o in range(0, n, KEYED_EVERY)
+    ]
+    for row in keyed:
+        o = row["offset"]
+        assert (row["key"], row["headers"]) == (b"k%d" % o, [{"key": "h", "value": b"v%d" % o}]), row
+    assert table["headers"].null_count == table.num_rows - len(keyed)
+
+
+def committed_files(path: Path) -> list[str]:
+    """The files of a Parquet file sink that its log (``_spark_metadata/N[.compact]``:
+    "v1", then a JSON object per file) committed; never a file of a batch that a killed
+    query wrote but did not commit. (Spark reads the directory the same way.)"""
+    files: dict[str, bool] = {}
+    logs = [f for f in (path / "_spark_metadata").iterdir() if f.name.split(".")[0].isdigit()]
+    for log in sorted(logs, key=lambda f: int(f.name.split(".")[0])):
+        for line in log.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            files[entry["path"]] = entry["action"] == "add"
+    return [unquote(urlparse(name).path) for name, added in files.items() if added]
+
+
+def check_parquet(path: Path, expected: Expected) -> None:
+    import pyarrow.parquet as pq
+
+    check_rows(pq.read_table(committed_files(path)), expected)
+
+
+def assert_audit(bootstrap: str, source: str, splits: int, bounded: bool = True) -> Any:
+    result = asyncio.run(run_audit(bootstrap, source))
+    assert result.ok, f"audit: {result.first_violation}"
+    summary = result.summary
+    assert summary.splits_assigned == splits
+    assert (summary.splits_finished, summary.splits_owned) == ((splits, 0) if bounded else (0, splits))
+    return result
+
+
+# -- fixtures and processes --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark(kafka_bootstrap: str) -> Iterator[Any]:
+    session = spark_session("sluicegate-kafka-e2e")
+    yield session
+    session.stop()
+
+
+def _kill_group(proc: Proc) -> None:
+    """SIGKILL the process and everything it started (its session: JVM, Python workers)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.popen.pid, signal.SIGKILL)
+    proc.popen.wait(10)
+
+
+@pytest.fixture
+def procs(tmp_path: Path, kafka_bootstrap: str) -> Iterator[ProcessGroup]:
+    group = ProcessGroup(tmp_path, kafka_bootstrap)
+    yield group
+    for proc in group.procs:
+        if proc.popen.poll() is None:
+            _kill_group(proc)
+    group.stop_all()
+
+
+def kafka_coordinator(procs: ProcessGroup, source: str, options: Mapping[str, str], *extra: str) -> Proc:
+    args = ["coordinator", "--source", source, "--connector", "kafka", "--max-parallelism", str(PARALLELISM)]
+    for key, value in options.items():
+        args += ["--option", f"{key}={value}"]
+    proc = procs.start(f"coordinator-{source}-{len(procs.procs)}", [*args, *extra])
+    proc.wait_for_log("is serving", timeout_s=90)
+    return proc
+
+
+def start_job(procs: ProcessGroup, name: str, source: str, options: Mapping[str, str], workdir: Path) -> Proc:
+    """The bounded query in a subprocess of its own session (this file run as a script)."""
+    args = [__file__, "--source", source, "--workdir", str(workdir), "--options", json.dumps(dict(options))]
+    args += ["--max-records-per-trigger", str(KILL_MAX_RECORDS_PER_TRIGGER)]
+    log_path = workdir / f"{name}.log"
+    with log_path.open("ab") as handle:
+        popen = subprocess.Popen(
+            [sys.executable, *args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=procs.bootstrap, PYTHONUNBUFFERED="1"),
+            start_new_session=True,
+        )
+    proc = Proc(name, popen, log_path, args)
+    procs.procs.append(proc)
+    return proc
+
+
+def job_rows(proc: Proc) -> int:
+    found = [line.split("rows=", 1)[1] for line in proc.lines_with("progress rows=")]
+    return int(found[-1]) if found else 0
+
+
+def job_main(argv: list[str] | None = None) -> int:
+    """``python test_kafka_spark.py --source S --workdir DIR --options JSON
+    --max-records-per-trigger N``: run the bounded query to its end, printing
+    ``progress rows=N`` twice a second."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--source", required=True)
+    parser.add_argument("--workdir", required=True, type=Path)
+    parser.add_argument("--options", required=True)
+    parser.add_argument("--max-records-per-trigger", required=True, type=int)
+    args = parser.parse_args(argv)
+    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    session = spark_session(f"sluicegate-kafka-{args.source}")
+    try:
+        options = json.loads(args.options)
+        query = start_parquet_query(
+            session, args.source, options, bootstrap, args.workdir, args.max_records_per_trigger
+        )
+        while query.isActive:
+            query.awaitTermination(0.5)
+            print(f"progress rows={rows_planned(query)}", flush=True)
+        if query.exception() is not None:
+            print(f"FAILED {query.exception()}", flush=True)
+            return 1
+        print(f"progress rows={rows_planned(query)}", flush=True)
+        print("DONE", flush=True)
+        return 0
+    finally:
+        session.stop()
+
+
+def run_query(query: Any, timeout_s: float, on_progress: Any = None) -> list[dict[str, Any]]:
+    """Wait for an AvailableNow query to end; returns its progress reports."""
+    started = time.monotonic()
+    try:
+        while query.isActive:
+            query.awaitTermination(0.5)
+            if on_progress is not None:
+                on_progress(rows_planned(query))
+            assert time.monotonic() - started < timeout_s, f"the query did not end within {timeout_s} s"
+        assert query.exception() is None, f"the query failed: {query.exception()}"
+        return list(query.recentProgress)
+    finally:
+        if query.isActive:
+            query.stop()
+
+
+# -- the tests ----------------------------------------------------------------------------
+
+SPARK_KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
+    "timestampType int, headers array<struct<key: string, value: binary>>"
+)
+"""Spark's Kafka source with includeHeaders (KafkaRecordToRowConverter.kafkaSchema)."""
+
+
+def test_a_bounded_topic_is_read_exactly_once_into_parquet(
+    spark: Any, procs: ProcessGroup, data_topic: Expected, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    from pyspark.sql.types import _parse_datatype_string
+
+    options = connector_options(data_topic.topic, kafka_bootstrap)
+    kafka_coordinator(procs, unique_source, options)
+
+    schema = kafka_stream(spark, unique_source, options, kafka_bootstrap, MAX_RECORDS_PER_TRIGGER).schema
+    assert schema == _parse_datatype_string(SPARK_KAFKA_SCHEMA), schema.simpleString()
+
+    query = start_parquet_query(spark, unique_source, options, kafka_bootstrap, tmp_path, MAX_RECORDS_PER_TRIGGER)
+    progress = run_query(query, timeout_s=240)
+
+    sizes = [p["numInputRows"] for p in progress if p["numInputRows"]]
+    assert sum(sizes) == RECORDS
+    assert len(sizes) >= RECORDS // MAX_RECORDS_PER_TRIGGER, sizes
+    assert max(sizes) <= MAX_RECORDS_PER_TRIGGER, sizes
+    check_parquet(tmp_path / "out", data_topic)
+    assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
+
+
+def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
+    procs: ProcessGroup, first_half: Expected, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    options = connector_options(first_half.topic, kafka_bootstrap, stop_at(first_half))
+    kafka_coordinator(procs, unique_source, options)
+    first = start_job(procs, "job-1", unique_source, options, tmp_path)
+    deadline = time.monotonic() + 180
+    while job_rows(first) < first_half.rows // 4:
+        assert first.popen.poll() is None, f"the job ended early:\n{first.tail(40)}"
+        assert time.monotonic() < deadline, f"the job made no progress:\n{first.tail(40)}"
+        time.sleep(0.2)
+    time.sleep(random.uniform(0.0, 1.5))  # land anywhere in a batch
+    _kill_group(first)
+    assert not first.lines_with("DONE") and job_rows(first) < first_half.rows, "the job ended before it was killed"
+
+    second = start_job(procs, "job-2", unique_source, options, tmp_path)
+    assert second.wait(300) == 0, second.tail(60)
+    assert second.lines_with("DONE") and job_rows(second) == first_half.rows, second.tail(20)
+    assert second.lines_with("restored at checkpoint"), second.tail(60)
+    # FLIP-537: the restarted driver registered with the splits of its restored offset
+    reported = [int(n) for n in re.findall(r"(\d+) reported splits", second.log())]
+    assert sum(reported) > 0, second.tail(60)
+    check_parquet(tmp_path / "out", first_half)
+    assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
+
+
+def test_a_killed_coordinator_is_succeeded_and_the_query_ends_exactly_once(
+    spark: Any, procs: ProcessGroup, first_half: Expected, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    options = connector_options(first_half.topic, kafka_bootstrap, stop_at(first_half))
+    coordinator = kafka_coordinator(procs, unique_source, options)
+    state: dict[str, Any] = {}
+
+    def kill_coordinator_mid_run(rows: int) -> None:
+        if "successor" not in state and rows >= first_half.rows // 4:
+            coordinator.kill()
+            state["killed_at"] = rows
+            state["successor"] = kafka_coordinator(procs, unique_source, options)
+
+    query = start_parquet_query(spark, unique_source, options, kafka_bootstrap, tmp_path, KILL_MAX_RECORDS_PER_TRIGGER)
+    run_query(query, timeout_s=300, on_progress=kill_coordinator_mid_run)
+
+    assert "successor" in state, "the query ended before the coordinator was killed"
+    assert state["killed_at"] < first_half.rows
+    check_parquet(tmp_path / "out", first_half)
+    result = assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
+    assert len(result.summary.epochs) >= 2, result.summary.epochs
+
+
+def test_partitions_added_to_the_topic_are_read_exactly_once_by_a_running_query(
+    spark: Any, procs: ProcessGroup, kafka_bootstrap: str, unique_source: str
+) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    topic = f"kgrow-{secrets.token_hex(4)}"
+    before, after, per_partition = 2, 5, 20_000
+    _create_topic(kafka_bootstrap, topic, before)
+    _produce(kafka_bootstrap, topic, {p: (0, per_partition) for p in range(before)})
+    options = connector_options(topic, kafka_bootstrap, "none", partition_discovery_interval_ms="1000")
+    kafka_coordinator(procs, unique_source, options)
+
+    query = (
+        kafka_stream(spark, unique_source, options, kafka_bootstrap, MAX_RECORDS_PER_TRIGGER)
+        .writeStream.format("memory")
+        .queryName(f"grow_{unique_source.replace('-', '_')}")
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    view = f"grow_{unique_source.replace('-', '_')}"
+
+    def wait_for_rows(rows: int, timeout_s: float) -> float:
+        started = time.monotonic()
+        while True:
+            assert query.isActive, f"the query stopped: {query.exception()}"
+            if spark.sql(f"SELECT count(*) FROM {view}").collect()[0][0] >= rows:
+                return time.monotonic() - started
+            assert time.monotonic() - started < timeout_s, f"fewer than {rows} rows after {timeout_s} s"
+            time.sleep(0.5)
+
+    try:
+        wait_for_rows(before * per_partition, 120)
+        admin = _admin(kafka_bootstrap)
+        admin.create_partitions([NewPartitions(topic, after)])[topic].result(30)
+        added_ms = int(time.time() * 1000)
+        # into the new partitions, and more into the old ones
+        counts = {p: (0, per_partition) for p in range(before, after)}
+        counts.update({p: (per_partition, 2 * per_partition) for p in range(before)})
+        _produce(kafka_bootstrap, topic, counts)
+        waited_s = wait_for_rows(2 * before * per_partition + (after - before) * per_partition, 90)
+        time.sleep(2.0)  # a batch or two more: nothing is read twice
+    finally:
+        query.stop()
+
+    expected = expected_of(topic, {p: (2 if p < before else 1) * per_partition for p in range(after)})
+    check_rows(spark.table(view).toArrow(), expected)
+    assert_audit(kafka_bootstrap, unique_source, after, bounded=False)
+    # The coordinator found and assigned the new partitions within a few discovery intervals
+    # (a discovery that catches a partition before its leader is elected is retried in 5 s).
+    assigned = {
+        split["split_id"]: message["ts"]
+        for message in asyncio.run(readers_messages(kafka_bootstrap, unique_source))
+        if message["type"] == "AddSplits"
+        for split in message["body"]["splits"]
+    }
+    new = [f"{topic}-{p}" for p in range(before, after)]
+    assert max(assigned[s] for s in new) - added_ms < 10_000, (assigned, added_ms)
+    # and the query read their records a few batches later (batches take seconds on 2 busy cores)
+    assert waited_s < 45, f"the new partitions' records were read {waited_s:.1f} s after they were written"
+
+
+if __name__ == "__main__":
+    sys.exit(job_main())
