@@ -9,7 +9,7 @@
 What runs:
 
 - a Kafka broker: the one at --bootstrap-servers / $KAFKA_BOOTSTRAP_SERVERS, or else a
-  ``sluicegate.broker.local.LocalKafkaBroker`` started in a temporary directory and stopped
+  ``sluicegate.devtools.broker.local.LocalKafkaBroker`` started in a temporary directory and stopped
   at the end;
 - the real coordinator, as a subprocess: ``sluicegate coordinator --source S --connector
   sequence --option splits=N --option records_per_split=1000 --max-parallelism R``, on a
@@ -767,7 +767,7 @@ def main(argv: list[str] | None = None) -> int:
     bootstrap_desc = "local broker" if bootstrap is None else f"broker {bootstrap}"
     try:
         if bootstrap is None:
-            from sluicegate.broker.local import LocalKafkaBroker
+            from sluicegate.devtools.broker.local import LocalKafkaBroker
 
             broker = LocalKafkaBroker(run_dir=workdir / "broker", keep=False)
             log(f"starting a local Kafka broker in {broker.run_dir}")

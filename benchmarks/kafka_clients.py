@@ -201,7 +201,7 @@ def bench_broker(bootstrap: str) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    from sluicegate.broker.local import LocalKafkaBroker, cache_root
+    from sluicegate.devtools.broker.local import LocalKafkaBroker, cache_root
 
     broker = LocalKafkaBroker(run_dir=cache_root() / "bench-broker", keep=True, heap="1g")
     was_running = broker.status().running
@@ -395,7 +395,7 @@ def run_confluent(bootstrap: str, topic: str, args: argparse.Namespace, extra: d
 
 
 def kafka_tools_classpath() -> str:
-    from sluicegate.broker.maven import cache_root, resolve_jars
+    from sluicegate.devtools.broker.maven import cache_root, resolve_jars
 
     libs = resolve_jars(
         cache_root() / f"kafka-tools-{KAFKA_TOOLS_VERSION}",

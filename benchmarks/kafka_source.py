@@ -11,7 +11,7 @@ own SparkSession (``spark_session``: ``local[2]``, 4 shuffle partitions, UTC), s
 after the other, never side by side:
 
 - ``native``: ``readStream.format("kafka")`` (Spark's source, spark-sql-kafka 4.2.0 from
-  ``sluicegate.broker.maven.ensure_spark_kafka_jars`` via ``spark.jars``),
+  ``sluicegate.devtools.broker.maven.ensure_spark_kafka_jars`` via ``spark.jars``),
   ``subscribe``, ``startingOffsets=earliest``, ``kafka.isolation.level=read_committed``,
   ``maxOffsetsPerTrigger``;
 - ``sluicegate``: ``readStream.format("sluicegate")`` with ``connector=kafka``
@@ -92,7 +92,7 @@ def child(spec: dict[str, Any]) -> int:
     side, job = spec["side"], spec["job"]
     extra: dict[str, str] = {}
     if side == "native":
-        from sluicegate.broker.maven import ensure_spark_kafka_jars
+        from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
 
         extra["spark.jars"] = ",".join(str(p) for p in ensure_spark_kafka_jars())
     spark = spark_session(f"kafka-bench-{side}-{job}", spec["master"], quiet=True, extra_conf=extra)
@@ -400,7 +400,7 @@ def main() -> int:
             print(f"sluicegate side's librdkafka settings: {', '.join(args.client_setting)}", flush=True)
         fill_topic(bootstrap, topic, args.records, args.partitions)
         if "native" in sides:
-            from sluicegate.broker.maven import ensure_spark_kafka_jars
+            from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
 
             print(f"Spark's Kafka source: {', '.join(p.name for p in ensure_spark_kafka_jars())}", flush=True)
         for job in jobs:

@@ -131,7 +131,7 @@ def main() -> None:
     if args.bootstrap_servers:
         asyncio.run(run(args.bootstrap_servers, args.splits_per_reader, args.transactions))
         return
-    from sluicegate.broker.local import LocalKafkaBroker
+    from sluicegate.devtools.broker.local import LocalKafkaBroker
 
     with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as workdir:
         broker = LocalKafkaBroker(run_dir=Path(workdir) / "broker", keep=False)

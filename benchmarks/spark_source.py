@@ -101,7 +101,7 @@ def _planning_cost(splits: int, parallelism: int, rounds: int = 50) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sluicegate.broker.local import LocalKafkaBroker
+    from sluicegate.devtools.broker.local import LocalKafkaBroker
     from sluicegate.spark.job import spark_session
 
     workdir = Path(tempfile.mkdtemp(prefix="sluicegate-spark-bench-"))

@@ -7,7 +7,7 @@
 What runs:
 
 - a Kafka broker: the one at --bootstrap-servers / $KAFKA_BOOTSTRAP_SERVERS, or else a
-  ``sluicegate.broker.local.LocalKafkaBroker`` in a temporary directory, stopped at the end;
+  ``sluicegate.devtools.broker.local.LocalKafkaBroker`` in a temporary directory, stopped at the end;
 - two coordinator workers for one fresh source (``sluicegate coordinator --source S
   --connector sequence ... --web-port P``, the same arguments, so they share the Faust app);
 - R real reader processes (``sluicegate reader``) on an unbounded, rate-limited sequence
@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     failed: BaseException | None = None
     try:
         if bootstrap is None:
-            from sluicegate.broker.local import LocalKafkaBroker
+            from sluicegate.devtools.broker.local import LocalKafkaBroker
 
             broker = LocalKafkaBroker(run_dir=workdir / "broker", keep=False)
             log(f"starting a local Kafka broker in {broker.run_dir}")

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sluicegate.broker.local import LocalKafkaBroker, probe_broker
+from sluicegate.devtools.broker.local import LocalKafkaBroker, probe_broker
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 FORCE_ENV = "SLUICEGATE_TEST_KAFKA"

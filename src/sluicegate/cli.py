@@ -10,10 +10,10 @@ import typer
 from rich.logging import RichHandler
 
 from sluicegate.audit.commands import audit_command
-from sluicegate.broker.commands import broker_app
 from sluicegate.coordinator.commands import coordinator_command
+from sluicegate.devtools.broker.commands import broker_app
+from sluicegate.kafka.topics_commands import topics_app
 from sluicegate.reader.commands import reader_command
-from sluicegate.transport.topics_commands import topics_app
 
 app = typer.Typer(
     name="sluicegate",
@@ -45,7 +45,7 @@ def demo(
     through sluicegate into per-minute windows (or, with --readers processes, standalone reader
     processes); then the result and the audit, and everything is torn down."""
     if readers == "spark":
-        from sluicegate.spark.commands import SparkDemoPlan, run_spark_demo
+        from sluicegate.devtools.spark_demo import SparkDemoPlan, run_spark_demo
 
         plan = SparkDemoPlan(
             splits=splits,
@@ -55,7 +55,7 @@ def demo(
         )
         raise typer.Exit(run_spark_demo(plan, keep_workdir=keep_workdir))
     if readers == "processes":
-        from sluicegate.demo import DemoPlan, run_process_demo
+        from sluicegate.devtools.demo import DemoPlan, run_process_demo
 
         raise typer.Exit(run_process_demo(DemoPlan(), keep_workdir=keep_workdir))
     typer.echo(f"sluicegate demo: invalid setting '--readers': {readers!r} is not spark or processes", err=True)

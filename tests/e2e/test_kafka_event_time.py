@@ -130,7 +130,7 @@ def _expected_windows(timestamps: dict[int, list[int]]) -> dict[int, int]:
 def child(spec: dict[str, Any]) -> None:
     """Run the windowed query over each side in turn, each in its own SparkSession of one
     Spark driver (one JVM start, not two); write the window tables and progress as JSON."""
-    from sluicegate.broker.maven import ensure_spark_kafka_jars
+    from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
     from sluicegate.spark.job import spark_session
 
     conf = {

@@ -27,9 +27,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sluicegate.api.source import Source
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.core import CoordinatorCore, Effects
+from sluicegate.kafka.topics import apply_topics
 from sluicegate.protocol import DecodeError, Direction, Envelope, decode, encode, encode_key
 from sluicegate.protocol.topics import ControlTopics, topic_specs
-from sluicegate.transport.topics import apply_topics
 
 log = logging.getLogger("sluicegate.tests.inline_coordinator")
 

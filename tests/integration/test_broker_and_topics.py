@@ -15,15 +15,15 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 from typer.testing import CliRunner
 
-from sluicegate.broker.commands import broker_app
-from sluicegate.protocol.topics import ControlTopics, leadership_topic_spec, topic_specs
-from sluicegate.transport.topics import (
+from sluicegate.devtools.broker.commands import broker_app
+from sluicegate.kafka.topics import (
     TopicMismatchError,
     apply_topics,
     describe_topics,
     wait_for_topics,
 )
-from sluicegate.transport.topics_commands import topics_app
+from sluicegate.kafka.topics_commands import topics_app
+from sluicegate.protocol.topics import ControlTopics, leadership_topic_spec, topic_specs
 
 pytestmark = pytest.mark.kafka
 
@@ -230,7 +230,7 @@ def test_broker_cli_start_status_stop(tmp_path: Path) -> None:
 
 def test_cluster_ids_never_start_with_a_dash() -> None:
     # Kafka's storage tool would parse "-xyz..." as an option (seen in practice).
-    from sluicegate.broker.local import new_cluster_id
+    from sluicegate.devtools.broker.local import new_cluster_id
 
     ids = [new_cluster_id() for _ in range(5000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)

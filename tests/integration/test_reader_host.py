@@ -20,6 +20,7 @@ from inline_coordinator import InlineCoordinator, create_topics
 from sluicegate_connectors.sequence import SequenceOptions, SequenceSource
 
 from sluicegate.kafka.compacted import read_latest_value
+from sluicegate.kafka.topics import apply_topics
 from sluicegate.protocol import (
     CheckpointAck,
     ReaderLeaving,
@@ -31,7 +32,6 @@ from sluicegate.protocol.topics import ControlTopics, TopicSpec
 from sluicegate.reader.host import ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
 from sluicegate.reader.state import ReaderCheckpoint
-from sluicegate.transport.topics import apply_topics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(90)]
 

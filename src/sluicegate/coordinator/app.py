@@ -11,7 +11,7 @@ import sys
 from sluicegate.api.errors import ConfigError
 from sluicegate.coordinator.faust_app import build_app, prepare_topics
 from sluicegate.coordinator.settings import CoordinatorSettings
-from sluicegate.transport.topics import TopicApplyError
+from sluicegate.kafka.topics import TopicApplyError
 
 
 def _prepared_settings() -> CoordinatorSettings:

@@ -157,8 +157,8 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
 async def prepare_topics(settings: CoordinatorSettings) -> None:
     """Create what is missing: every source's control topics and the app's leadership
     topic (grown by a partition for each source added to the configuration)."""
+    from sluicegate.kafka.topics import apply_topics
     from sluicegate.protocol.topics import topic_specs
-    from sluicegate.transport.topics import apply_topics
 
     specs = [spec for s in settings.sources for spec in topic_specs(settings.namespace, s.source, s.max_parallelism)]
     specs.append(leadership_topic_spec(settings.group_id, len(settings.sources)))

@@ -12,9 +12,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from sluicegate.kafka.clients import control_consumer, plain_producer
+from sluicegate.kafka.topics import TopicApplyError, wait_for_topics
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, RawRecord
-from sluicegate.transport.topics import TopicApplyError, wait_for_topics
 
 log = logging.getLogger("sluicegate.reader")
 

@@ -13,7 +13,7 @@ query ends when the bounded source is read to its end.
 Run it as ``python -m sluicegate.spark.job --source S --output DIR --checkpoint DIR
 [--option k=v ...]``: it prints ``progress ...`` lines and a final ``RESULT {json}``
 line; with ``--check`` it compares the table with the one a ``sequence`` source
-must give and exits 1 if they differ. ``sluicegate demo`` (spark/commands.py) runs
+must give and exits 1 if they differ. ``sluicegate demo`` (devtools/spark_demo.py) runs
 the same job in-process with a live view.
 """
 

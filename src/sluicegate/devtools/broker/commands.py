@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sluicegate.broker.local import (
+from sluicegate.devtools.broker.local import (
     KAFKA_VERSION,
     BrokerError,
     LocalKafkaBroker,

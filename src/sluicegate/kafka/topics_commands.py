@@ -13,13 +13,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sluicegate.protocol.topics import DEFAULT_NAMESPACE, topic_specs
-from sluicegate.transport.topics import (
+from sluicegate.kafka.topics import (
     TopicApplyError,
     TopicMismatchError,
     apply_topics,
     describe_topics,
 )
+from sluicegate.protocol.topics import DEFAULT_NAMESPACE, topic_specs
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 

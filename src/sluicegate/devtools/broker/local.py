@@ -6,7 +6,7 @@ directory, then ``java -cp 'libs/*' kafka.Kafka server.properties`` runs the bro
 Layout:
 
 - artifacts: ``$SLUICEGATE_CACHE_DIR/kafka-3.9.1/libs`` (default root ``~/.cache/sluicegate``),
-  resolved under a file lock, completed by a ``.resolved`` marker (``sluicegate.broker.maven``).
+  resolved under a file lock, completed by a ``.resolved`` marker (``sluicegate.devtools.broker.maven``).
 - run directory (default ``<cache root>/broker``): ``data/`` (the log dir), ``server.properties``,
   ``log4j.properties``, ``broker.log`` (the JVM's stdout and stderr) and ``broker.json``
   (pid, bootstrap, ports) while a broker runs.
@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from sluicegate.broker.maven import MavenError, cache_root, is_resolved, require_executable, resolve_jars
+from sluicegate.devtools.broker.maven import MavenError, cache_root, is_resolved, require_executable, resolve_jars
 
 KAFKA_VERSION = "3.9.1"
 SCALA_VERSION = "2.13"
@@ -86,7 +86,7 @@ def ensure_kafka_artifacts(echo: Echo = _stderr_echo) -> Path:
 
     Idempotent and safe when several processes race: resolution runs under an exclusive
     ``flock`` on ``<dir>/.lock`` and is published by renaming a finished directory into place
-    and then writing the ``.resolved`` marker (``sluicegate.broker.maven.resolve_jars``).
+    and then writing the ``.resolved`` marker (``sluicegate.devtools.broker.maven.resolve_jars``).
     """
     base = artifacts_dir()
     if is_resolved(base):
@@ -170,7 +170,7 @@ def _server_properties(port: int, controller_port: int, data_dir: Path) -> str:
         "delete.topic.enable": "true",
     }
     lines = [f"{k}={v}" for k, v in props.items()]
-    return "# written by sluicegate.broker.local\n" + "\n".join(lines) + "\n"
+    return "# written by sluicegate.devtools.broker.local\n" + "\n".join(lines) + "\n"
 
 
 _LOG4J = """\

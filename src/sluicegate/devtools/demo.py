@@ -28,7 +28,7 @@ from rich.table import Table
 
 from sluicegate.audit.commands import run_audit
 from sluicegate.audit.report import print_report
-from sluicegate.broker.local import LocalKafkaBroker
+from sluicegate.devtools.broker.local import LocalKafkaBroker
 
 console = Console(highlight=False)
 

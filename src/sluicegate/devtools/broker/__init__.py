@@ -1,6 +1,6 @@
 """A local single-node Kafka broker (KRaft) run from Maven Central jars: `sluicegate broker`."""
 
-from sluicegate.broker.local import (
+from sluicegate.devtools.broker.local import (
     KAFKA_VERSION,
     BrokerError,
     BrokerStatus,

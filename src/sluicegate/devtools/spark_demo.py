@@ -70,7 +70,7 @@ def _kafka(workdir: Path) -> Iterator[str]:
         console.print(f"using Kafka at {existing} (KAFKA_BOOTSTRAP_SERVERS)")
         yield existing
         return
-    from sluicegate.broker.local import LocalKafkaBroker
+    from sluicegate.devtools.broker.local import LocalKafkaBroker
 
     broker = LocalKafkaBroker(
         run_dir=workdir / "broker", die_with_parent=True, echo=lambda m: console.print(f"[dim]{m}[/dim]")
@@ -148,8 +148,8 @@ def run_spark_demo(plan: SparkDemoPlan, keep_workdir: bool = False) -> int:
     spark: Any = None
     try:
         with _kafka(workdir) as bootstrap:
+            from sluicegate.kafka.topics import apply_topics
             from sluicegate.protocol.topics import topic_specs
-            from sluicegate.transport.topics import apply_topics
 
             asyncio.run(apply_topics(bootstrap, topic_specs(plan.namespace, source, plan.parallelism)))
             console.print(f"created the control topics of {source} ({plan.parallelism} reader partitions)")

@@ -6,7 +6,7 @@ result by renaming a finished ``libs`` directory into place, then writing a
 ``.resolved`` marker. Next to ``libs`` it keeps ``manifest.tsv``: the group, artifact,
 version and file name of every jar, so a caller can tell exactly which artifact a jar is.
 
-Two callers: the local broker (``sluicegate.broker.local.ensure_kafka_artifacts``,
+Two callers: the local broker (``sluicegate.devtools.broker.local.ensure_kafka_artifacts``,
 ``<cache root>/kafka-3.9.1``) and Spark's own Kafka source for the benchmarks
 (``ensure_spark_kafka_jars``, ``<cache root>/spark-sql-kafka-4.2.0``).
 """
