@@ -49,7 +49,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from processes import Proc, ProcessGroup, readers_messages
 

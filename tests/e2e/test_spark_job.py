@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from processes import Proc, ProcessGroup
 

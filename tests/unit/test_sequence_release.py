@@ -1,6 +1,6 @@
 """The sequence connector releasing its splits over time (``release_interval_ms``,
 ``splits_per_release``) through a periodic ``context.call_async``, driven through
-the coordinator core (tests/unit/core_harness.py)."""
+the coordinator core (tests/support/core_harness.py)."""
 
 from __future__ import annotations
 
