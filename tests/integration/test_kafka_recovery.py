@@ -20,8 +20,7 @@ from typing import Any
 import orjson
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from processes import Proc, ProcessGroup
-from test_kafka_readers import (
+from kafka_data import (
     BackgroundWriter,
     DataWriter,
     Expected,
@@ -38,6 +37,7 @@ from test_kafka_readers import (
     start_coordinator,
     start_reader,
 )
+from processes import Proc, ProcessGroup
 
 from sluicegate.audit.kafka_source import read_control_topics
 
