@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+
+from core_harness import body
 
 from sluicegate.protocol.codec import decode, encode, encode_key
 from sluicegate.protocol.messages import (
@@ -75,8 +76,6 @@ def split(k: int) -> dict[str, object]:
 class ChannelContract:
     """Mix in with a ``harness`` fixture (an async generator fixture yielding a ChannelHarness)."""
 
-    harness: Callable[..., AsyncIterator[ChannelHarness]]
-
     async def test_a_registration_sees_only_what_comes_after_the_capture(self, harness: ChannelHarness) -> None:
         channel = harness.channel()
         await channel.open(range(SUBTASKS))
@@ -84,7 +83,7 @@ class ChannelContract:
         await channel.capture(1)
         await harness.to_reader(1, to_reader_env(harness.topics, 1, AddSplits(seq=2, splits=[split(1)]), attempt=1))
         got = await poll_until(channel, 1, subtask=1)
-        assert [r.env.body.seq for r in got] == [2]  # type: ignore[union-attr]
+        assert [body(r.env, AddSplits).seq for r in got] == [2]
         assert got[0].subtask == 1
         await channel.close()
 
@@ -95,12 +94,12 @@ class ChannelContract:
             await channel.capture(s)
         for seq in range(1, 6):
             for s in range(SUBTASKS):
-                body = AddSplits(seq=seq, splits=[split(seq * 10 + s)])
-                await harness.to_reader(s, to_reader_env(harness.topics, s, body, attempt=1))
+                add = AddSplits(seq=seq, splits=[split(seq * 10 + s)])
+                await harness.to_reader(s, to_reader_env(harness.topics, s, add, attempt=1))
         got = await poll_until(channel, 5 * SUBTASKS)
         for s in range(SUBTASKS):
             mine = [r for r in got if r.subtask == s]
-            assert [r.env.body.seq for r in mine] == [1, 2, 3, 4, 5]  # type: ignore[union-attr]
+            assert [body(r.env, AddSplits).seq for r in mine] == [1, 2, 3, 4, 5]
             assert all(r.env.subtask == s and r.raw.partition == s for r in mine)
         await channel.close()
 
@@ -169,9 +168,10 @@ class ChannelContract:
             AddSplits(seq=1, splits=[split(0), split(1)]),
             ReaderRegistered(incarnation="someone-else", attempt=2, dropped_split_ids=[]),
         ]
-        for body in bodies:
+        for message in bodies:
             await harness.to_reader(
-                0, to_reader_env(harness.topics, 0, body, attempt=None if isinstance(body, ReaderRegistered) else 1)
+                0,
+                to_reader_env(harness.topics, 0, message, attempt=None if isinstance(message, ReaderRegistered) else 1),
             )
         outcomes = [protocol.on_message(r.env) for r in await poll_until(channel, 3, subtask=0)]
         assert isinstance(outcomes[0], Registered) and outcomes[0].attempt == 1

@@ -78,7 +78,7 @@ class KafkaHarness(ChannelHarness):
         # kept to be stopped at the end.
         assert isinstance(channel, KafkaControlChannel) and channel._producer is not None
         self._broken.append(channel._producer)
-        channel._producer = _Unreachable()  # type: ignore[assignment]
+        channel._producer = _Unreachable()
 
 
 class _Unreachable:

@@ -248,10 +248,10 @@ def test_chaos(kafka_bootstrap: str, unique_source: str, tmp_path: Path) -> None
                     chaos.kill_coordinator()
                     kills["coordinator"] += 1
                 else:
-                    subtask = chaos.kill_reader(victim)
-                    if subtask is not None:
+                    killed = chaos.kill_reader(victim)
+                    if killed is not None:
                         kills["reader"] += 1
-                        restarts.append((time.monotonic() - zero + delay_ms / 1000, subtask))
+                        restarts.append((time.monotonic() - zero + delay_ms / 1000, killed))
                         restarts.sort()
                 continue
             time.sleep(0.05)

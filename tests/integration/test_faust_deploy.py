@@ -51,6 +51,7 @@ def test_a_faust_worker_configured_by_environment_serves_a_source(
         worker = group.start("faust-worker", FAUST_WORKER, module="faust", env=env)
         wait_until(lambda: serving_epochs(worker, unique_source), 90, "the Faust worker to serve the source")
         answer = wait_until(lambda: health(port), 30, "/health to answer")
+        assert answer is not None
         assert unique_source in answer["active_sources"], answer
 
         outputs = [tmp_path / f"reader-{k}.jsonl" for k in range(2)]

@@ -105,7 +105,11 @@ def test_two_workers_share_three_sources(kafka_bootstrap: str, unique_source: st
         # Every source is served by exactly one worker once the group has settled.
         settled_spread(ports, names)
         for name in names.values():
-            wait_until(lambda n=name: any(serving_epochs(w, n) for w in workers), 30, f"a worker to serve {name}")
+            wait_until(
+                lambda n=name: any(serving_epochs(w, n) for w in workers),  # type: ignore[misc]
+                30,
+                f"a worker to serve {name}",
+            )
 
         outputs: dict[str, list[Path]] = {}
         readers = []

@@ -296,6 +296,7 @@ def test_the_standby_takes_over_when_the_active_coordinator_is_killed(
             30,
             "/sources/S on the successor",
         )
+        assert snapshot2 is not None
         assert snapshot2["epoch"] == 2
         assert [s["attempt"] for s in snapshot2["subtasks"]] == [1] * READERS
         assert wait_until(lambda: http_get(standby_port, "/health")[0] == 200, 10, "/health on the successor")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from sluicegate_connectors.sequence import SequenceSource
@@ -46,6 +46,15 @@ from sluicegate.protocol.messages import (
     SplitsReleased,
     WatermarkAnnouncement,
 )
+
+B = TypeVar("B", bound=Body)
+
+
+def body(env: Envelope, type_: type[B]) -> B:
+    """``env``'s body, checked to be a ``type_``."""
+    assert isinstance(env.body, type_), env
+    return env.body
+
 
 SOURCE = "orders"
 START_MS = 1_000_000

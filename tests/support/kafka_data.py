@@ -349,7 +349,7 @@ def start_reader(
 
 def hash_owner(topic: str, partition: int, parallelism: int) -> int:
     """The subtask the sticky assigner gives ``topic-partition`` (Flink's Kafka rule)."""
-    return partition_owner_key(_TopicPartition(topic, partition)) % parallelism
+    return int(partition_owner_key(_TopicPartition(topic, partition))) % parallelism
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ def docker_available(timeout_s: float = 2.0) -> bool:
     try:
         import docker  # type: ignore[import-untyped, unused-ignore]
 
-        client = docker.from_env(timeout=int(max(1, timeout_s)))
+        client = docker.from_env(timeout=int(max(1, timeout_s)))  # type: ignore[attr-defined, unused-ignore]
         try:
             return bool(client.ping())
         finally:

@@ -276,7 +276,7 @@ def test_unknown_body_fields_are_ignored() -> None:
 
 INT64 = st.integers(min_value=-(2**53), max_value=2**53)
 NAT = st.integers(min_value=0, max_value=2**53)
-TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)
 ID = TEXT.filter(bool)
 JSON = st.recursive(
     st.none() | st.booleans() | INT64 | st.floats(allow_nan=False, allow_infinity=False) | TEXT,

@@ -737,7 +737,7 @@ def test_a_successor_needs_a_higher_epoch() -> None:
 
 def _announcements(msgs: list[Envelope]) -> list[tuple[int, int | None, int | None]]:
     return [
-        (m.subtask, m.body.low_watermark, m.body.max_allowed_watermark)  # type: ignore[attr-defined]
+        (m.subtask, m.body.low_watermark, m.body.max_allowed_watermark)
         for m in msgs
         if isinstance(m.body, WatermarkAnnouncement)
     ]

@@ -448,7 +448,8 @@ class SequenceMachine(ProtocolMachine):
 
     @staticmethod
     def make_source(seed: int) -> Source[Any]:
-        return sequence_source(splits=SPLITS)
+        source: Source[Any] = sequence_source(splits=SPLITS)
+        return source
 
 
 class RandomEnumeratorMachine(ProtocolMachine):

@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from core_harness import CoreHarness
+from core_harness import CoreHarness, body
 from sluicegate_connectors.kafka import KafkaOptions, KafkaSource
 from sluicegate_connectors.kafka.cluster import DataCluster, DataClusterError, TopicPartitionKey
 from sluicegate_connectors.kafka.enumerator import RETRY_MS
@@ -21,7 +21,7 @@ from sluicegate.protocol.messages import AddSplits, CoordinatorSourceEvent, NoMo
 BOOTSTRAP = "127.0.0.1:1"
 
 
-class MemoryCluster(DataCluster):
+class MemoryCluster(DataCluster):  # type: ignore[misc]  # DataCluster is Any to mypy here
     """Partitions with [earliest, latest) offsets and record timestamps, in memory."""
 
     def __init__(self, options: KafkaOptions) -> None:
@@ -95,7 +95,7 @@ def fire(h: CoreHarness, call: AsyncCall) -> None:
 
 def assigned(h: CoreHarness) -> dict[str, tuple[int, int]]:
     """split id -> (subtask, position) of every AddSplits."""
-    return {s["split_id"]: (e.subtask, s["position"]) for e in h.of_type(AddSplits) for s in e.body.splits}
+    return {s["split_id"]: (e.subtask, s["position"]) for e in h.of_type(AddSplits) for s in body(e, AddSplits).splits}
 
 
 # -- options ----------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_bounded_partitions_stop_at_the_offsets_seen_at_start_then_no_more_split
     h.register(0)
     h.register(1)
     fire(h, discovery_call(h))
-    splits = {s["split_id"]: s for e in h.of_type(AddSplits) for s in e.body.splits}
+    splits = {s["split_id"]: s for e in h.of_type(AddSplits) for s in body(e, AddSplits).splits}
     assert sorted(splits) == ["orders-0", "orders-1"], "an empty bounded partition is never assigned"
     assert {s["stop"] for s in splits.values()} == {20}
     assert isinstance(h, KafkaHarness) and h.discoveries == [], "bounded: no periodic discovery"
@@ -265,7 +265,7 @@ def test_a_partition_missing_from_two_discoveries_is_dropped_and_its_readers_tol
     fire(h, discovery_call(h))
     assert not h.of_type(CoordinatorSourceEvent), "one missing discovery may be a metadata hiccup"
     fire(h, discovery_call(h))
-    events = [e.body.payload for e in h.of_type(CoordinatorSourceEvent)]
+    events = [body(e, CoordinatorSourceEvent).payload for e in h.of_type(CoordinatorSourceEvent)]
     assert events == [{"type": "partitions_removed", "split_ids": ["orders-b-0"]}]
 
 
@@ -281,7 +281,7 @@ def test_a_successor_coordinator_does_not_rediscover_known_partitions() -> None:
     h.discoveries.clear()  # the old coordinator's call dies with it
     h.restart_coordinator()
     fire(h, discovery_call(h))
-    counts = Counter(s["split_id"] for e in h.of_type(AddSplits) for s in e.body.splits)
+    counts = Counter(s["split_id"] for e in h.of_type(AddSplits) for s in body(e, AddSplits).splits)
     assert counts == Counter({f"orders-{p}": 1 for p in range(4)}), "nothing assigned twice, the finished one not again"
 
 

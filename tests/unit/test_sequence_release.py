@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from core_harness import CoreHarness, sequence_source
+from core_harness import CoreHarness, body, sequence_source
 from sluicegate_connectors.sequence import SequenceEnumerator, SequenceOptions, SequenceSource, SequenceSplit
 
 from sluicegate.api import ConfigError
@@ -78,7 +78,7 @@ def read_all(h: CoreHarness, subtasks: tuple[int, ...]) -> None:
 
 
 def assigned_ids(h: CoreHarness) -> list[str]:
-    return [s["split_id"] for e in h.of_type(AddSplits) for s in e.body.splits]
+    return [s["split_id"] for e in h.of_type(AddSplits) for s in body(e, AddSplits).splits]
 
 
 # -- options ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from core_harness import body
 from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.protocol.codec import decode, encode, encode_key
@@ -111,8 +112,8 @@ def test_assigned_splits_are_planned_read_and_acknowledged(running: tuple[SparkR
     }
     assert driver.acknowledge(second)
     acks = [e for e in coordinator.inbox(CheckpointAck) if e.subtask == 0]
-    assert [a.body.checkpoint_id for a in acks] == [first.checkpoint_id, second.checkpoint_id]  # type: ignore[union-attr]
-    assert acks[-1].body.splits == []  # type: ignore[union-attr]
+    assert [body(a, CheckpointAck).checkpoint_id for a in acks] == [first.checkpoint_id, second.checkpoint_id]
+    assert body(acks[-1], CheckpointAck).splits == []
     assert driver.status().splits_finished == 3
 
 
@@ -122,5 +123,6 @@ def test_a_failed_attempt_registers_again_with_its_checkpoint(running: tuple[Spa
     eventually(driver.all_active)
     coordinator.send(1, SplitsReleased(reason="session-timeout", failed_attempt=1, split_ids=[]), attempt=1)
     again = eventually(lambda: [e for e in coordinator.inbox(ReaderRegistration) if e.subtask == 1][1:])
-    assert again[0].body.incarnation != coordinator.inbox(ReaderRegistration)[0].body.incarnation  # type: ignore[union-attr]
+    first = body(coordinator.inbox(ReaderRegistration)[0], ReaderRegistration)
+    assert body(again[0], ReaderRegistration).incarnation != first.incarnation
     assert driver.status().fenced == 1

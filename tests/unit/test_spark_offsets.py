@@ -315,11 +315,11 @@ def test_an_event_time_bound_reads_the_lagging_split_first_and_holds_the_others(
     lag = {"seq-00000": -hour_ms, "seq-00001": 0}
 
     def time_at(split: OwnedSplit, position: int) -> int | None:
-        base = int(split.split["start"])  # type: ignore[call-overload]
+        base = int(split.split["start"])
         return lag[split.split_id] + (position - base) * 1000
 
     def after(split: OwnedSplit, event_time_ms: int) -> int | None:
-        base = int(split.split["start"])  # type: ignore[call-overload]
+        base = int(split.split["start"])
         first = base + (event_time_ms - lag[split.split_id]) // 1000 + 1
         assert split.end is not None
         return max(base, first) if first < split.end else None
@@ -332,7 +332,7 @@ def test_an_event_time_bound_reads_the_lagging_split_first_and_holds_the_others(
         nxt = plan_next(offset, views, None, all_available, event_time_bound=bound)
         if nxt is offset:
             break
-        reads.append({r.split["split_id"]: (r.start, r.end) for r in ranges_between(offset, nxt)[0]})  # type: ignore[misc]
+        reads.append({r.split["split_id"]: (r.start, r.end) for r in ranges_between(offset, nxt)[0]})
         offset = nxt
     first = reads[0]
     assert first == {"seq-00000": (0, 61)}, "only the lagging split, up to 60 s past its next record"
@@ -364,11 +364,11 @@ def test_a_split_that_starts_under_a_new_identity_bounds_the_batch_in_which_it_a
     lag = {"seq-00000": 0, "seq-00001": -hour_ms}
 
     def time_at(split: OwnedSplit, position: int) -> int | None:
-        base = int(split.split["start"])  # type: ignore[call-overload]
+        base = int(split.split["start"])
         return lag[split.split_id] + (position - base) * 1000
 
     def after(split: OwnedSplit, event_time_ms: int) -> int | None:
-        base = int(split.split["start"])  # type: ignore[call-overload]
+        base = int(split.split["start"])
         first = base + (event_time_ms - lag[split.split_id]) // 1000 + 1
         assert split.end is not None
         return max(base, first) if first < split.end else None
