@@ -223,6 +223,18 @@ async def _grow(admin: Any, specs: Sequence[TopicSpec], timeout_s: float) -> lis
     return [s.name for s in specs]
 
 
+async def _described_grown(admin: Any, specs: Sequence[TopicSpec], timeout_s: float) -> dict[str, TopicInfo]:
+    """The grown topics once the metadata shows their new partitions (CreatePartitions
+    returns before every broker's metadata has them), or as they are at ``timeout_s``."""
+    names = [s.name for s in specs]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        infos = await _describe(admin, names, timeout_s)
+        if all(infos[s.name].partitions >= s.partitions for s in specs) or time.monotonic() >= deadline:
+            return infos
+        await asyncio.sleep(0.2)
+
+
 async def apply_topics(
     bootstrap: str,
     specs: list[TopicSpec],
@@ -265,9 +277,9 @@ async def apply_topics(
             if failures:
                 raise TopicApplyError("Kafka refused to create topics: " + "; ".join(failures))
         infos = await _describe(admin, names, timeout_s)
-        grown = await _grow(admin, [s for s in specs if s.grow and infos[s.name].partitions < s.partitions], timeout_s)
-        if grown:
-            infos.update(await _describe(admin, grown, timeout_s))
+        growing = [s for s in specs if s.grow and infos[s.name].partitions < s.partitions]
+        if await _grow(admin, growing, timeout_s):
+            infos.update(await _described_grown(admin, growing, timeout_s))
 
     results: list[TopicResult] = []
     problems: list[str] = []

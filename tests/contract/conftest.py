@@ -1,1 +1,0 @@
-"""The control-channel contract: one suite, run on the in-memory broker and on Kafka."""
