@@ -43,6 +43,11 @@ _RESERVED_CLIENT_SETTINGS = {
     "enable.partition.eof": "(the reader needs end-of-partition events)",
 }
 
+CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 1}
+"""With librdkafka's default (1000 ms) a partition whose local queue is full is not
+fetched again for a second, and a consumer that drains the queue faster than that
+idles: benchmarks/kafka_clients.py measured 151k records/s with it, 900k with 1 ms."""
+
 KNOWN = {
     "topics",
     "topic_pattern",
@@ -155,7 +160,9 @@ class KafkaOptions:
         return config
 
     def consumer_config(self) -> dict[str, Any]:
-        return self.client_config(
+        """A consumer's settings: the connector's own, the user's ``kafka.*``, and under
+        them ``CONSUMER_DEFAULTS``."""
+        return CONSUMER_DEFAULTS | self.client_config(
             **{
                 "group.id": "sluicegate-unused",
                 "enable.auto.commit": False,
