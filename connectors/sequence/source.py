@@ -340,6 +340,7 @@ class SequenceReader(SourceReader[SequenceSplit]):
         self._paused: set[str] = set()
         self._tokens = 0.0
         self._last_refill = time.monotonic()
+        self._turn = 0
 
     def add_splits(self, splits: Sequence[SequenceSplit]) -> None:
         for split in splits:
@@ -354,7 +355,11 @@ class SequenceReader(SourceReader[SequenceSplit]):
             return result
         per_split = max(1, budget // len(readable)) if budget else 0
         opts = self._options
-        for split in readable:
+        # Start at the next split each call: with a rate, a call may have fewer records
+        # to give than there are splits, and a fixed order would starve the last ones.
+        turn = self._turn % len(readable)
+        self._turn += 1
+        for split in readable[turn:] + readable[:turn]:
             if budget <= 0:
                 break
             n = min(per_split, budget)

@@ -324,3 +324,15 @@ def test_enumerator_gives_every_split_once_over_readers() -> None:
     assert [len(o) for o in owned] == [50, 50, 50, 50]
     assert set().union(*owned) == {f"seq-{k:05d}" for k in range(200)}
     assert h.unassigned() == []
+
+
+def test_a_rate_limited_reader_advances_every_split_even_when_a_batch_is_smaller_than_the_split_count() -> None:
+    options = SequenceOptions(splits=8, records_per_split=None, rate=1_000)
+    reader = SequenceReader(options)
+    reader.add_splits(options.all_splits()[4:])
+    seen: set[str] = set()
+    for _ in range(8):
+        reader._tokens = 3.0  # a call that may give 3 records to 4 splits
+        reader._last_refill = time.monotonic()
+        seen.update(r.split_id for r in reader.next_batch(100).records)
+    assert seen == {s.split_id for s in options.all_splits()[4:]}, "no split starves"
