@@ -27,7 +27,6 @@ to its owner if that reader registers within the grace delay.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,6 +259,3 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
             first_done=bool(state.get("first_done", False)),
             removed={(str(t), int(p)) for t, p in state.get("removed", [])},
         )
-
-
-EnumeratorFactory = Callable[[SplitEnumeratorContext[KafkaPartitionSplit]], KafkaEnumerator]

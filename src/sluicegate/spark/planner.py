@@ -48,6 +48,7 @@ class NextOffsetPlanner:
         self._available_now_ms: int | None = None
 
     _last_prepare_warning = float("-inf")
+    """A planner lives for one latestOffset call; the warning's rate limit is the query's."""
 
     def next_offset(self, start: SourceOffset, max_rows: int | None, available_now_ms: int | None) -> SourceOffset:
         driver = self.driver
