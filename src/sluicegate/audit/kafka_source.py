@@ -12,9 +12,10 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from sluicegate.audit.replay import InboxRecord, ReadersRecord, topic_names
+from sluicegate.kafka.clients import control_consumer
 
 _BATCH = 100_000
 _FETCH_BYTES = 64 * 1024 * 1024
@@ -62,15 +63,11 @@ async def read_control_topics_full(
     no progress towards the captured end offsets is made for ``stall_timeout_s``.
     """
     inbox_topic, readers_topic = topic_names(source, ns)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
+    consumer = control_consumer(
+        bootstrap,
+        f"sluicegate-audit-{source}",
         max_partition_fetch_bytes=_FETCH_BYTES,
         fetch_max_bytes=_FETCH_BYTES,
-        client_id=f"sluicegate-audit-{source}",
     )
     try:
         await consumer.start()

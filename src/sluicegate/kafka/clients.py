@@ -7,11 +7,14 @@ is idempotent with ``acks=all``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 
-def control_consumer(bootstrap_servers: str, client_id: str) -> AIOKafkaConsumer:
-    """A read_committed consumer without a group: the caller assigns and seeks."""
+def control_consumer(bootstrap_servers: str, client_id: str, **settings: Any) -> AIOKafkaConsumer:
+    """A read_committed consumer without a group: the caller assigns and seeks.
+    ``settings`` add aiokafka settings (e.g. larger fetches for big state records)."""
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers,
         client_id=client_id,
@@ -19,6 +22,7 @@ def control_consumer(bootstrap_servers: str, client_id: str) -> AIOKafkaConsumer
         enable_auto_commit=False,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
+        **settings,
     )
 
 

@@ -10,14 +10,14 @@ import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from sluicegate.kafka.clients import control_consumer
+
 
 async def read_all(bootstrap: str, topic: str, max_record_bytes: int) -> list[tuple[bytes | None, bytes | None]]:
     """Every committed (key, value) of every partition of ``topic``, in offset order per partition."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
+    consumer = control_consumer(
+        bootstrap,
+        f"sluicegate-read-{topic}",
         max_partition_fetch_bytes=max_record_bytes,
         fetch_max_bytes=max_record_bytes,
     )
