@@ -66,7 +66,9 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
         self._options = options
         self._cluster = cluster
         self._codec = KafkaSplitCodec()
-        self._distributor = SplitDistributor(context, options.assigner())
+        self._distributor = SplitDistributor(
+            context, options.assigner(), all_discovered=lambda: self._bounded and self._first_done
+        )
         self._distributor.add_splits(pending or [])
         self._known: frozenset[TopicPartitionKey] = frozenset(known or ())
         """Every partition ever discovered. Replaced (never mutated) on the loop: the
@@ -221,14 +223,6 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
         self._distribute(requester=subtask)
 
     def _distribute(self, requester: int | None = None) -> None:
-        readers = self._context.registered_readers()
-        if not readers:
-            return
-        if not self._distributor.assigner.pending:
-            if self._bounded and self._first_done and self._context.outstanding_split_count() == 0:
-                for subtask in readers:
-                    self._context.signal_no_more_splits(subtask)
-            return
         self._distributor.distribute(requester)
 
     # -- checkpoint -------------------------------------------------------------------

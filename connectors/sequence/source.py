@@ -44,6 +44,7 @@ from sluicegate.api import (
     WireSplit,
 )
 from sluicegate.api.assigners import ASSIGNER_OPTION, GRACE_OPTION, FairShareAssigner, assigner_from_options
+from sluicegate.api.options import int_option
 
 UNBOUNDED_STRIDE = 2**40
 """Unbounded split k starts at k * UNBOUNDED_STRIDE, so values never collide."""
@@ -106,9 +107,9 @@ class SequenceOptions:
         for key in options:
             if key not in known:
                 raise ConfigError(key, f"unknown option of the sequence connector (known: {', '.join(sorted(known))})")
-        splits = _int(options, "splits", cls.splits, minimum=1)
+        splits = int_option(options, "splits", cls.splits, minimum=1)
         raw = options.get("records_per_split", "1000").strip().lower()
-        records: int | None = None if raw == "unbounded" else _int(options, "records_per_split", 1000, minimum=1)
+        records: int | None = None if raw == "unbounded" else int_option(options, "records_per_split", 1000, minimum=1)
         try:
             rate = float(options.get("rate", "0"))
         except ValueError:
@@ -119,11 +120,11 @@ class SequenceOptions:
             splits=splits,
             records_per_split=records,
             rate=rate,
-            start_time_ms=_int(options, "start_time_ms", cls.start_time_ms, minimum=0),
-            event_interval_ms=_int(options, "event_interval_ms", cls.event_interval_ms, minimum=0),
-            release_interval_ms=_int(options, "release_interval_ms", cls.release_interval_ms, minimum=0),
-            splits_per_release=_int(options, "splits_per_release", cls.splits_per_release, minimum=1),
-            split_time_offset_ms=_int(options, "split_time_offset_ms", cls.split_time_offset_ms, minimum=0),
+            start_time_ms=int_option(options, "start_time_ms", cls.start_time_ms, minimum=0),
+            event_interval_ms=int_option(options, "event_interval_ms", cls.event_interval_ms, minimum=0),
+            release_interval_ms=int_option(options, "release_interval_ms", cls.release_interval_ms, minimum=0),
+            splits_per_release=int_option(options, "splits_per_release", cls.splits_per_release, minimum=1),
+            split_time_offset_ms=int_option(options, "split_time_offset_ms", cls.split_time_offset_ms, minimum=0),
             assigner=assigner_from_options(options, FairShareAssigner.name),
         )
 
@@ -152,18 +153,6 @@ class SequenceOptions:
                 start, end = k * self.records_per_split, (k + 1) * self.records_per_split
             out.append(SequenceSplit(f"seq-{k:0{width}d}", start, end, start))
         return out
-
-
-def _int(options: Mapping[str, str], key: str, default: int, minimum: int) -> int:
-    if key not in options:
-        return default
-    try:
-        value = int(options[key])
-    except ValueError:
-        raise ConfigError(key, f"must be an integer, got {options[key]!r}") from None
-    if value < minimum:
-        raise ConfigError(key, f"must be >= {minimum}, got {value}")
-    return value
 
 
 class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery, SupportsPositionRanges[SequenceSplit]):
@@ -278,7 +267,9 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         self._released = self._options.released_at_start if released is None else released
         """Splits 0 .. released-1 are known (unassigned, assigned or finished)."""
         self._codec = SequenceSplitCodec()
-        self._distributor = SplitDistributor(context, self._options.assigner())
+        self._distributor = SplitDistributor(
+            context, self._options.assigner(), all_discovered=lambda: self._bounded and self.all_released
+        )
         self._distributor.add_splits(unassigned)
 
     @property
@@ -322,14 +313,6 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         return state
 
     def _distribute(self, requester: int | None = None) -> None:
-        readers = self._context.registered_readers()
-        if not readers:
-            return
-        if not self._distributor.assigner.pending:
-            if self._bounded and self.all_released and self._context.outstanding_split_count() == 0:
-                for subtask in readers:
-                    self._context.signal_no_more_splits(subtask)
-            return
         self._distributor.distribute(requester)
 
 

@@ -244,25 +244,43 @@ class SplitDistributor(Generic[SplitT]):
     and arms a one-shot ``call_async`` timer when a split waits for a grace delay, so
     the delay ends even when no other event comes. The enumerator calls ``distribute``
     on add_reader, add_splits_back and RequestSplit (no timer is armed while no reader
-    is live: the next registration is the event that ends the wait)."""
+    is live: the next registration is the event that ends the wait).
+
+    It also ends a bounded source: once ``all_discovered()`` and no split is pending or
+    owned by anyone, every live reader is told NoMoreSplits."""
 
     def __init__(
         self,
         context: SplitEnumeratorContext[SplitT],
         assigner: SplitAssigner[SplitT],
         clock: Callable[[], int] | None = None,
+        all_discovered: Callable[[], bool] = lambda: False,
     ) -> None:
         self.context = context
         self.assigner = assigner
         self._clock = clock or context.current_time_ms
         """The coordinator's step time by default, so a replayed step decides the same."""
+        self._all_discovered = all_discovered
+        """Whether the enumerator will never find another split (bounded and fully discovered)."""
         self._timer_due_ms: int | None = None
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
         self.assigner.add_splits(splits)
 
     def distribute(self, requester: int | None = None) -> int:
-        """Assign what can be assigned now; returns how many splits went out."""
+        """Assign what can be assigned now, or signal the bounded end; returns how many
+        splits went out."""
+        readers = self.context.registered_readers()
+        if not readers:
+            return 0
+        if not self.assigner.pending:
+            if self._all_discovered() and self.context.outstanding_split_count() == 0:
+                for subtask in readers:
+                    self.context.signal_no_more_splits(subtask)
+            return 0
+        return self._assign_now(requester)
+
+    def _assign_now(self, requester: int | None = None) -> int:
         readers = self.context.registered_readers()
         round_ = AssignmentRound(
             parallelism=self.context.current_parallelism(),
@@ -290,7 +308,7 @@ class SplitDistributor(Generic[SplitT]):
 
     def _on_timer(self, _result: None, _error: BaseException | None) -> None:
         self._timer_due_ms = None
-        self.distribute()
+        self._assign_now()
 
 
 def _nothing() -> None:
