@@ -22,6 +22,7 @@ from sluicegate.api.assigners import (
     assigner_from_options,
 )
 from sluicegate.api.errors import ConfigError
+from sluicegate.api.options import int_option
 
 from .client_log import client_logging
 
@@ -138,9 +139,9 @@ class KafkaOptions:
             topic_pattern=pattern,
             starting=_starting(options.get("starting_offsets", "earliest")),
             stopping=_stopping(options.get("stopping_offsets", "none")),
-            partition_discovery_interval_ms=_int(options, "partition_discovery_interval_ms", 30_000, 0),
+            partition_discovery_interval_ms=int_option(options, "partition_discovery_interval_ms", 30_000, 0),
             fail_on_data_loss=_bool(options, "fail_on_data_loss", True),
-            poll_timeout_ms=_int(options, "poll_timeout_ms", 120_000, 100),
+            poll_timeout_ms=int_option(options, "poll_timeout_ms", 120_000, 100),
             client_settings=tuple(sorted(client.items())),
             assigner=assigner_from_options(options, StickyHashAssigner.name, owner_key=partition_owner_key),
         )
@@ -189,19 +190,6 @@ def _check_client_settings(settings: Mapping[str, str]) -> None:
         named = re.search(r'property:? "([^"]+)"', message)
         setting = CLIENT_PREFIX + named.group(1) if named else CLIENT_PREFIX + "*"
         raise ConfigError(setting, message) from None
-
-
-def _int(options: Mapping[str, str], key: str, default: int, minimum: int) -> int:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(key, f"must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(key, f"must be >= {minimum}, got {value}")
-    return value
 
 
 def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.api.options import int_option
 from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
@@ -70,20 +71,20 @@ class SparkSourceConfig:
         bootstrap = opts.get("kafka.bootstrap.servers") or os.environ.get(BOOTSTRAP_ENV, "")
         return cls(
             source=source,
-            parallelism=_int_option(opts, "parallelism", None, 1),
+            parallelism=int_option(opts, "parallelism", None, 1),
             connector=opts.get("connector", "sequence").strip() or "sequence",
             connector_options=tuple(sorted(connector_options.items())),
             bootstrap_servers=bootstrap.strip(),
             namespace=validate_namespace(opts.get("namespace", "sluicegate")),
             max_records_per_trigger=(
-                _int_option(opts, "maxrecordspertrigger", None, 1) if "maxrecordspertrigger" in opts else None
+                int_option(opts, "maxrecordspertrigger", None, 1) if "maxrecordspertrigger" in opts else None
             ),
-            heartbeat_interval_ms=_int_option(opts, "heartbeatintervalms", HEARTBEAT_INTERVAL_MS, 10),
-            session_timeout_ms=_int_option(opts, "sessiontimeoutms", SESSION_TIMEOUT_MS, 100),
-            topic_wait_timeout_s=float(_int_option(opts, "topicwaittimeouts", int(TOPIC_WAIT_TIMEOUT_S), 0)),
-            arrow_batch_rows=_int_option(opts, "arrowbatchrows", 65_536, 1),
+            heartbeat_interval_ms=int_option(opts, "heartbeatintervalms", HEARTBEAT_INTERVAL_MS, 10),
+            session_timeout_ms=int_option(opts, "sessiontimeoutms", SESSION_TIMEOUT_MS, 100),
+            topic_wait_timeout_s=float(int_option(opts, "topicwaittimeouts", int(TOPIC_WAIT_TIMEOUT_S), 0)),
+            arrow_batch_rows=int_option(opts, "arrowbatchrows", 65_536, 1),
             alignment_max_drift_ms=(
-                _int_option(opts, "alignmentmaxdriftms", None, 0) if "alignmentmaxdriftms" in opts else None
+                int_option(opts, "alignmentmaxdriftms", None, 0) if "alignmentmaxdriftms" in opts else None
             ),
         )
 
@@ -101,18 +102,3 @@ class SparkSourceConfig:
             session_timeout_ms=self.session_timeout_ms,
             topic_wait_timeout_s=self.topic_wait_timeout_s,
         )
-
-
-def _int_option(opts: Mapping[str, str], key: str, default: int | None, minimum: int) -> int:
-    raw = opts.get(key)
-    if raw is None:
-        if default is None:
-            raise ConfigError(key, "is required")
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(key, f"must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(key, f"must be >= {minimum}, got {value}")
-    return value
