@@ -248,7 +248,6 @@ class ReaderHost:
                 await self._txn.stop()
             except Exception as exc:  # stopping a fenced producer may raise
                 log.debug("stopping a Kafka client: %s", exc)
-        if self._txn is not None:
             _retrieve_fatal_errors(self._txn)
 
     # -- restore ------------------------------------------------------------------
