@@ -79,7 +79,7 @@ class Disposition(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class OwnedSplit:
+class AssignedSplit:
     """A split this attempt owns: as it was given (its position is the given one) and by which seq."""
 
     wire: WireSplit
@@ -210,7 +210,7 @@ class ReaderProtocol:
         self.attempt: int | None = None
         self.applied_seq = 0
         self.no_more_splits = False
-        self.owned: dict[str, OwnedSplit] = {}
+        self.owned: dict[str, AssignedSplit] = {}
         """Splits this attempt holds and has not finished (insertion-ordered)."""
         self.finished_pending: list[str] = []
         """Finished since the last committed checkpoint (go out with the next one)."""
@@ -394,7 +394,7 @@ class ReaderProtocol:
 
     def _own(self, wire: Iterable[WireSplit], seq: int) -> None:
         for split in wire:
-            self.owned[split["split_id"]] = OwnedSplit(dict(split), seq)
+            self.owned[split["split_id"]] = AssignedSplit(dict(split), seq)
 
     # -- fencing ---------------------------------------------------------------
 

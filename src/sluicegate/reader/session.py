@@ -30,11 +30,11 @@ from sluicegate.protocol.messages import (
 )
 from sluicegate.reader.protocol import (
     AlignmentBound,
+    AssignedSplit,
     CheckpointPlan,
     Disposition,
     Fenced,
     NoMoreSplitsApplied,
-    OwnedSplit,
     Phase,
     ReaderProtocol,
     Registered,
@@ -128,7 +128,7 @@ class ReaderSession(Generic[SplitT]):
         return self.protocol.no_more_splits
 
     @property
-    def owned(self) -> dict[str, OwnedSplit]:
+    def owned(self) -> dict[str, AssignedSplit]:
         return self.protocol.owned
 
     @property
