@@ -20,12 +20,16 @@ from sluicegate.protocol import (
     Direction,
     Envelope,
     Heartbeat,
+    MaxParallelismRaised,
     NoMoreSplits,
     ReaderLeaving,
     ReaderRegistered,
     ReaderRegistration,
     ReaderSourceEvent,
+    RegistrationRefused,
+    ReleaseRequest,
     RequestSplit,
+    SlotRequest,
     SplitsFinished,
     SplitsReleased,
     WatermarkAnnouncement,
@@ -40,15 +44,26 @@ SPLIT = {"split_id": "seq-00001", "start": 10, "end": 20, "position": 13}
 EXAMPLES: list[Body] = [
     ReaderRegistration(incarnation="3f2a", location="host-1", reported_splits=[SPLIT], restored_checkpoint_id=7),
     ReaderRegistration(incarnation="3f2b", location="", reported_splits=[], restored_checkpoint_id=None),
+    ReaderRegistration(
+        incarnation="3f2c", location="driver", reported_splits=[], restored_checkpoint_id=None, exclusive=True
+    ),
+    SlotRequest(incarnation="3f2d", location="host-2", name="reader-a"),
+    SlotRequest(incarnation="3f2e", location="host-2"),
+    MaxParallelismRaised(max_parallelism=16),
     RequestSplit(hostname="host-1"),
     RequestSplit(hostname=None),
     ReaderSourceEvent(payload={"kind": "lag", "values": [1, 2.5, None, True, "x"]}),
     Heartbeat(watermark=1_763_800_000_123, idle=False),
     Heartbeat(watermark=None, idle=True),
     CheckpointAck(checkpoint_id=12, applied_seq=4, splits=[SPLIT]),
+    CheckpointAck(checkpoint_id=13, applied_seq=5, splits=[], returned=[SPLIT]),
     SplitsFinished(split_ids=["seq-00001", "seq-00002"]),
     ReaderLeaving(splits=[SPLIT]),
     ReaderRegistered(incarnation="3f2a", attempt=3),
+    ReaderRegistered(incarnation="3f2d", attempt=1, name="reader-a"),
+    RegistrationRefused(incarnation="3f2c", reason="held", holder_incarnation="3f2a", holder_location="host-1"),
+    RegistrationRefused(incarnation="3f2e", reason="no free slot"),
+    ReleaseRequest(seq=4, split_ids=["a"]),
     AddSplits(seq=1, splits=[SPLIT, {"split_id": "other"}]),
     NoMoreSplits(seq=9),
     CoordinatorSourceEvent(payload=["any", {"json": 1}]),
@@ -56,6 +71,10 @@ EXAMPLES: list[Body] = [
     WatermarkAnnouncement(low_watermark=None, max_allowed_watermark=None),
     SplitsReleased(reason="fenced", failed_attempt=2, split_ids=["a", "b"]),
     SplitsReleased(reason="departed", failed_attempt=None, split_ids=[]),
+    SplitsReleased(
+        reason="fenced", failed_attempt=3, split_ids=[], successor_incarnation="9c", successor_location="host-2"
+    ),
+    SplitsReleased(reason="returned", failed_attempt=None, split_ids=["a"]),
 ]
 
 
@@ -96,14 +115,14 @@ def test_round_trip_of_every_message_type(body: Body) -> None:
     decoded = decode(encode(env), body.DIRECTION)
     assert decoded == env
     assert type(decoded.body) is type(body)
-    assert decoded.v == PROTOCOL_VERSION == 2
+    assert decoded.v == PROTOCOL_VERSION == 3
 
 
 def test_encoded_record_is_the_documented_envelope() -> None:
     env = _env(AddSplits(seq=1, splits=[SPLIT]), inbox_offset=7, cseq=8)
     data = orjson.loads(encode(env))
     assert data == {
-        "v": 2,
+        "v": 3,
         "type": "AddSplits",
         "source": "orders",
         "subtask": 3,
@@ -141,7 +160,7 @@ def test_a_json_value_that_is_not_an_object_is_malformed(data: Any) -> None:
     assert "object" in error.detail
 
 
-@pytest.mark.parametrize("v", [3, 0, -1, "2", 2.0, True, None])
+@pytest.mark.parametrize("v", [4, 0, -1, "2", 2.0, True, None])
 def test_unknown_version(v: Any) -> None:
     error = _decode_error(_raw(Heartbeat(watermark=1, idle=False), v=v))
     assert error.kind is DecodeErrorKind.UNKNOWN_VERSION
@@ -229,7 +248,7 @@ def test_a_body_failing_its_schema(direction: Direction, data: dict[str, Any]) -
     "overrides",
     [
         {"source": "Orders"},
-        {"subtask": -1},
+        {"subtask": -2},
         {"subtask": "3"},
         {"epoch": -1},
         {"ts": "now"},

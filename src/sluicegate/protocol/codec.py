@@ -132,6 +132,7 @@ def _split_id_problem(split_id: Any) -> str | None:
 LIST_ITEM_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "splits": _split_problem,
     "reported_splits": _split_problem,
+    "returned": _split_problem,
     "split_ids": _split_id_problem,
     "dropped_split_ids": _split_id_problem,
 }

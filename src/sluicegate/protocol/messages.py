@@ -8,9 +8,16 @@ from typing import Any, ClassVar
 
 from sluicegate.api.split import WireSplit
 
-PROTOCOL_VERSION = 2
-"""Version this code sends. v2 added SplitsReleased and the envelope's inbox_offset."""
-ACCEPTED_VERSIONS = frozenset({1, 2})
+PROTOCOL_VERSION = 3
+"""Version this code sends. v2 added SplitsReleased and the envelope's inbox_offset; v3 added
+slots handed out (SlotRequest, RegistrationRefused, ReaderRegistration.exclusive), the
+successor named in a fence, cooperative rebalancing (ReleaseRequest, CheckpointAck.returned)
+and growing a source (MaxParallelismRaised)."""
+ACCEPTED_VERSIONS = frozenset({1, 2, 3})
+
+SOURCE_WIDE = -1
+"""The envelope ``subtask`` of a record about the source as a whole (v3): a SlotRequest from
+a reader that has no subtask yet, a MaxParallelismRaised from an operator's tool."""
 
 
 class Direction(enum.Enum):
@@ -38,6 +45,34 @@ class ReaderRegistration(Body):
     location: str
     reported_splits: list[WireSplit]
     restored_checkpoint_id: int | None
+    exclusive: bool = False
+    """v3: if another incarnation's attempt of the subtask is live, refuse this registration
+    (RegistrationRefused) instead of fencing that attempt. A Spark query registers so, so that
+    a second query on the same source fails instead of disturbing the first."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRequest(Body):
+    """v3, envelope subtask SOURCE_WIDE: a reader with no subtask asks for a free slot. The
+    answer is ReaderRegistered (on the granted subtask's partition) or RegistrationRefused.
+    ``name`` is a stable member name (like Kafka's group.instance.id): a slot last held by
+    that name is given back to it, even if an attempt of it is still live (a restart)."""
+
+    TYPE = "SlotRequest"
+    DIRECTION = Direction.TO_COORDINATOR
+    incarnation: str
+    location: str
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MaxParallelismRaised(Body):
+    """v3, envelope subtask SOURCE_WIDE: an operator grew the per-subtask topics
+    (``sluicegate topics scale``); the coordinator serves the new slots from here on."""
+
+    TYPE = "MaxParallelismRaised"
+    DIRECTION = Direction.TO_COORDINATOR
+    max_parallelism: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +104,9 @@ class CheckpointAck(Body):
     checkpoint_id: int
     applied_seq: int
     splits: list[WireSplit]
+    returned: list[WireSplit] = field(default_factory=list)
+    """v3: splits given back after a ReleaseRequest, at the positions of this checkpoint;
+    ``splits`` no longer holds them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +138,34 @@ class ReaderRegistered(Body):
     incarnation: str
     attempt: int
     dropped_split_ids: list[str] = field(default_factory=list)
+    name: str | None = None
+    """v3: the member name of a SlotRequest this answers (None for a registration)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationRefused(Body):
+    """v3: a SlotRequest (no free slot) or an exclusive ReaderRegistration (another
+    incarnation holds the subtask) was refused. Sent on the subtask's partition; for a
+    SlotRequest on partition 0. ``holder_*`` name the live attempt that holds the subtask."""
+
+    TYPE = "RegistrationRefused"
+    DIRECTION = Direction.TO_READER
+    incarnation: str
+    reason: str
+    holder_incarnation: str | None = None
+    holder_location: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRequest(Body):
+    """v3, in the subtask's ``seq`` order: give these splits back at the next checkpoint
+    (cooperative rebalancing). The reader stops reading them, and the CheckpointAck that
+    follows carries them in ``returned`` with their positions."""
+
+    TYPE = "ReleaseRequest"
+    DIRECTION = Direction.TO_READER
+    seq: int
+    split_ids: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +204,8 @@ class ReleaseReason(enum.StrEnum):
     DEPARTED = "departed"
     RECOVERY = "recovery"
     LEFT = "left"
+    RETURNED = "returned"
+    """v3: given back after a ReleaseRequest (cooperative rebalancing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +222,10 @@ class SplitsReleased(Body):
     reason: str
     failed_attempt: int | None
     split_ids: list[str]
+    successor_incarnation: str | None = None
+    """v3, reason ``fenced``: the incarnation whose registration fenced the attempt. A reader
+    that sees another incarnation here is a duplicate and stops for good."""
+    successor_location: str | None = None
 
 
 BODY_TYPES: dict[tuple[Direction, str], type[Body]] = {
@@ -166,7 +238,11 @@ BODY_TYPES: dict[tuple[Direction, str], type[Body]] = {
         CheckpointAck,
         SplitsFinished,
         ReaderLeaving,
+        SlotRequest,
+        MaxParallelismRaised,
         ReaderRegistered,
+        RegistrationRefused,
+        ReleaseRequest,
         AddSplits,
         NoMoreSplits,
         CoordinatorSourceEvent,
