@@ -10,7 +10,7 @@ from sluicegate.api.split import WireSplit
 
 PROTOCOL_VERSION = 3
 """Version this code sends. v2 added SplitsReleased and the envelope's inbox_offset; v3 added
-slots handed out (SlotRequest, RegistrationRefused, ReaderRegistration.exclusive), the
+slots handed out (SlotRequest, SlotGranted, RegistrationRefused, ReaderRegistration.exclusive), the
 successor named in a fence, cooperative rebalancing (ReleaseRequest, CheckpointAck.returned)
 and growing a source (MaxParallelismRaised)."""
 ACCEPTED_VERSIONS = frozenset({1, 2, 3})
@@ -54,7 +54,7 @@ class ReaderRegistration(Body):
 @dataclass(frozen=True, slots=True)
 class SlotRequest(Body):
     """v3, envelope subtask SOURCE_WIDE: a reader with no subtask asks for a free slot. The
-    answer is ReaderRegistered (on the granted subtask's partition) or RegistrationRefused.
+    answer is SlotGranted (on the granted subtask's partition) or RegistrationRefused.
     ``name`` is a stable member name (like Kafka's group.instance.id): a slot last held by
     that name is given back to it, even if an attempt of it is still live (a restart)."""
 
@@ -138,8 +138,18 @@ class ReaderRegistered(Body):
     incarnation: str
     attempt: int
     dropped_split_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotGranted(Body):
+    """v3, on the granted subtask's partition: the SlotRequest of ``incarnation`` got this
+    subtask. The slot is held for that reader for ``session_timeout_ms``; the reader then
+    restores the subtask's checkpoint and registers as any reader of the subtask does."""
+
+    TYPE = "SlotGranted"
+    DIRECTION = Direction.TO_READER
+    incarnation: str
     name: str | None = None
-    """v3: the member name of a SlotRequest this answers (None for a registration)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +251,7 @@ BODY_TYPES: dict[tuple[Direction, str], type[Body]] = {
         SlotRequest,
         MaxParallelismRaised,
         ReaderRegistered,
+        SlotGranted,
         RegistrationRefused,
         ReleaseRequest,
         AddSplits,
