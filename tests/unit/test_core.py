@@ -222,7 +222,15 @@ def test_reregistration_fences_the_old_attempt_first() -> None:
     msgs = h.last.messages
     assert kinds(msgs)[:2] == [(0, "SplitsReleased"), (0, "ReaderRegistered")]
     fenced = msgs[0]
-    assert fenced.body == SplitsReleased(reason="fenced", failed_attempt=1, split_ids=old_splits)
+    # the release names the registration that fenced the attempt (v3): a reader still
+    # running learns that another process took its subtask
+    assert fenced.body == SplitsReleased(
+        reason="fenced",
+        failed_attempt=1,
+        split_ids=old_splits,
+        successor_incarnation=new.incarnation,
+        successor_location="host-a",
+    )
     assert fenced.attempt == 1  # addressed to the failed attempt
     assert msgs[1].body == ReaderRegistered(incarnation=new.incarnation, attempt=2)
     assert old.failed and not old.splits
@@ -400,7 +408,13 @@ def test_reported_splits_stay_with_the_reader_without_reassignment_on_recovery()
     run(h, 0, ["assign", {"0": ["c"]}])
     new = h.register(0, restore=True)
     assert [m.body for m in h.last.messages] == [
-        SplitsReleased(reason="fenced", failed_attempt=1, split_ids=["c"]),
+        SplitsReleased(
+            reason="fenced",
+            failed_attempt=1,
+            split_ids=["c"],
+            successor_incarnation=new.incarnation,
+            successor_location="host-a",
+        ),
         ReaderRegistered(incarnation=new.incarnation, attempt=2),
     ]
     assert h.owned(0) == {"a", "b"}

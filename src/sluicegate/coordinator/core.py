@@ -13,6 +13,7 @@ numbers in comments below refer to its items.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 from collections import Counter
@@ -36,19 +37,24 @@ from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.tracker import SplitAssignmentTracker
 from sluicegate.coordinator.watermarks import WatermarkAggregator
 from sluicegate.protocol.messages import (
+    SOURCE_WIDE,
     AddSplits,
     Body,
     CheckpointAck,
     CoordinatorSourceEvent,
     Envelope,
     Heartbeat,
+    MaxParallelismRaised,
     NoMoreSplits,
     ReaderLeaving,
     ReaderRegistered,
     ReaderRegistration,
     ReaderSourceEvent,
+    RegistrationRefused,
     ReleaseReason,
     RequestSplit,
+    SlotGranted,
+    SlotRequest,
     SplitsFinished,
     SplitsReleased,
     WatermarkAnnouncement,
@@ -84,10 +90,18 @@ class SubtaskSlot:
     checkpoint_id: int | None = None
     no_more_splits: bool = False
     reported_splits: list[WireSplit] = field(default_factory=list)
+    name: str | None = None
+    """The member name of the last SlotRequest granted this slot (Kafka's group.instance.id)."""
+    reserved_for: str | None = None
+    """The incarnation of a SlotRequest granted this slot, until it registers or ``reserved_until_ms``."""
+    reserved_until_ms: int = 0
 
     @property
     def live(self) -> bool:
         return self.state is SlotState.LIVE
+
+    def reserved(self, now_ms: int) -> bool:
+        return self.reserved_for is not None and now_ms < self.reserved_until_ms
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,6 +114,9 @@ class SubtaskSlot:
             "checkpoint_id": self.checkpoint_id,
             "no_more_splits": self.no_more_splits,
             "reported_splits": self.reported_splits,
+            "name": self.name,
+            "reserved_for": self.reserved_for,
+            "reserved_until_ms": self.reserved_until_ms,
         }
 
     @classmethod
@@ -115,6 +132,9 @@ class SubtaskSlot:
             checkpoint_id=data["checkpoint_id"],
             no_more_splits=data["no_more_splits"],
             reported_splits=list(data["reported_splits"]),
+            name=data.get("name"),
+            reserved_for=data.get("reserved_for"),
+            reserved_until_ms=data.get("reserved_until_ms", 0),
         )
 
 
@@ -207,6 +227,8 @@ class CoordinatorCore(Generic[SplitT]):
         self.inbox_offset = offset
         if env.source != self.config.source:
             return self._reject(f"record is for source {env.source!r}, this coordinator serves {self.config.source!r}")
+        if env.subtask == SOURCE_WIDE:
+            return self._on_source_wide(env.body, now_ms)
         if not 0 <= env.subtask < self.config.max_parallelism:
             return self._reject(
                 f"subtask {env.subtask} is outside 0..{self.config.max_parallelism - 1} (max_parallelism)"
@@ -294,11 +316,15 @@ class CoordinatorCore(Generic[SplitT]):
         meta = parts["meta"]
         if meta["epoch"] >= self.epoch:
             raise ValueError(f"a successor needs an epoch above {meta['epoch']}, got {self.epoch}")
-        if meta["max_parallelism"] != self.config.max_parallelism:
-            raise ValueError(
-                f"the stored state has {meta['max_parallelism']} subtasks but max_parallelism is "
-                f"{self.config.max_parallelism}; a source's max_parallelism cannot change"
+        if meta["max_parallelism"] > self.config.max_parallelism:
+            # Raised while running (MaxParallelismRaised): the state, not the flag, is right.
+            log.info(
+                "source %s serves %d subtasks (raised by sluicegate topics scale), not %d as configured",
+                self.config.source,
+                meta["max_parallelism"],
+                self.config.max_parallelism,
             )
+            self.config = dataclasses.replace(self.config, max_parallelism=meta["max_parallelism"])
         self.slots = [SubtaskSlot(s) for s in range(self.config.max_parallelism)]
         self.tracker = SplitAssignmentTracker()
         for s in range(self.config.max_parallelism):
@@ -337,7 +363,7 @@ class CoordinatorCore(Generic[SplitT]):
         self.metrics.counter("rejected_messages")
         return Effects(rejection=reason)
 
-    def _send(self, subtask: int, attempt: int, body: Body) -> None:
+    def _send(self, subtask: int, attempt: int | None, body: Body) -> None:
         self.cseq += 1
         self._effects.messages.append(
             Envelope(
@@ -351,6 +377,86 @@ class CoordinatorCore(Generic[SplitT]):
                 inbox_offset=self.inbox_offset,
                 cseq=self.cseq,
             )
+        )
+
+    # -- records about the source as a whole ----------------------------------------
+
+    def _on_source_wide(self, body: Body, now_ms: int) -> Effects:
+        if isinstance(body, SlotRequest):
+            return self._step(now_ms, lambda: self._grant_slot(body, now_ms))
+        if isinstance(body, MaxParallelismRaised):
+            return self._step(now_ms, lambda: self._raise_max_parallelism(body.max_parallelism))
+        return self._reject(f"{body.TYPE} must name a subtask (only SlotRequest and MaxParallelismRaised may not)")
+
+    def _grant_slot(self, body: SlotRequest, now_ms: int) -> None:
+        """Hand out a slot as a consumer group hands out member ids. The slot is held for the
+        requester for a session timeout; the requester then registers on it like any reader."""
+        slot = self._reserved_for(body.incarnation, now_ms) or self._slot_for(body.name, now_ms)
+        if slot is None:
+            self.metrics.counter("slot_requests_refused")
+            reason = (
+                f"all {len(self.slots)} slots of source {self.config.source} are taken; "
+                "stop a reader or grow the source (sluicegate topics scale)"
+            )
+            log.warning("refused a slot to %s (%s): %s", body.location or "?", body.incarnation, reason)
+            self._send(0, None, RegistrationRefused(incarnation=body.incarnation, reason=reason))
+            return
+        slot.name = body.name
+        slot.reserved_for = body.incarnation
+        slot.reserved_until_ms = now_ms + self.config.session_timeout_ms
+        self._touch(slot.subtask)
+        self.metrics.counter("slots_granted")
+        log.info(
+            "granted subtask %d to %s%s", slot.subtask, body.location or "?", f" ({body.name})" if body.name else ""
+        )
+        self._send(slot.subtask, None, SlotGranted(incarnation=body.incarnation, name=body.name))
+
+    def _reserved_for(self, incarnation: str, now_ms: int) -> SubtaskSlot | None:
+        """The slot already granted to this request (a request sent again gets the same one)."""
+        return next((s for s in self.slots if s.reserved_for == incarnation and s.reserved(now_ms)), None)
+
+    def _slot_for(self, name: str | None, now_ms: int) -> SubtaskSlot | None:
+        """The slot last granted to ``name`` (even if an attempt of it is live: a restart of
+        that member), else the first free one: never registered or left first, then one
+        whose reader failed and departed (its splits went back to the enumerator)."""
+        if name is not None:
+            for slot in self.slots:
+                if slot.name == name and not slot.reserved(now_ms):
+                    return slot
+        departed: SubtaskSlot | None = None
+        for slot in self.slots:
+            if slot.live or slot.reserved(now_ms):
+                continue
+            if slot.state in (SlotState.NEVER_REGISTERED, SlotState.LEFT):
+                return slot
+            if departed is None and self._departed(slot, now_ms):
+                departed = slot
+        return departed
+
+    def _departed(self, slot: SubtaskSlot, now_ms: int) -> bool:
+        return (
+            slot.state is SlotState.FAILED
+            and self.tracker.owned_count(slot.subtask) == 0
+            and slot.failed_at_ms is not None
+            and now_ms - slot.failed_at_ms > self.config.reader_departure_timeout_ms
+        )
+
+    def _raise_max_parallelism(self, max_parallelism: int) -> None:
+        """The per-subtask topics grew (``sluicegate topics scale``): serve the new slots."""
+        current = len(self.slots)
+        if max_parallelism <= current:
+            log.info("max_parallelism stays %d (asked for %d: it only grows)", current, max_parallelism)
+            return
+        self.slots.extend(SubtaskSlot(s) for s in range(current, max_parallelism))
+        self.config = dataclasses.replace(self.config, max_parallelism=max_parallelism)
+        self._dirty_slots.update(range(current, max_parallelism))
+        self._enumerator_dirty = True
+        log.info(
+            "max_parallelism raised from %d to %d: subtasks %d..%d may register",
+            current,
+            max_parallelism,
+            current,
+            max_parallelism - 1,
         )
 
     # -- reader messages ------------------------------------------------------
@@ -382,10 +488,14 @@ class CoordinatorCore(Generic[SplitT]):
     def _register(self, slot: SubtaskSlot, body: ReaderRegistration, now_ms: int) -> None:
         """Semantics 1: next attempt, fence the previous one, ReaderRegistered, then add_reader."""
         s = slot.subtask
+        if body.exclusive and slot.live and slot.incarnation != body.incarnation:
+            self._refuse_registration(slot, body)
+            return
         self._touch(s)
         self._enumerator_dirty = True
         if slot.live:
-            self._fail_attempt(slot, ReleaseReason.FENCED, now_ms)
+            self._fail_attempt(slot, ReleaseReason.FENCED, now_ms, successor=body)
+        slot.reserved_for = None
         slot.state = SlotState.LIVE
         slot.attempt += 1
         slot.incarnation = body.incarnation
@@ -404,6 +514,25 @@ class CoordinatorCore(Generic[SplitT]):
         log.info("subtask %d registered as attempt %d from %s", s, slot.attempt, body.location or "?")
         self._reconcile_reported_splits(slot, body, kept)
         self.enumerator.add_reader(s)
+
+    def _refuse_registration(self, slot: SubtaskSlot, body: ReaderRegistration) -> None:
+        """An exclusive registration (a Spark query) does not fence a live attempt of another
+        incarnation: a second query on the same source must fail, not disturb the first."""
+        self.metrics.counter("registrations_refused")
+        log.warning(
+            "refused an exclusive registration of subtask %d from %s: attempt %d from %s holds it",
+            slot.subtask,
+            body.location or "?",
+            slot.attempt,
+            slot.location or "?",
+        )
+        refusal = RegistrationRefused(
+            incarnation=body.incarnation,
+            reason=f"subtask {slot.subtask} is held by a live reader",
+            holder_incarnation=slot.incarnation,
+            holder_location=slot.location,
+        )
+        self._send(slot.subtask, None, refusal)
 
     def _reported_splits_kept(self, slot: SubtaskSlot, body: ReaderRegistration) -> set[str]:
         """Which reported splits the new attempt keeps reading (semantics 1, FLIP-537)."""
@@ -468,8 +597,12 @@ class CoordinatorCore(Generic[SplitT]):
 
     # -- failures and time ------------------------------------------------------
 
-    def _fail_attempt(self, slot: SubtaskSlot, reason: ReleaseReason, now_ms: int) -> None:
-        """Semantics 3: splits assigned after the last CheckpointAck go back to the enumerator."""
+    def _fail_attempt(
+        self, slot: SubtaskSlot, reason: ReleaseReason, now_ms: int, successor: ReaderRegistration | None = None
+    ) -> None:
+        """Semantics 3: splits assigned after the last CheckpointAck go back to the enumerator.
+        ``successor``: the registration that fenced the attempt, named in the release so that
+        a reader still running learns that another process took its subtask."""
         failed = slot.attempt
         self._touch(slot.subtask)
         slot.state = SlotState.FAILED
@@ -487,7 +620,7 @@ class CoordinatorCore(Generic[SplitT]):
         )
         if self.watermarks.remove(slot.subtask):
             self._announce_watermark(now_ms)
-        self._release(slot, reason, failed, released, always=True)
+        self._release(slot, reason, failed, released, always=True, successor=successor)
 
     def _release(
         self,
@@ -496,12 +629,17 @@ class CoordinatorCore(Generic[SplitT]):
         failed_attempt: int | None,
         released: Sequence[WireSplit],
         always: bool = False,
+        successor: ReaderRegistration | None = None,
     ) -> None:
         """Tell the topics (for the audit and the reader) and then the enumerator."""
         if not released and not always:
             return
         body = SplitsReleased(
-            reason=reason.value, failed_attempt=failed_attempt, split_ids=[s["split_id"] for s in released]
+            reason=reason.value,
+            failed_attempt=failed_attempt,
+            split_ids=[s["split_id"] for s in released],
+            successor_incarnation=successor.incarnation if successor else None,
+            successor_location=successor.location if successor else None,
         )
         self._send(slot.subtask, slot.attempt, body)
         self._touch(slot.subtask)

@@ -271,6 +271,7 @@ class SourceRunner:
         records, self._pending = self._pending, []
         parts = encode_parts(self.source, core.state_parts(only_changed=True))
         started = time.perf_counter()
+        await self._know_partitions(records)
         try:
             async with self._producer.transaction():
                 futures = [
@@ -293,6 +294,20 @@ class SourceRunner:
         self.stats.commits += 1
         self.stats.records_out += len(records)
         self.stats.last_commit_ms = (time.perf_counter() - started) * 1000
+
+    async def _know_partitions(self, records: list[OutgoingRecord]) -> None:
+        """After ``sluicegate topics scale`` the producer's metadata lags the new partitions of
+        the readers topic (aiokafka refuses a partition it does not know): refresh it."""
+        assert self._producer is not None
+        cluster = self._producer.client.cluster
+        for _ in range(50):
+            unknown = {r.partition for r in records if r.partition not in (cluster.partitions_for_topic(r.topic) or ())}
+            if not unknown:
+                return
+            await self._producer.client.force_metadata_update()
+            if unknown - set(cluster.partitions_for_topic(self.topics.readers) or ()):
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"{self.topics.readers} has no partitions {sorted(unknown)[:5]}; did the topics shrink?")
 
     async def _run_async_call(self, call: AsyncCall) -> None:
         """call_async: the callable runs in a worker thread, its handler on the loop."""

@@ -76,6 +76,9 @@ class TopicTemplate:
             role=self.role,
             partitions_from=partitions_from,
             description=self.description,
+            # Per-subtask topics only grow (sluicegate topics scale): more partitions than
+            # asked for are the source's, fewer are added.
+            grow=partitions_from is not None,
         )
 
 

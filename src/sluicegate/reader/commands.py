@@ -20,7 +20,13 @@ log = logging.getLogger("sluicegate.reader")
 
 def reader_command(
     source: Annotated[str, typer.Option("--source", help="The source name S.")],
-    subtask: Annotated[int, typer.Option("--subtask", help="This reader's subtask K (0 <= K < max_parallelism).")],
+    subtask: Annotated[
+        str,
+        typer.Option(
+            "--subtask",
+            help="This reader's subtask K (0 <= K < max_parallelism), or auto: a free one from the coordinator.",
+        ),
+    ],
     connector: Annotated[str, typer.Option("--connector", help="The connector (entry point name), e.g. sequence.")],
     output: Annotated[
         str,
@@ -56,6 +62,14 @@ def reader_command(
             help="Exit 0 once a bounded source's splits are all finished.",
         ),
     ] = True,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            help="With --subtask auto: a stable member name; a restarted process with the same name "
+            "gets its slot back (as Kafka's group.instance.id).",
+        ),
+    ] = None,
     session_timeout_ms: Annotated[
         int,
         typer.Option(
@@ -69,7 +83,8 @@ def reader_command(
     try:
         settings = ReaderSettings(
             source=source,
-            subtask=subtask,
+            subtask=_subtask(subtask),
+            name=name,
             connector=connector,
             output=OutputSpec.parse(output),
             bootstrap_servers=bootstrap_servers or "",
@@ -87,6 +102,15 @@ def reader_command(
         raise typer.Exit(EXIT_CONFIG) from None
     code = asyncio.run(run_reader(settings, source_impl))
     raise typer.Exit(code)
+
+
+def _subtask(value: str) -> int | None:
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError("--subtask", f"must be an integer >= 0 or auto, got {value!r}") from None
 
 
 async def run_reader(settings: ReaderSettings, source: Any | None = None) -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -53,6 +54,7 @@ from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
 from sluicegate.reader.output import Output, OutputSpec, gather_all, open_output
 from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
+from sluicegate.reader.slot_claim import NoFreeSlot, claim_slot
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
 from sluicegate.reader.timing import CLI_NAMES, HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, ReaderTiming
 
@@ -65,6 +67,9 @@ BUSY_BACKOFF_MS = 5
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
+EXIT_DUPLICATE = 3
+"""Another live reader process took this subtask (or every slot is taken): starting this
+one again would not help, so a supervisor can tell it from a failure."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,8 @@ class ReaderSettings:
     """Everything a reader host needs; invalid values raise ConfigError naming the option."""
 
     source: str
-    subtask: int
+    subtask: int | None
+    """None: ask the coordinator for a free slot (``--subtask auto``)."""
     connector: str
     output: OutputSpec
     bootstrap_servers: str
@@ -87,6 +93,9 @@ class ReaderSettings:
     fences itself."""
     topic_wait_timeout_s: float | None = None
     """How long to wait for the topics (None: for ever)."""
+    name: str | None = None
+    """With ``subtask`` None: a stable member name that brings a restarted process back to
+    its slot (as Kafka's group.instance.id)."""
 
     def __post_init__(self) -> None:
         validate_source(self.source, "--source")
@@ -96,7 +105,12 @@ class ReaderSettings:
                 "--bootstrap-servers",
                 "not set: pass --bootstrap-servers or set KAFKA_BOOTSTRAP_SERVERS",
             )
-        _at_least("--subtask", self.subtask, 0)
+        if self.subtask is not None:
+            _at_least("--subtask", self.subtask, 0)
+        elif self.name is not None and not self.name.strip():
+            raise ConfigError("--name", "must not be empty")
+        if self.subtask is not None and self.name is not None:
+            raise ConfigError("--name", "only with --subtask auto (a fixed subtask needs no name)")
         _at_least("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
         _at_least("--max-batch", self.max_batch, 1)
         ReaderTiming(self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s).check(CLI_NAMES)
@@ -105,6 +119,8 @@ class ReaderSettings:
 
     @property
     def transactional_id(self) -> str:
+        if self.subtask is None:
+            raise RuntimeError("a reader with --subtask auto has no transactional id before it gets a slot")
         return f"{self.namespace}.{self.source}.reader-{self.subtask}"
 
 
@@ -115,6 +131,10 @@ def _at_least(setting: str, value: int, minimum: int) -> None:
 
 class ReaderTakenOver(RuntimeError):
     """Another process of this subtask started its transactional producer: this one is a zombie."""
+
+
+class ReaderSuperseded(RuntimeError):
+    """Another live process registered for this subtask: two readers were started for it."""
 
 
 def _now_ms() -> int:
@@ -149,9 +169,7 @@ class ReaderHost:
         self.session: ReaderSession[Any] | None = None
         self._stop_requested = asyncio.Event()
         self._txn: AIOKafkaProducer | None = None
-        self.channel: ControlChannel = KafkaControlChannel(
-            self.topics, settings.bootstrap_servers, settings.transactional_id, settings.topic_wait_timeout_s
-        )
+        self.channel: ControlChannel = self._control_channel("claim" if settings.subtask is None else None)
         self.stats = _Stats(self.channel)
         self._output: Output | None = None
         self._in_txn = False
@@ -159,6 +177,11 @@ class ReaderHost:
         self._last_registration_notice_s = 0.0
         self._finished_idle = False
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _control_channel(self, purpose: str | None = None) -> ControlChannel:
+        s = self.settings
+        client_id = f"{s.namespace}.{s.source}.{purpose}-{os.getpid()}" if purpose else s.transactional_id
+        return KafkaControlChannel(self.topics, s.bootstrap_servers, client_id, s.topic_wait_timeout_s)
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -178,11 +201,18 @@ class ReaderHost:
         except ConfigError as exc:
             log.error("%s", exc)
             return EXIT_CONFIG
+        except NoFreeSlot as exc:
+            log.error("%s", exc)
+            return EXIT_DUPLICATE
+        except ReaderSuperseded as exc:
+            log.error("%s", exc)
+            self._summary("stopped: superseded")
+            return EXIT_DUPLICATE
         except (ReaderTakenOver, SourceError) as exc:
             log.error("%s", exc)
             return EXIT_FAILED
         except (KafkaError, OSError, TimeoutError) as exc:
-            log.error("the reader of subtask %d stops: %s", self.settings.subtask, exc)
+            log.error("the reader of subtask %s stops: %s", self.settings.subtask, exc)
             return EXIT_FAILED
         finally:
             await self._shutdown()
@@ -206,15 +236,39 @@ class ReaderHost:
             await work
         return False
 
+    async def _claim_slot(self) -> None:
+        """--subtask auto: get a subtask from the coordinator, then go on as its reader."""
+        claim = await claim_slot(self.channel, self.settings.source, location=self.location, name=self.settings.name)
+        await self.channel.close()
+        self.settings = dataclasses.replace(self.settings, subtask=claim.subtask)
+        self.channel = self._control_channel()
+        self.stats.channel = self.channel
+        log.info(
+            "the coordinator of %s granted subtask %d%s (%.1f s)",
+            self.settings.source,
+            claim.subtask,
+            f" to {self.settings.name}" if self.settings.name else "",
+            claim.waited_s,
+        )
+
+    @property
+    def subtask(self) -> int:
+        subtask = self.settings.subtask
+        assert subtask is not None, "the subtask is known once a slot was granted"
+        return subtask
+
     async def _start(self) -> None:
+        if self.settings.subtask is None:
+            await self._claim_slot()
         s = self.settings
         extra = [self.topics.reader_state] + ([s.output.target] if s.output.kind == "kafka" else [])
-        partitions = await self.channel.open([s.subtask], extra)
+        partitions = await self.channel.open([self.subtask], extra)
         count = partitions[self.topics.readers]
-        if s.subtask >= count:
+        subtask = self.subtask
+        if subtask >= count:
             raise ConfigError(
                 "--subtask",
-                f"{s.subtask} has no partition in {self.topics.readers} ({count} partitions: subtasks 0..{count - 1})",
+                f"{subtask} has no partition in {self.topics.readers} ({count} partitions: subtasks 0..{count - 1})",
             )
         self._txn = transactional_producer(
             s.bootstrap_servers,
@@ -223,7 +277,7 @@ class ReaderHost:
         )
         await self._txn.start()  # init_transactions: fences a zombie of this subtask
         restored = await self._restore()
-        self.session = ReaderSession(s.source, s.subtask, self.source, location=self.location, restored=restored)
+        self.session = ReaderSession(s.source, self.subtask, self.source, location=self.location, restored=restored)
         self._output = open_output(s.output, self._txn_producer)
         await self._output.open()
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="reader-heartbeat"))
@@ -254,19 +308,19 @@ class ReaderHost:
 
     async def _restore(self) -> ReaderCheckpoint | None:
         s = self.settings
-        tp = TopicPartition(self.topics.reader_state, s.subtask)
+        tp = TopicPartition(self.topics.reader_state, self.subtask)
         consumer = control_consumer(s.bootstrap_servers, f"{s.transactional_id}.restore")
         await consumer.start()
         try:
-            if s.subtask not in (consumer.partitions_for_topic(self.topics.reader_state) or {s.subtask}):
-                raise ConfigError("--subtask", f"{s.subtask} has no partition in {self.topics.reader_state}")
-            raw = await read_latest_value(consumer, tp, encode_key(s.subtask))
+            if self.subtask not in (consumer.partitions_for_topic(self.topics.reader_state) or {self.subtask}):
+                raise ConfigError("--subtask", f"{self.subtask} has no partition in {self.topics.reader_state}")
+            raw = await read_latest_value(consumer, tp, encode_key(self.subtask))
         finally:
             await consumer.stop()
         if raw is None:
             log.info(
                 "no checkpoint of subtask %d in %s: starting empty",
-                s.subtask,
+                self.subtask,
                 self.topics.reader_state,
             )
             return None
@@ -275,11 +329,11 @@ class ReaderHost:
         except StateRecordError as exc:
             log.warning(
                 "the last checkpoint of subtask %d is unreadable (%s): starting empty",
-                s.subtask,
+                self.subtask,
                 exc,
             )
             return None
-        if checkpoint.source != s.source or checkpoint.subtask != s.subtask:
+        if checkpoint.source != s.source or checkpoint.subtask != self.subtask:
             log.warning(
                 "the checkpoint in %s is for source %r subtask %d, not ours: starting empty",
                 self.topics.reader_state,
@@ -290,7 +344,7 @@ class ReaderHost:
         log.info(
             "restored checkpoint %d of subtask %d: %d splits, applied seq %d, epoch %d",
             checkpoint.checkpoint_id,
-            s.subtask,
+            self.subtask,
             len(checkpoint.splits),
             checkpoint.applied_seq,
             checkpoint.epoch,
@@ -348,7 +402,7 @@ class ReaderHost:
         output = self._output_
         try:
             await self._ensure_txn_for_output()
-            await output.write(self.settings.subtask, records)
+            await output.write(self.subtask, records)
         except KafkaError as exc:
             if isinstance(exc, ProducerFenced):
                 raise self._taken_over() from exc
@@ -370,7 +424,7 @@ class ReaderHost:
         return IDLE_POLL_MS if session.nothing_to_read else BUSY_BACKOFF_MS
 
     async def _poll_control(self, timeout_ms: int) -> None:
-        for record in await self.channel.poll(timeout_ms, self.settings.subtask):
+        for record in await self.channel.poll(timeout_ms, self.subtask):
             if not await self._on_control_record(record):
                 break  # fenced: the rest of the batch is for the failed attempt
 
@@ -391,16 +445,21 @@ class ReaderHost:
         elif outcome is Disposition.FENCED:
             await self._recover_after_fence(session.fenced_reason or "fenced")
             return False
+        elif outcome is Disposition.SUPERSEDED and session.superseded is not None:
+            await self._abort_txn()
+            raise ReaderSuperseded(session.superseded.describe(self.settings.source, self.subtask))
+        elif outcome is Disposition.REFUSED:
+            await asyncio.sleep(1.0)  # only exclusive registrations are refused; retry
         return True
 
     async def _register(self) -> None:
         """Capture the end offset first, then register, then consume from that offset."""
         session = self._session
-        await self.channel.capture(self.settings.subtask)
+        await self.channel.capture(self.subtask)
         registration = session.begin_registration()
         log.info(
             "registering subtask %d of %s (incarnation %s, %d restored splits, checkpoint %s)",
-            self.settings.subtask,
+            self.subtask,
             self.settings.source,
             registration.incarnation,
             len(registration.reported_splits),
@@ -546,7 +605,7 @@ class ReaderHost:
 
     def _taken_over(self) -> ReaderTakenOver:
         return ReaderTakenOver(
-            f"another process took over subtask {self.settings.subtask} of {self.settings.source} "
+            f"another process took over subtask {self.subtask} of {self.settings.source} "
             f"(transactional id {self.settings.transactional_id}); this one stops"
         )
 
@@ -582,7 +641,7 @@ class ReaderHost:
     async def _txn_send_control(self, body: Body) -> asyncio.Future[Any]:
         env = self._session.envelope(body, _now_ms())
         future: asyncio.Future[Any] = await self._txn_producer().send(
-            self.topics.coordinator, encode(env), key=encode_key(self.settings.subtask)
+            self.topics.coordinator, encode(env), key=encode_key(self.subtask)
         )
         return future
 
@@ -590,8 +649,8 @@ class ReaderHost:
         future: asyncio.Future[Any] = await self._txn_producer().send(
             self.topics.reader_state,
             checkpoint.encode(),
-            key=encode_key(self.settings.subtask),
-            partition=self.settings.subtask,
+            key=encode_key(self.subtask),
+            partition=self.subtask,
         )
         return future
 
@@ -647,7 +706,7 @@ class ReaderHost:
         session = self._session
         output = self._output_
         line = (
-            f"subtask {self.settings.subtask} of {self.settings.source} {how}: "
+            f"subtask {self.subtask} of {self.settings.source} {how}: "
             f"{output.records_written} records written to {self.settings.output}, "
             f"{session.splits_finished_total} splits finished, "
             f"{session.checkpoints_committed} checkpoints"

@@ -10,7 +10,10 @@ every reader host must get right in the same way:
 - ``seq`` order: ``AddSplits``/``NoMoreSplits`` whose ``seq`` is not above the
   applied one are skipped (applied before the restored checkpoint);
 - fencing: ``SplitsReleased`` naming our attempt as failed, a ``ReaderRegistered``
-  of another incarnation with a newer attempt, or the host's lost contact;
+  of another incarnation with a newer attempt, or the host's lost contact; and
+  telling a fence by a duplicate (another live process registered for the
+  subtask: ``Superseded``, the host stops for good) from one by silence (the
+  host registers again), and a refused exclusive registration (``Refused``);
 - ownership: each owned split with the ``seq`` of the ``AddSplits`` that gave it
   (0 for a restored split kept across registration);
 - the alignment bound of the last ``WatermarkAnnouncement``;
@@ -44,6 +47,8 @@ from sluicegate.protocol.messages import (
     NoMoreSplits,
     ReaderRegistered,
     ReaderRegistration,
+    RegistrationRefused,
+    ReleaseReason,
     RequestSplit,
     SplitsFinished,
     SplitsReleased,
@@ -72,6 +77,8 @@ class Disposition(enum.Enum):
     APPLIED = "applied"
     REGISTERED = "registered"
     FENCED = "fenced"
+    SUPERSEDED = "superseded"
+    REFUSED = "refused"
     IGNORED_SOURCE = "ignored-source"
     IGNORED_EPOCH = "ignored-epoch"
     IGNORED_ATTEMPT = "ignored-attempt"
@@ -129,6 +136,35 @@ class Fenced:
 
 
 @dataclass(frozen=True)
+class Superseded:
+    """Another live process registered for this subtask and fenced this attempt: two readers
+    run for one subtask. This one stops for good (it does not register again, which would
+    fence the other, and so on for ever)."""
+
+    successor_incarnation: str
+    successor_location: str | None
+    disposition: Disposition = Disposition.SUPERSEDED
+
+    def describe(self, source: str, subtask: int) -> str:
+        return (
+            f"subtask {subtask} of {source} was taken by another reader "
+            f"(incarnation {self.successor_incarnation} at {self.successor_location or '?'}): "
+            "two readers were started for the same subtask; this one stops"
+        )
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Our exclusive registration was refused: a live attempt of another incarnation holds
+    the subtask. The host may retry (that attempt may be a dead process not yet timed out)."""
+
+    reason: str
+    holder_incarnation: str | None
+    holder_location: str | None
+    disposition: Disposition = Disposition.REFUSED
+
+
+@dataclass(frozen=True)
 class AlignmentBound:
     low_watermark: int | None
     max_allowed_watermark: int | None
@@ -153,7 +189,16 @@ class Released:
 
 
 Outcome = (
-    Ignored | Registered | SplitsAdded | NoMoreSplitsApplied | Fenced | AlignmentBound | SourceEventReceived | Released
+    Ignored
+    | Registered
+    | SplitsAdded
+    | NoMoreSplitsApplied
+    | Fenced
+    | Superseded
+    | Refused
+    | AlignmentBound
+    | SourceEventReceived
+    | Released
 )
 
 
@@ -231,8 +276,9 @@ class ReaderProtocol:
 
     # -- registration ---------------------------------------------------------
 
-    def begin_registration(self) -> ReaderRegistration:
-        """A new incarnation; the host sends the returned registration (attempt null)."""
+    def begin_registration(self, exclusive: bool = False) -> ReaderRegistration:
+        """A new incarnation; the host sends the returned registration (attempt null).
+        ``exclusive``: refused, not fencing, if another incarnation's attempt is live."""
         if self.phase is Phase.ACTIVE:
             raise RuntimeError("an active reader must be fenced or closed before it registers again")
         self.incarnation = str(uuid.uuid4())
@@ -244,6 +290,7 @@ class ReaderProtocol:
             location=self.location,
             reported_splits=self.restored_splits,
             restored_checkpoint_id=cp.checkpoint_id if cp else None,
+            exclusive=exclusive,
         )
 
     # -- incoming ---------------------------------------------------------------
@@ -269,6 +316,8 @@ class ReaderProtocol:
         body = env.body
         if isinstance(body, ReaderRegistered):
             return self._on_registered(body)
+        if isinstance(body, RegistrationRefused):
+            return self._on_refused(body)
         if self.phase is not Phase.ACTIVE or env.attempt != self.attempt:
             self.counters["ignored_other_attempt"] += 1
             log.debug("ignored %s for attempt %s (ours: %s)", env.type, env.attempt, self.attempt)
@@ -301,6 +350,20 @@ class ReaderProtocol:
             return self._fence(f"incarnation {body.incarnation} registered as attempt {body.attempt}")
         self.counters["ignored_other_attempt"] += 1
         return Ignored(Disposition.IGNORED_ATTEMPT)
+
+    def _on_refused(self, body: RegistrationRefused) -> Outcome:
+        if self.phase is not Phase.REGISTERING or body.incarnation != self.incarnation:
+            self.counters["ignored_other_attempt"] += 1
+            return Ignored(Disposition.IGNORED_ATTEMPT)
+        self.counters["refused"] += 1
+        self.phase = Phase.UNREGISTERED
+        log.warning(
+            "registration refused: %s (held by %s at %s)",
+            body.reason,
+            body.holder_incarnation,
+            body.holder_location or "?",
+        )
+        return Refused(body.reason, body.holder_incarnation, body.holder_location)
 
     def _activate(self, attempt: int, dropped_split_ids: list[str]) -> Registered:
         """Registered: keep the restored splits minus the dropped ones (none at all for a
@@ -376,6 +439,9 @@ class ReaderProtocol:
 
     def _on_released(self, body: SplitsReleased) -> Outcome:
         if body.failed_attempt is not None and body.failed_attempt == self.attempt:
+            successor = body.successor_incarnation
+            if body.reason == ReleaseReason.FENCED and successor is not None and successor != self.incarnation:
+                return self._superseded(successor, body.successor_location)
             return self._fence(f"the coordinator failed attempt {body.failed_attempt} ({body.reason})")
         held = [sid for sid in body.split_ids if sid in self.owned]
         if held:
@@ -405,6 +471,15 @@ class ReaderProtocol:
         self._drop()
         self.phase = Phase.UNREGISTERED
         return Fenced(reason)
+
+    def _superseded(self, successor: str, location: str | None) -> Superseded:
+        self.counters["superseded"] += 1
+        outcome = Superseded(successor, location)
+        log.error("%s", outcome.describe(self.source_name, self.subtask))
+        self.fenced_reason = f"superseded by incarnation {successor}"
+        self._drop()
+        self.phase = Phase.CLOSED
+        return outcome
 
     def self_fence(self, reason: str) -> Fenced | None:
         """The host lost contact (e.g. nothing could be sent within the session timeout)."""

@@ -40,6 +40,7 @@ from sluicegate.reader.protocol import (
     Registered,
     SourceEventReceived,
     SplitsAdded,
+    Superseded,
 )
 from sluicegate.reader.state import ReaderCheckpoint
 from sluicegate.reader.watermark import SplitWatermarks
@@ -79,6 +80,8 @@ class ReaderSession(Generic[SplitT]):
         self.source = source
         self.codec = source.split_codec
         self.reader: SourceReader[SplitT] | None = None
+        self.superseded: Superseded | None = None
+        """Set when another live process took the subtask: the host stops for good."""
         self.watermarks = SplitWatermarks()
         self.records_read = 0
         self.records_at_checkpoint = 0
@@ -195,6 +198,9 @@ class ReaderSession(Generic[SplitT]):
         elif isinstance(outcome, SourceEventReceived):
             self._require_reader().handle_source_event(outcome.payload)
         elif isinstance(outcome, Fenced):
+            self._drop()
+        elif isinstance(outcome, Superseded):
+            self.superseded = outcome
             self._drop()
         return outcome.disposition
 
