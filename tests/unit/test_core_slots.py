@@ -44,7 +44,10 @@ def test_slot_requests_get_distinct_free_slots_then_a_refusal() -> None:
     for inc in ("a", "b"):
         request_slot(h, inc)
         got.append(granted(h, inc))
-    assert sorted(got) == [0, 2]  # subtask 1 is live; a granted slot is held for its requester
+    assert sorted(g for g in got if g is not None) == [
+        0,
+        2,
+    ]  # subtask 1 is live; a granted slot is held for its requester
     request_slot(h, "c")
     assert granted(h, "c") is None
     [refusal] = refused(h)
