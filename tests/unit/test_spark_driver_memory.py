@@ -4,6 +4,7 @@ planning, acknowledgement and fencing, in well under a second."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from core_harness import body
 from sluicegate_connectors.sequence import SequenceSource
 
+from sluicegate.api.errors import SourceError
 from sluicegate.protocol.codec import decode, encode, encode_key
 from sluicegate.protocol.messages import (
     AddSplits,
@@ -21,6 +23,7 @@ from sluicegate.protocol.messages import (
     Envelope,
     ReaderRegistered,
     ReaderRegistration,
+    RegistrationRefused,
     SplitsReleased,
     envelope,
 )
@@ -126,3 +129,59 @@ def test_a_failed_attempt_registers_again_with_its_checkpoint(running: tuple[Spa
     first = body(coordinator.inbox(ReaderRegistration)[0], ReaderRegistration)
     assert body(again[0], ReaderRegistration).incarnation != first.incarnation
     assert driver.status().fenced == 1
+
+
+def test_registrations_are_exclusive_and_a_lasting_refusal_fails_the_query(
+    running: tuple[SparkReaderDriver, Coordinator],
+) -> None:
+    driver, coordinator = running
+    first = eventually(lambda: [e for e in coordinator.inbox(ReaderRegistration) if e.subtask == 0])
+    registration = body(first[0], ReaderRegistration)
+    assert registration.exclusive  # a second query must not fence the first one's readers
+    refusal = RegistrationRefused(
+        incarnation=registration.incarnation,
+        reason="subtask 0 is held by a live reader",
+        holder_incarnation="other-query",
+        holder_location="host-9:1/spark",
+    )
+    coordinator.send(0, refusal, None)
+    # refused: it retries (the holder may be this query's previous run, not yet timed out)
+    retry = eventually(lambda: [e for e in coordinator.inbox(ReaderRegistration) if e.subtask == 0][1:])
+    driver.planning_state()  # no error yet
+    # refused for longer than a session timeout (2 s here): the query fails, naming the holder
+    deadline = time.monotonic() + 4.0
+    incarnation = body(retry[0], ReaderRegistration).incarnation
+    while time.monotonic() < deadline:
+        coordinator.send(0, dataclasses.replace(refusal, incarnation=incarnation), None)
+        time.sleep(0.3)
+        try:
+            driver.planning_state()
+        except SourceError as exc:
+            assert "held by another live reader" in str(exc) and "host-9:1/spark" in str(exc)
+            return
+        incarnation = body(
+            [e for e in coordinator.inbox(ReaderRegistration) if e.subtask == 0][-1], ReaderRegistration
+        ).incarnation
+    raise AssertionError("the query did not fail")
+
+
+def test_a_subtask_taken_by_another_process_fails_the_query(running: tuple[SparkReaderDriver, Coordinator]) -> None:
+    driver, coordinator = running
+    register_both(coordinator)
+    eventually(driver.all_active)
+    fence = SplitsReleased(
+        reason="fenced", failed_attempt=1, split_ids=[], successor_incarnation="x", successor_location="host-2:7"
+    )
+    coordinator.send(1, fence, attempt=1)
+
+    def failed() -> str | None:
+        try:
+            driver.planning_state()
+        except SourceError as exc:
+            return str(exc)
+        return None
+
+    message = eventually(failed)
+    assert "was taken by another reader" in message and "host-2:7" in message
+    # it does not register again (which would fence the other process in turn)
+    assert len([e for e in coordinator.inbox(ReaderRegistration) if e.subtask == 1]) == 1

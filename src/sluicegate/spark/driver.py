@@ -10,7 +10,12 @@ one); no connector reader is created here:
 
 - registration: per subtask, capture the read_committed end of its partition of
   ``NS.S.readers``, send ``ReaderRegistration`` (with the splits of the restored
-  Spark offset, FLIP-537), consume from that offset; again after being fenced;
+  Spark offset, FLIP-537), consume from that offset; again after being fenced.
+  Registrations are exclusive: a live attempt of another incarnation (another
+  query on the same source) is not fenced but refuses them; refused for longer
+  than a session timeout (so not just the previous run of this query, not yet
+  timed out), the query fails with a ``SourceError`` naming the holder. A query
+  whose subtask another process took over fails the same way;
 - coordinator records go to their subtask's protocol, which owns each split with
   the ``seq`` of the ``AddSplits`` that gave it (its identity, offsets.py);
 - a ``Heartbeat`` per subtask every ``heartbeat_interval_ms`` with the watermark of
@@ -36,7 +41,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sluicegate.api.errors import ConfigError
+from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.ranges import SupportsPositionRanges
 from sluicegate.api.reader import Record
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
@@ -50,8 +55,10 @@ from sluicegate.reader.protocol import (
     NoMoreSplitsApplied,
     Phase,
     ReaderProtocol,
+    Refused,
     Registered,
     SplitsAdded,
+    Superseded,
 )
 from sluicegate.reader.state import ReaderCheckpoint
 from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, SPARK_NAMES, ReaderTiming
@@ -147,6 +154,11 @@ class SparkReaderDriver:
         self._stats = {"registrations": 0, "fenced": 0, "acks": 0, "splits_finished": 0}
         self._left = False
         self._reported_finished: set[str] = set()
+        self._refused_since: dict[int, float] = {}
+        """subtask -> when its exclusive registration was first refused (monotonic s)."""
+        self._retry_at: dict[int, float] = {}
+        self._fatal: SourceError | None = None
+        """Set on the loop when the query cannot go on; raised to Spark by the next call."""
 
     # -- life cycle (Spark thread) ---------------------------------------------------
 
@@ -222,6 +234,8 @@ class SparkReaderDriver:
 
     def _call(self, factory: Callable[[], Coroutine[Any, Any, T]], timeout_s: float = CALL_TIMEOUT_S) -> T:
         loop = self._loop
+        if self._fatal is not None:
+            raise self._fatal
         if loop is None or self._stopping:
             raise RuntimeError("the sluicegate driver is not running")
         return asyncio.run_coroutine_threadsafe(factory(), loop).result(timeout=timeout_s)
@@ -330,13 +344,16 @@ class SparkReaderDriver:
             self._registration_notices()
 
     async def _register_pending(self) -> None:
+        now = time.monotonic()
         for s in sorted(self._to_register):
             protocol = self.protocols[s]
             if protocol.phase is Phase.ACTIVE:
                 self._to_register.discard(s)
                 continue
+            if self._retry_at.get(s, 0.0) > now:
+                continue
             await self.channel.capture(s)
-            registration = protocol.begin_registration()
+            registration = protocol.begin_registration(exclusive=True)
             if not await self.channel.send(protocol.envelope(registration, _now_ms())):
                 await asyncio.sleep(1.0)
                 return  # retried on the next round of the control loop
@@ -370,7 +387,13 @@ class SparkReaderDriver:
             await self.channel.reject(record.raw, "rejected", f"{type(exc).__name__}: {exc}")
             return True
         if isinstance(outcome, Registered):
+            self._refused_since.pop(subtask, None)
             self._on_registered(subtask, outcome)
+        elif isinstance(outcome, Refused):
+            self._on_refused(subtask, outcome)
+        elif isinstance(outcome, Superseded):
+            self._fail(outcome.describe(self.settings.source, subtask))
+            return False
         elif isinstance(outcome, Fenced):
             self._on_fenced(subtask)
             return False  # the rest is addressed to the failed attempt
@@ -390,6 +413,28 @@ class SparkReaderDriver:
         self._watermarks[subtask] = SplitWatermarks()
         self._watermarks[subtask].add(s["split_id"] for s in outcome.kept)
         log.info("subtask %d registered as attempt %s", subtask, outcome.attempt)
+        self._notify()
+
+    def _on_refused(self, subtask: int, outcome: Refused) -> None:
+        """Retry each second while the holder may be this query's own previous run (not yet
+        timed out); past a session timeout, it is another live query or reader."""
+        now = time.monotonic()
+        since = self._refused_since.setdefault(subtask, now)
+        patience_s = (self.settings.session_timeout_ms + 2 * self.settings.heartbeat_interval_ms) / 1000
+        if now - since > patience_s:
+            self._fail(
+                f"subtask {subtask} of source {self.settings.source} is held by another live reader "
+                f"(incarnation {outcome.holder_incarnation} at {outcome.holder_location or '?'}) for "
+                f"{now - since:.0f} s: another query or reader runs this source; this query stops"
+            )
+            return
+        self._retry_at[subtask] = now + 1.0
+        self._to_register.add(subtask)
+
+    def _fail(self, message: str) -> None:
+        if self._fatal is None:
+            log.error("%s", message)
+            self._fatal = SourceError(message)
         self._notify()
 
     def _on_fenced(self, subtask: int) -> None:
