@@ -37,15 +37,19 @@ from sluicegate.audit.replay import (
     topic_names,
 )
 from sluicegate.protocol import (
+    SOURCE_WIDE,
     AddSplits,
+    Body,
     CheckpointAck,
     CoordinatorSourceEvent,
     Direction,
+    MaxParallelismRaised,
     NoMoreSplits,
     ReaderLeaving,
     ReaderRegistered,
     ReaderRegistration,
     ReleaseReason,
+    SlotRequest,
     SplitsFinished,
     SplitsReleased,
     WatermarkAnnouncement,
@@ -255,6 +259,9 @@ class OwnershipModel:
 
     def _apply_inbox(self, record: ReplayRecord) -> None:
         env = record.env
+        if env.subtask == SOURCE_WIDE:
+            self._apply_source_wide(env.body)
+            return
         if (self.source is not None and env.source != self.source) or (
             self.max_parallelism is not None and not 0 <= env.subtask < self.max_parallelism
         ):
@@ -283,6 +290,14 @@ class OwnershipModel:
                 slot.finished += 1
         elif isinstance(body, ReaderLeaving):
             slot.live = False
+
+    def _apply_source_wide(self, body: Body) -> None:
+        """A slot request changes no ownership (its SlotGranted neither: the registration
+        that follows does); a raised max_parallelism admits the new subtasks from here on."""
+        if isinstance(body, MaxParallelismRaised) and self.max_parallelism is not None:
+            self.max_parallelism = max(self.max_parallelism, body.max_parallelism)
+        elif not isinstance(body, SlotRequest | MaxParallelismRaised):
+            self.rejected_messages += 1
 
     # -- coordinator -> reader ----------------------------------------------
 

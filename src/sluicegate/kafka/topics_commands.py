@@ -1,4 +1,4 @@
-"""`sluicegate topics apply|list`: create and inspect the control topics of a source."""
+"""`sluicegate topics apply|list|scale`: create, inspect and grow the control topics of a source."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sluicegate.kafka.scale import ScaleError, scale_source
 from sluicegate.kafka.topics import (
     TopicApplyError,
     TopicMismatchError,
@@ -110,6 +111,35 @@ def apply(
             status,
         )
     _out.print(table)
+
+
+@topics_app.command("scale")
+def scale(
+    source: SourceOption,
+    max_parallelism: Annotated[
+        int, typer.Option("--max-parallelism", help="The new number of reader subtasks (only grows)")
+    ],
+    namespace: NamespaceOption = DEFAULT_NAMESPACE,
+    bootstrap_servers: BootstrapOption = None,
+) -> None:
+    """Grow a source to more reader subtasks; its running coordinator serves them without a restart."""
+    _log_to_stderr()
+    bootstrap = _bootstrap(bootstrap_servers)
+    if max_parallelism < 1:
+        raise _fail(f"--max-parallelism must be >= 1, got {max_parallelism}", 2)
+    try:
+        result = asyncio.run(scale_source(bootstrap, namespace, source, max_parallelism))
+    except ScaleError as exc:
+        raise _fail(str(exc), 2) from None
+    except (TopicMismatchError, TopicApplyError) as exc:
+        raise _fail(str(exc)) from None
+    if result.before == result.after:
+        _out.print(f"source {source} already has {result.after} subtasks; told its coordinator again")
+    else:
+        _out.print(
+            f"source {source}: {result.before} -> {result.after} subtasks "
+            f"(subtasks {result.before}..{result.after - 1} may register now)"
+        )
 
 
 @topics_app.command("list")
