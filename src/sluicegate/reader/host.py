@@ -67,6 +67,7 @@ BUSY_BACKOFF_MS = 5
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
+MAX_PRODUCER_FENCES_PER_MINUTE = 5
 EXIT_DUPLICATE = 3
 """Another live reader process took this subtask (or every slot is taken): starting this
 one again would not help, so a supervisor can tell it from a failure."""
@@ -177,6 +178,7 @@ class ReaderHost:
         self._last_registration_notice_s = 0.0
         self._finished_idle = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._producer_fences: list[float] = []
 
     def _control_channel(self, purpose: str | None = None) -> ControlChannel:
         s = self.settings
@@ -197,7 +199,11 @@ class ReaderHost:
             if not await self._unless_stopped(self._start()):
                 log.info("stopped before the reader was ready")
                 return EXIT_OK
-            return await self._main_loop()
+            while True:
+                try:
+                    return await self._main_loop()
+                except ReaderTakenOver as exc:
+                    await self._after_producer_fenced(exc)
         except ConfigError as exc:
             log.error("%s", exc)
             return EXIT_CONFIG
@@ -270,11 +276,7 @@ class ReaderHost:
                 "--subtask",
                 f"{subtask} has no partition in {self.topics.readers} ({count} partitions: subtasks 0..{count - 1})",
             )
-        self._txn = transactional_producer(
-            s.bootstrap_servers,
-            s.transactional_id,
-            transaction_timeout_ms=min(900_000, max(60_000, 3 * s.checkpoint_interval_ms)),
-        )
+        self._txn = self._new_txn_producer()
         await self._txn.start()  # init_transactions: fences a zombie of this subtask
         restored = await self._restore()
         self.session = ReaderSession(s.source, self.subtask, self.source, location=self.location, restored=restored)
@@ -446,7 +448,6 @@ class ReaderHost:
             await self._recover_after_fence(session.fenced_reason or "fenced")
             return False
         elif outcome is Disposition.SUPERSEDED and session.superseded is not None:
-            await self._abort_txn()
             raise ReaderSuperseded(session.superseded.describe(self.settings.source, self.subtask))
         elif outcome is Disposition.REFUSED:
             await asyncio.sleep(1.0)  # only exclusive registrations are refused; retry
@@ -603,6 +604,30 @@ class ReaderHost:
             last.applied_seq if last else 0,
         )
 
+    async def _after_producer_fenced(self, exc: ReaderTakenOver) -> None:
+        """Another process initialised this subtask's transactional id. If it also registered
+        after us, the coordinator's fence names it and this process stops (ReaderSuperseded).
+        Otherwise the two started together and this one registered last, so it is the one
+        the coordinator keeps: it takes the transactional id back, restarts from its last
+        checkpoint and registers again, which supersedes the other. Either way one stays."""
+        now = time.monotonic()
+        self._producer_fences = [t for t in self._producer_fences if now - t < 60.0] + [now]
+        if len(self._producer_fences) > MAX_PRODUCER_FENCES_PER_MINUTE:
+            raise exc
+        for _ in range(3):  # what the coordinator said about our attempt, if anything
+            await self._poll_control(300)
+        log.warning("%s; it did not register after this one, so this one takes the subtask back", exc)
+        old, self._txn, self._in_txn = self._txn, None, False
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await old.stop()
+            _retrieve_fatal_errors(old)
+        self._txn = self._new_txn_producer()
+        await self._txn.start()
+        if self._session.phase is not Phase.CLOSED:
+            self._session.self_fence("the transactional id was taken")
+            await self._recover_after_fence("the transactional id was taken")
+
     def _taken_over(self) -> ReaderTakenOver:
         return ReaderTakenOver(
             f"another process took over subtask {self.subtask} of {self.settings.source} "
@@ -610,6 +635,14 @@ class ReaderHost:
         )
 
     # -- Kafka helpers ------------------------------------------------------------
+
+    def _new_txn_producer(self) -> AIOKafkaProducer:
+        s = self.settings
+        return transactional_producer(
+            s.bootstrap_servers,
+            s.transactional_id,
+            transaction_timeout_ms=min(900_000, max(60_000, 3 * s.checkpoint_interval_ms)),
+        )
 
     def _txn_producer(self) -> AIOKafkaProducer:
         assert self._txn is not None
