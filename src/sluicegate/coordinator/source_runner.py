@@ -297,17 +297,27 @@ class SourceRunner:
 
     async def _know_partitions(self, records: list[OutgoingRecord]) -> None:
         """After ``sluicegate topics scale`` the producer's metadata lags the new partitions of
-        the readers topic (aiokafka refuses a partition it does not know): refresh it."""
+        the readers topic (aiokafka refuses a partition it does not know): refresh it. A topic
+        the producer never sent to is left to ``send``, which fetches its metadata."""
         assert self._producer is not None
         cluster = self._producer.client.cluster
+
+        def unknown() -> set[int]:
+            return {
+                r.partition
+                for r in records
+                if (known := cluster.partitions_for_topic(r.topic)) is not None and r.partition not in known
+            }
+
+        missing = unknown()
         for _ in range(50):
-            unknown = {r.partition for r in records if r.partition not in (cluster.partitions_for_topic(r.topic) or ())}
-            if not unknown:
+            if not missing:
                 return
             await self._producer.client.force_metadata_update()
-            if unknown - set(cluster.partitions_for_topic(self.topics.readers) or ()):
+            missing = unknown()
+            if missing:
                 await asyncio.sleep(0.1)
-        raise RuntimeError(f"{self.topics.readers} has no partitions {sorted(unknown)[:5]}; did the topics shrink?")
+        raise RuntimeError(f"{self.topics.readers} has no partitions {sorted(missing)[:5]}; did the topics shrink?")
 
     async def _run_async_call(self, call: AsyncCall) -> None:
         """call_async: the callable runs in a worker thread, its handler on the loop."""

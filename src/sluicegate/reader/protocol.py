@@ -474,8 +474,7 @@ class ReaderProtocol:
 
     def _superseded(self, successor: str, location: str | None) -> Superseded:
         self.counters["superseded"] += 1
-        outcome = Superseded(successor, location)
-        log.error("%s", outcome.describe(self.source_name, self.subtask))
+        outcome = Superseded(successor, location)  # the host says why it stops
         self.fenced_reason = f"superseded by incarnation {successor}"
         self._drop()
         self.phase = Phase.CLOSED
