@@ -81,6 +81,8 @@ def reader_command(
 ) -> None:
     """Read splits of a source as subtask K, as the source's coordinator assigns them."""
     try:
+        if name is not None and _subtask(subtask) is not None:
+            raise ConfigError("--name", "only with --subtask auto (a fixed subtask needs no name)")
         settings = ReaderSettings(
             source=source,
             subtask=_subtask(subtask),

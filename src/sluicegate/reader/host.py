@@ -110,8 +110,6 @@ class ReaderSettings:
             _at_least("--subtask", self.subtask, 0)
         elif self.name is not None and not self.name.strip():
             raise ConfigError("--name", "must not be empty")
-        if self.subtask is not None and self.name is not None:
-            raise ConfigError("--name", "only with --subtask auto (a fixed subtask needs no name)")
         _at_least("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
         _at_least("--max-batch", self.max_batch, 1)
         ReaderTiming(self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s).check(CLI_NAMES)
