@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from kafka_data import create_topic
-from processes import ProcessGroup, Proc, poll_until, read_topic, readers_messages
+from processes import Proc, ProcessGroup, poll_until, read_topic, readers_messages
 
 from sluicegate.audit.commands import run_audit
 
@@ -77,11 +78,12 @@ async def test_two_readers_started_for_one_subtask_end_with_one(
     assert await winner.wait_async(30) == 0, winner.tail()
     await audit_clean(kafka_bootstrap, unique_source)
     if output_kind == "kafka":  # exactly once: every record committed once, none twice
-        values = Counter((r.json()["split_id"], r.json()["value"]) for r in await read_topic(kafka_bootstrap, out_topic))
+        records = await read_topic(kafka_bootstrap, out_topic)
+        values = Counter((r.json()["split_id"], r.json()["value"]) for r in records)
         assert values and max(values.values()) == 1, values.most_common(3)
 
 
-def _more_checkpoints(proc: Proc, before: int):  # type: ignore[no-untyped-def]
+def _more_checkpoints(proc: Proc, before: int) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return proc.log().count("checkpoint ") > before + 1
 
