@@ -91,8 +91,11 @@ async def test_wrong_partition_count_is_a_mismatch(kafka_bootstrap: str, unique_
     message = str(err.value)
     assert readers in message
     assert "has 2 partitions, expected 4 (max_parallelism)" in message
-    assert "--max-parallelism" in message
+    assert "--max-parallelism" in message and "sluicegate topics scale --max-parallelism 4" in message
     assert err.value.topics == [readers]
+    # more partitions than asked for are the source's (grown by topics scale): accepted
+    results = await apply_topics(kafka_bootstrap, topic_specs("sluicegate", unique_source, 1))
+    assert {r.name: r.partitions for r in results}[readers] == 2
 
 
 async def test_the_leadership_topic_grows_with_the_sources_and_never_shrinks(

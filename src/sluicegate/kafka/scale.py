@@ -9,6 +9,7 @@ with its readers' records, commits it with its state, and the audit sees it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -43,7 +44,10 @@ async def scale_source(bootstrap: str, namespace: str, source: str, max_parallel
             f"{topics.readers} has {readers.partitions} partitions: a source's max_parallelism only grows "
             f"(asked for {max_parallelism})"
         )
-    await apply_topics(bootstrap, topic_specs(namespace, source, max_parallelism))
+    specs = [
+        dataclasses.replace(spec, grow=spec.accept_more) for spec in topic_specs(namespace, source, max_parallelism)
+    ]
+    await apply_topics(bootstrap, specs)
     await _announce(bootstrap, topics, source, max_parallelism)
     return ScaleResult(source, readers.partitions, max_parallelism)
 

@@ -176,12 +176,14 @@ def _check(spec: TopicSpec, info: TopicInfo) -> tuple[list[str], list[str]]:
     """(problems, warnings) of an existing topic against its spec."""
     problems: list[str] = []
     warnings: list[str] = []
-    if info.partitions != spec.partitions and not (spec.grow and info.partitions > spec.partitions):
+    more_is_fine = spec.grow or spec.accept_more
+    if info.partitions != spec.partitions and not (more_is_fine and info.partitions > spec.partitions):
         if spec.partitions_from:
+            flag = f"--{spec.partitions_from.replace('_', '-')}"
             problems.append(
                 f"topic {spec.name} has {info.partitions} partitions, expected {spec.partitions} "
-                f"({spec.partitions_from}); delete it or use the right "
-                f"--{spec.partitions_from.replace('_', '-')}"
+                f"({spec.partitions_from}); use the right {flag}, or grow the source with "
+                f"`sluicegate topics scale {flag} {spec.partitions}`"
             )
         else:
             problems.append(

@@ -48,6 +48,9 @@ class TopicSpec:
     #: An existing topic with fewer partitions is grown to ``partitions``, one with more is
     #: accepted (for topics whose partitions only ever gain meaning, like the leadership topic).
     grow: bool = False
+    #: An existing topic with more partitions is accepted, one with fewer is a mismatch: the
+    #: per-subtask topics of a source grown by ``sluicegate topics scale`` (which grows them).
+    accept_more: bool = False
 
     @property
     def cleanup_policy(self) -> str:
@@ -76,9 +79,9 @@ class TopicTemplate:
             role=self.role,
             partitions_from=partitions_from,
             description=self.description,
-            # Per-subtask topics only grow (sluicegate topics scale): more partitions than
-            # asked for are the source's, fewer are added.
-            grow=partitions_from is not None,
+            # Per-subtask topics only grow, by sluicegate topics scale: more partitions than
+            # asked for are the source's (a coordinator started with its old flag).
+            accept_more=partitions_from is not None,
         )
 
 

@@ -68,6 +68,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
 MAX_PRODUCER_FENCES_PER_MINUTE = 5
+SUPERSEDED_WAIT_POLLS = 10
 EXIT_DUPLICATE = 3
 """Another live reader process took this subtask (or every slot is taken): starting this
 one again would not help, so a supervisor can tell it from a failure."""
@@ -612,8 +613,10 @@ class ReaderHost:
         self._producer_fences = [t for t in self._producer_fences if now - t < 60.0] + [now]
         if len(self._producer_fences) > MAX_PRODUCER_FENCES_PER_MINUTE:
             raise exc
-        for _ in range(3):  # what the coordinator said about our attempt, if anything
-            await self._poll_control(300)
+        # What the coordinator says about our attempt: the twin registers right after it
+        # initialised the id, and the coordinator answers within a step.
+        for _ in range(SUPERSEDED_WAIT_POLLS):
+            await self._poll_control(IDLE_POLL_MS * 2)
         log.warning("%s; it did not register after this one, so this one takes the subtask back", exc)
         old, self._txn, self._in_txn = self._txn, None, False
         if old is not None:
