@@ -2,13 +2,24 @@
 counts and sums the values of each event-time minute, written to Parquet.
 
 The query reads ``format("sluicegate")`` (one Spark partition per reader subtask),
-groups by ``window(event_time, "1 minute")`` (a stateful aggregation, no
-watermark: a bounded run keeps every window's state, and a split read late never
-has its rows dropped), and writes each micro-batch's updated windows with
+groups by ``window(event_time, "1 minute")`` (a stateful aggregation) and writes each micro-batch's updated windows with
 ``foreachBatch`` to ``OUTPUT/batch_id=N/`` (overwriting that directory, so a batch
 Spark runs again after a crash replaces its own files). The result table is, per
 window, the row of the highest batch. With ``availableNow`` (the default) the
 query ends when the bounded source is read to its end.
+
+Event time. Without ``alignment_max_drift_ms`` the query declares no watermark: a
+bounded run keeps every window's state, and a split read late never has its rows
+dropped. With it, the source plans no split past the earliest next event time of
+the query's splits plus that drift (the Spark option ``alignmentMaxDriftMs``), so
+every row read later is at most the drift behind the largest event time read so
+far (for connectors whose event times do not decrease within a split, as
+``sequence``'s). Spark's watermark is the largest event time seen minus its delay:
+``withWatermark`` with a delay of the drift therefore never drops a row, and yet
+Spark evicts each window's state once the watermark passes its end, so an
+unbounded run keeps bounded state. Alignment is what makes Spark's max-based
+watermark safe: without it a lagging split's rows fall behind the watermark and
+are dropped (``numRowsDroppedByWatermark``).
 
 Run it as ``python -m sluicegate.spark.job --source S --output DIR --checkpoint DIR
 [--option k=v ...]``: it prints ``progress ...`` lines and a final ``RESULT {json}``
@@ -49,6 +60,13 @@ class JobConfig:
     available_now: bool = True
     processing_time: str | None = None
     """With ``available_now`` off: the trigger interval (e.g. "1 second"); None: as fast as possible."""
+    alignment_max_drift_ms: int | None = None
+    """Plan no split past the earliest next event time + this, and declare a watermark of
+    this delay (module docstring). None: neither."""
+
+    def __post_init__(self) -> None:
+        if self.alignment_max_drift_ms is not None and self.alignment_max_drift_ms < 0:
+            raise ConfigError("alignment_max_drift_ms", f"must be >= 0, got {self.alignment_max_drift_ms}")
 
     def reader_options(self) -> dict[str, str]:
         opts = {
@@ -62,6 +80,8 @@ class JobConfig:
             opts["kafka.bootstrap.servers"] = self.bootstrap_servers
         if self.max_records_per_trigger:
             opts["maxRecordsPerTrigger"] = str(self.max_records_per_trigger)
+        if self.alignment_max_drift_ms is not None:
+            opts["alignmentMaxDriftMs"] = str(self.alignment_max_drift_ms)
         return opts
 
 
@@ -87,24 +107,43 @@ def totals(rows: Sequence[WindowRow]) -> tuple[int, int]:
     return sum(r.count for r in rows), sum(r.sum for r in rows)
 
 
-def expected_sequence_windows(options: Mapping[str, str], window_ms: int = WINDOW_MS) -> list[WindowRow]:
-    """The table a bounded ``sequence`` source must give: value ``k*R + i`` of split ``k``
-    has event time ``start_time_ms + k * split_time_offset_ms + i * event_interval_ms``."""
+def expected_sequence_windows(
+    options: Mapping[str, str], window_ms: int = WINDOW_MS, until_ms: int | None = None
+) -> list[WindowRow]:
+    """The table a ``sequence`` source must give: value ``start_k + i`` of split ``k``
+    has event time ``start_time_ms + k * split_time_offset_ms + i * event_interval_ms``.
+    ``until_ms``: only the windows that end by then (required for an unbounded source,
+    whose windows up to any time are complete once read that far)."""
     from sluicegate.connectors import load_source
 
     source: Any = load_source("sequence", options)
     opts = source.options  # SequenceOptions
-    records = opts.records_per_split
-    if records is None:
-        raise ConfigError("records_per_split", "the expected table exists only for a bounded sequence source")
+    if opts.records_per_split is None and until_ms is None:
+        raise ConfigError("records_per_split", "an unbounded sequence source has a table only up to a time")
     windows: dict[int, tuple[int, int]] = {}
-    for k in range(opts.splits):
-        origin = opts.start_time_ms + k * opts.split_time_offset_ms
+    for split in opts.all_splits():
+        origin = opts.event_time_base(split) + split.start * opts.event_interval_ms
+        records = _records_until(opts, split, origin, until_ms)
         for start, i_lo, i_hi in _window_slices(origin, opts.event_interval_ms, records, window_ms):
             n = i_hi - i_lo
             count, total = windows.get(start, (0, 0))
-            windows[start] = (count + n, total + n * k * records + (i_lo + i_hi - 1) * n // 2)
-    return [WindowRow(start, start + window_ms, c, t) for start, (c, t) in sorted(windows.items())]
+            windows[start] = (count + n, total + n * split.start + (i_lo + i_hi - 1) * n // 2)
+    return [
+        WindowRow(start, start + window_ms, c, t)
+        for start, (c, t) in sorted(windows.items())
+        if until_ms is None or start + window_ms <= until_ms
+    ]
+
+
+def _records_until(opts: Any, split: Any, origin: int, until_ms: int | None) -> int:
+    """How many records of ``split`` have event times before ``until_ms`` (all, if None)."""
+    bounded = None if split.end is None else split.end - split.start
+    if until_ms is None:
+        assert bounded is not None
+        return int(bounded)
+    step = opts.event_interval_ms
+    upto = max(0, math.ceil((until_ms - origin) / step)) if step > 0 else (1 << 62)
+    return upto if bounded is None else min(upto, int(bounded))
 
 
 def _window_slices(origin: int, step: int, records: int, window_ms: int) -> Iterator[tuple[int, int, int]]:
@@ -161,6 +200,8 @@ def start_query(spark: Any, config: JobConfig) -> Any:
 
     output = str(config.output_dir)
     events = spark.readStream.format("sluicegate").options(**config.reader_options()).load()
+    if config.alignment_max_drift_ms is not None:
+        events = events.withWatermark("event_time", f"{config.alignment_max_drift_ms} milliseconds")
     windows = events.groupBy(F.window("event_time", "1 minute").alias("window")).agg(
         F.count(F.lit(1)).alias("count"), F.sum("value").alias("sum")
     )
@@ -264,6 +305,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--connector", default="sequence")
     parser.add_argument("--option", "-o", action="append", default=[], help="connector option key=value")
     parser.add_argument("--max-records-per-trigger", type=int, default=None)
+    parser.add_argument(
+        "--alignment-max-drift-ms",
+        type=int,
+        default=None,
+        help="plan no split past the earliest next event time + this, and set a watermark of this delay",
+    )
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--progress-interval", type=float, default=1.0)
@@ -285,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             connector_options=options,
             namespace=args.namespace,
             max_records_per_trigger=args.max_records_per_trigger,
+            alignment_max_drift_ms=args.alignment_max_drift_ms,
         )
         expected = expected_sequence_windows(options) if args.check else None
     except ConfigError as exc:
