@@ -12,6 +12,7 @@ from sluicegate_connectors.sequence import SequenceOptions, SequenceSource
 from sluicegate.api import (
     Boundedness,
     InputStatus,
+    LowWatermarkListener,
     ReadResult,
     Record,
     Source,
@@ -25,6 +26,7 @@ from sluicegate.protocol import (
     AddSplits,
     CoordinatorSourceEvent,
     Envelope,
+    Heartbeat,
     NoMoreSplits,
     ReaderRegistered,
     ReaderSourceEvent,
@@ -457,7 +459,8 @@ def test_heartbeat_watermark_is_min_over_unfinished_splits() -> None:
     session.read(10)  # a finishes at 1000 ms; b at 6000 ms
     assert session.heartbeat().watermark == 6000
     drain(session)
-    assert session.heartbeat() == session.heartbeat().__class__(watermark=None, idle=True)
+    # no split left, and no low watermark announced yet: nothing to report
+    assert session.heartbeat() == Heartbeat(watermark=None, idle=True)
 
 
 def test_alignment_pauses_splits_past_the_allowed_watermark_and_resumes_them() -> None:
@@ -475,6 +478,37 @@ def test_alignment_pauses_splits_past_the_allowed_watermark_and_resumes_them() -
     assert session.low_watermark == 40_000
     session.on_message(to_reader(WatermarkAnnouncement(40_000, None), 1))
     assert reader.paused == set()
+
+
+class ListeningReader(FakeReader, LowWatermarkListener):
+    def __init__(self, context: SourceReaderContext) -> None:
+        super().__init__(context)
+        self.low_watermarks: list[int] = []
+
+    def notify_low_watermark(self, watermark: int) -> None:
+        self.low_watermarks.append(watermark)
+
+
+class ListeningSource(FakeSource):
+    def create_reader(self, context: SourceReaderContext) -> FakeReader:
+        reader = ListeningReader(context)
+        self.readers.append(reader)
+        return reader
+
+
+def test_a_low_watermark_listener_hears_every_announcement_and_an_empty_reader_reports_it() -> None:
+    session = ReaderSession(SOURCE, SUBTASK, ListeningSource(), location="host-a:42")
+    registered(session)
+    session.on_message(to_reader(WatermarkAnnouncement(None, None), 1))
+    session.on_message(to_reader(WatermarkAnnouncement(30_000, None), 1))
+    session.on_message(to_reader(WatermarkAnnouncement(45_000, 50_000), 1))
+    reader = session.reader
+    assert isinstance(reader, ListeningReader) and reader.low_watermarks == [30_000, 45_000]
+    # with no split at all it reports the announced low watermark: it never holds anyone back
+    assert session.heartbeat() == Heartbeat(watermark=45_000, idle=True)
+    session.on_message(to_reader(AddSplits(1, [split("a", 0, end=5)]), 1))
+    session.read(10)
+    assert session.heartbeat() == Heartbeat(watermark=0, idle=False)  # its own again, behind the low one
 
 
 def test_split_watermarks_ignore_unknown_splits() -> None:

@@ -17,7 +17,14 @@ from sluicegate.api.enumerator import (
 )
 from sluicegate.api.errors import ConfigError, NoLiveReaderError, SourceError
 from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
-from sluicegate.api.reader import InputStatus, ReadResult, Record, SourceReader, SourceReaderContext
+from sluicegate.api.reader import (
+    InputStatus,
+    LowWatermarkListener,
+    ReadResult,
+    Record,
+    SourceReader,
+    SourceReaderContext,
+)
 from sluicegate.api.source import Boundedness, Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import SourceSplit, SplitCodec, WireSplit
 
@@ -28,6 +35,7 @@ __all__ = [
     "EnumeratorMetrics",
     "FairShareAssigner",
     "InputStatus",
+    "LowWatermarkListener",
     "NoLiveReaderError",
     "RangeChunk",
     "ReadResult",

@@ -72,3 +72,13 @@ class SourceReader(ABC, Generic[SplitT]):
 
     def close(self) -> None:
         """Release resources."""
+
+
+class LowWatermarkListener(ABC):
+    """A mix-in for a ``SourceReader`` that wants the source's low watermark (FLINK-4576's
+    listener): the host calls ``notify_low_watermark`` with each announced low watermark,
+    the minimum over the source's live, non-idle readers. A reader can use it to emit
+    that watermark downstream while it has nothing of its own, or to throttle itself."""
+
+    @abstractmethod
+    def notify_low_watermark(self, watermark: int) -> None: ...

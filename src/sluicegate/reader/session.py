@@ -17,7 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
-from sluicegate.api.reader import InputStatus, ReadResult, SourceReader, SourceReaderContext
+from sluicegate.api.reader import (
+    InputStatus,
+    LowWatermarkListener,
+    ReadResult,
+    SourceReader,
+    SourceReaderContext,
+)
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import SplitT, WireSplit
 from sluicegate.protocol.messages import (
@@ -195,6 +201,7 @@ class ReaderSession(Generic[SplitT]):
             self._require_reader().notify_no_more_splits()
         elif isinstance(outcome, AlignmentBound):
             self._align()
+            self._notify_low_watermark(outcome.low_watermark)
         elif isinstance(outcome, SourceEventReceived):
             self._require_reader().handle_source_event(outcome.payload)
         elif isinstance(outcome, Fenced):
@@ -279,12 +286,20 @@ class ReaderSession(Generic[SplitT]):
             if change.to_resume:
                 log.info("resumed %d splits", len(change.to_resume))
 
+    def _notify_low_watermark(self, low_watermark: int | None) -> None:
+        if low_watermark is not None and isinstance(self.reader, LowWatermarkListener):
+            self.reader.notify_low_watermark(low_watermark)
+
     def take_outbox(self) -> list[Body]:
         out, self._outbox = self._outbox, []
         return out
 
     def heartbeat(self) -> Heartbeat:
-        return Heartbeat(watermark=self.watermarks.current(), idle=not self.owned)
+        """The reader's watermark; with no split at all, the announced low watermark, so that
+        a reader with nothing to read never holds the source back (FLINK-4576)."""
+        if not self.owned:
+            return Heartbeat(watermark=self.low_watermark, idle=True)
+        return Heartbeat(watermark=self.watermarks.current(), idle=False)
 
     # -- checkpoints ------------------------------------------------------------
 
