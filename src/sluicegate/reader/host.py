@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 
 from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.reader import Record
@@ -404,6 +404,8 @@ class ReaderHost:
         try:
             await self._ensure_txn_for_output()
             await output.write(self.subtask, records)
+        except IllegalOperation as exc:  # the producer left its transaction: it was fenced
+            raise self._taken_over() from exc
         except KafkaError as exc:
             if isinstance(exc, ProducerFenced):
                 raise self._taken_over() from exc
@@ -517,7 +519,7 @@ class ReaderHost:
             await gather_all(futures)
             await self._txn_producer().commit_transaction()
             self._in_txn = False
-        except ProducerFenced as exc:
+        except (ProducerFenced, IllegalOperation) as exc:
             raise self._taken_over() from exc
         except (KafkaError, OSError) as exc:
             log.warning("checkpoint %d failed: %s", session.next_checkpoint_id, exc)
@@ -567,7 +569,7 @@ class ReaderHost:
             await gather_all(futures)
             await self._txn_producer().commit_transaction()
             self._in_txn = False
-        except ProducerFenced as exc:
+        except (ProducerFenced, IllegalOperation) as exc:
             raise self._taken_over() from exc
         except KafkaError as exc:
             log.warning("could not send ReaderLeaving: %s (the coordinator will time the attempt out)", exc)
@@ -590,7 +592,7 @@ class ReaderHost:
                 await gather_all([await self._txn_send_state(last)])
                 await self._txn_producer().commit_transaction()
                 self._in_txn = False
-            except ProducerFenced as exc:
+            except (ProducerFenced, IllegalOperation) as exc:
                 raise self._taken_over() from exc
             except KafkaError as exc:
                 log.warning("could not re-affirm checkpoint %d: %s", last.checkpoint_id, exc)
@@ -658,7 +660,7 @@ class ReaderHost:
         if self._output_.exactly_once:
             try:
                 await self._ensure_txn()
-            except ProducerFenced as exc:
+            except (ProducerFenced, IllegalOperation) as exc:
                 raise self._taken_over() from exc
 
     async def _abort_txn(self) -> None:
@@ -667,7 +669,7 @@ class ReaderHost:
         self._in_txn = False
         try:
             await self._txn_producer().abort_transaction()
-        except ProducerFenced as exc:
+        except (ProducerFenced, IllegalOperation) as exc:
             raise self._taken_over() from exc
         except KafkaError as exc:
             log.warning("aborting the open transaction failed: %s", exc)
