@@ -374,6 +374,11 @@ class SequenceReader(SourceReader[SequenceSplit]):
     def snapshot_state(self, checkpoint_id: int) -> list[SequenceSplit]:
         return [SequenceSplit(s.split_id, s.start, s.end, s.position) for s in self._splits.values()]
 
+    def remove_splits(self, split_ids: Sequence[str]) -> None:
+        for split_id in split_ids:
+            self._splits.pop(split_id, None)
+            self._paused.discard(split_id)
+
     def pause_or_resume_splits(self, to_pause: Sequence[str], to_resume: Sequence[str]) -> None:
         self._paused.update(to_pause)
         self._paused.difference_update(to_resume)
