@@ -23,9 +23,11 @@ from sluicegate.protocol import (
     Direction,
     Envelope,
     Heartbeat,
+    NoMoreSplits,
     ReaderLeaving,
     ReaderRegistered,
     ReaderRegistration,
+    ReleaseRequest,
     RequestSplit,
     SplitsFinished,
     SplitsReleased,
@@ -436,7 +438,11 @@ def test_add_splits_to_subtask_without_live_attempt(clean_run: Run) -> None:
     envs = decoded(readers)
     left = next(e for _, _, e in envs if isinstance(e.body, SplitsReleased) and e.body.reason == "left")
     last_cseq = max(e.cseq or 0 for _, _, e in envs)
-    last_seq = max(e.body.seq for _, _, e in envs if isinstance(e.body, AddSplits) and e.subtask == left.subtask)
+    last_seq = max(
+        e.body.seq
+        for _, _, e in envs
+        if isinstance(e.body, AddSplits | NoMoreSplits | ReleaseRequest) and e.subtask == left.subtask
+    )
     offset = max(o for p, o, _ in readers if p == left.subtask) + 1
     fake = envelope(
         AddSplits(last_seq + 1, [split("new-split")]),

@@ -23,6 +23,20 @@ the fewest (the fair-share rule then also counts only the live readers). The
 grace delay lets a restarting reader get its own splits back, as Kafka
 Connect's scheduled rebalance delay does.
 
+Load follows readers (cooperative rebalancing, protocol v3): once nothing is
+pending, each assigner says which owned splits should move (``rebalance``), by the
+same rule it assigns with, so a split given back lands where the rule wants it and
+never bounces back: ``sticky`` and ``round_robin`` move a split to its own slot when
+that slot has a live reader (their own slots are balanced by construction);
+``fair_share`` moves splits from readers above a balanced count (``ceil``/``floor``
+of what the live readers own) to the fewest-owned. The distributor asks the owners
+for them (``request_split_release``); they come back through ``add_splits_back``
+once the owner's checkpoint holds their positions, and are assigned as usual. A
+split already asked for is not asked for again, and its owner's load counts without
+it, so a second round before the first has settled asks for nothing more. A reader
+that is only briefly away (a restart within the grace delay) moves nothing: its
+splits wait for it as pending splits do.
+
 Pure: no I/O and no clock of its own; the caller passes ``now_ms``.
 ``SplitDistributor`` connects an assigner to an enumerator's context.
 """
@@ -41,6 +55,8 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.api.split import SplitT
 
 DEFAULT_GRACE_MS = 5_000
+REBALANCE_BATCH = 1_000
+"""At most this many splits asked back per round; the next round (their return) asks for more."""
 ASSIGNER_OPTION = "assigner"
 GRACE_OPTION = "assignment_grace_ms"
 
@@ -57,6 +73,18 @@ class AssignmentRound:
     now_ms: int
     requester: int | None = None
     """A subtask that asked for work (RequestSplit), if that is what triggered the round."""
+
+
+@dataclass(frozen=True)
+class RebalanceRound(Generic[SplitT]):
+    """What an assigner sees when it is asked which owned splits should move."""
+
+    parallelism: int
+    owned: Mapping[int, Sequence[SplitT]]
+    """Each live subtask and the splits it owns and was not asked for yet, oldest first."""
+    releasing: Mapping[int, int]
+    """Each live subtask and the number of its splits asked back and not returned yet."""
+    max_moves: int = REBALANCE_BATCH
 
 
 class SplitAssigner(ABC, Generic[SplitT]):
@@ -100,6 +128,13 @@ class SplitAssigner(ABC, Generic[SplitT]):
     def assign(self, round_: AssignmentRound) -> dict[int, list[SplitT]]:
         """Take the splits that go to live readers now out of the pending ones; the
         splits that stay start (or keep) waiting."""
+
+    def rebalance(self, round_: RebalanceRound[SplitT]) -> dict[int, list[str]]:
+        """Which owned splits to ask back from which live subtask, so that ``assign``
+        gives them to a reader with fewer. By default balanced counts: the live readers
+        with the most keep ``ceil(total / live)``, the rest ``floor``; the oldest splits
+        of a reader above its target move."""
+        return balanced_releases(round_)
 
     def next_deadline_ms(self) -> int | None:
         """When the grace delay of a waiting split runs out (None: nothing waits)."""
@@ -145,6 +180,24 @@ class _OwnerAssigner(SplitAssigner[SplitT]):
     @abstractmethod
     def owner(self, split: SplitT, parallelism: int) -> int: ...
 
+    def rebalance(self, round_: RebalanceRound[SplitT]) -> dict[int, list[str]]:
+        """A split moves to its own slot once that slot has a live reader: ``assign`` gives
+        it there, so it moves once. Splits whose slot has no live reader stay put."""
+        out: dict[int, list[str]] = {}
+        budget = round_.max_moves
+        for subtask in sorted(round_.owned):
+            for split in round_.owned[subtask]:
+                if budget <= 0:
+                    return out
+                home = self._known_owner(split, round_.parallelism)
+                if home is not None and home != subtask and home in round_.owned:
+                    out.setdefault(subtask, []).append(split.split_id)
+                    budget -= 1
+        return out
+
+    def _known_owner(self, split: SplitT, parallelism: int) -> int | None:
+        return self.owner(split, parallelism)
+
 
 class StickyHashAssigner(_OwnerAssigner[SplitT]):
     """Owner = ``owner_key(split) % parallelism``; by default a CRC-32 of the split id."""
@@ -178,6 +231,12 @@ class RoundRobinAssigner(_OwnerAssigner[SplitT]):
     def owner(self, split: SplitT, parallelism: int) -> int:
         return self._turns[split.split_id] % parallelism
 
+    def _known_owner(self, split: SplitT, parallelism: int) -> int | None:
+        # A split assigned before a coordinator restart has no turn here (the state holds
+        # the pending ones only): it stays where it is.
+        turn = self._turns.get(split.split_id)
+        return None if turn is None else turn % parallelism
+
 
 class FairShareAssigner(SplitAssigner[SplitT]):
     """Fewest-owned first, each up to ``ceil(outstanding / parallelism)`` splits, in
@@ -208,6 +267,27 @@ class FairShareAssigner(SplitAssigner[SplitT]):
                 out[subtask] = [self._take(sid) for sid in ids]
         self._wait_rest(round_.now_ms)
         return out
+
+
+def balanced_releases(round_: RebalanceRound[Any]) -> dict[int, list[str]]:
+    """Balanced counts over the live readers (see ``SplitAssigner.rebalance``). The ceil
+    targets go to the most loaded, so a balanced spread asks for nothing, and a split
+    asked back never goes back to its owner (``assign`` serves the fewest-owned first)."""
+    live = round_.owned
+    if not live:
+        return {}
+    load = {s: len(splits) for s, splits in live.items()}
+    total = sum(load.values()) + sum(round_.releasing.get(s, 0) for s in live)
+    floor, extra = divmod(total, len(live))
+    out: dict[int, list[str]] = {}
+    budget = round_.max_moves
+    for rank, subtask in enumerate(sorted(live, key=lambda s: (-load[s], s))):
+        excess = load[subtask] - (floor + (1 if rank < extra else 0))
+        n = min(excess, budget)
+        if n > 0:
+            out[subtask] = [split.split_id for split in live[subtask][:n]]
+            budget -= n
+    return out
 
 
 ASSIGNERS: dict[str, Callable[[int], SplitAssigner[Any]]] = {
@@ -247,7 +327,13 @@ class SplitDistributor(Generic[SplitT]):
     is live: the next registration is the event that ends the wait).
 
     It also ends a bounded source: once ``all_discovered()`` and no split is pending or
-    owned by anyone, every live reader is told NoMoreSplits."""
+    owned by anyone, every live reader is told NoMoreSplits.
+
+    And it rebalances: whenever a round that a change of readers or splits started
+    (add_reader, add_splits_back, discovery, the grace timer; not a RequestSplit, which
+    an idle reader repeats every second) leaves nothing pending, it asks the owners for
+    the splits the assigner wants elsewhere (``rebalance``; off with a context that
+    cannot, or with ``rebalance=False``)."""
 
     def __init__(
         self,
@@ -255,6 +341,7 @@ class SplitDistributor(Generic[SplitT]):
         assigner: SplitAssigner[SplitT],
         clock: Callable[[], int] | None = None,
         all_discovered: Callable[[], bool] = lambda: False,
+        rebalance: bool = True,
     ) -> None:
         self.context = context
         self.assigner = assigner
@@ -263,6 +350,7 @@ class SplitDistributor(Generic[SplitT]):
         self._all_discovered = all_discovered
         """Whether the enumerator will never find another split (bounded and fully discovered)."""
         self._timer_due_ms: int | None = None
+        self._rebalance = rebalance
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
         self.assigner.add_splits(splits)
@@ -277,6 +365,8 @@ class SplitDistributor(Generic[SplitT]):
             if self._all_discovered() and self.context.outstanding_split_count() == 0:
                 for subtask in readers:
                     self.context.signal_no_more_splits(subtask)
+            elif requester is None:
+                self.rebalance()
             return 0
         return self._assign_now(requester)
 
@@ -296,7 +386,33 @@ class SplitDistributor(Generic[SplitT]):
             # With no live reader nothing can go out before one registers, and add_reader
             # distributes; a timer now would find its deadline past and re-arm every 1 ms.
             self._arm_timer(round_.now_ms)
+        if requester is None and not self.assigner.pending:
+            self.rebalance()
         return sum(len(v) for v in assignment.values())
+
+    def rebalance(self) -> int:
+        """Ask owners for the splits the assigner wants elsewhere; returns how many were
+        asked for. Only with nothing pending: pending splits are placed first, and a split
+        waiting for its slot's grace delay must not be overtaken by a move."""
+        if not self._rebalance or self.assigner.pending:
+            return 0
+        readers = self.context.registered_readers()
+        if len(readers) < 2:
+            return 0
+        try:
+            owned: dict[int, list[SplitT]] = {}
+            releasing: dict[int, int] = {}
+            for subtask in readers:
+                asked = self.context.releasing_split_ids(subtask)
+                owned[subtask] = [s for s in self.context.owned_splits(subtask) if s.split_id not in asked]
+                releasing[subtask] = len(asked)
+            moves = self.assigner.rebalance(RebalanceRound(self.context.current_parallelism(), owned, releasing))
+            for subtask, split_ids in sorted(moves.items()):
+                self.context.request_split_release(subtask, split_ids)
+        except NotImplementedError:
+            self._rebalance = False  # a context without cooperative rebalancing
+            return 0
+        return sum(len(v) for v in moves.values())
 
     def _arm_timer(self, now_ms: int) -> None:
         deadline = self.assigner.next_deadline_ms()
