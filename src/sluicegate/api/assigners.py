@@ -24,18 +24,18 @@ grace delay lets a restarting reader get its own splits back, as Kafka
 Connect's scheduled rebalance delay does.
 
 Load follows readers (cooperative rebalancing, protocol v3): once nothing is
-pending, each assigner says which owned splits should move (``rebalance``), by the
-same rule it assigns with, so a split given back lands where the rule wants it and
-never bounces back: ``sticky`` and ``round_robin`` move a split to its own slot when
-that slot has a live reader (their own slots are balanced by construction);
+pending, each assigner plans which owned splits move where (``rebalance``), by the
+rule it assigns with: ``sticky`` and ``round_robin`` move a split to its own slot
+when that slot has a live reader (their own slots are balanced by construction);
 ``fair_share`` moves splits from readers above a balanced count (``ceil``/``floor``
-of what the live readers own) to the fewest-owned. The distributor asks the owners
+of what the live readers own) to those below it. The distributor asks the owners
 for them (``request_split_release``); they come back through ``add_splits_back``
-once the owner's checkpoint holds their positions, and are assigned as usual. A
-split already asked for is not asked for again, and its owner's load counts without
-it, so a second round before the first has settled asks for nothing more. A reader
-that is only briefly away (a restart within the grace delay) moves nothing: its
-splits wait for it as pending splits do.
+once the owner's checkpoint holds their positions, and go straight to the reader
+the plan named (if it is still live; else the assigner decides as for any pending
+split). So a split moves once per change of readers: a split asked for is not
+asked for again, and a planned receiver counts the splits on their way to it.
+A reader that is only briefly away (a restart within the grace delay) moves
+nothing: its splits wait for it as pending splits do.
 
 Pure: no I/O and no clock of its own; the caller passes ``now_ms``.
 ``SplitDistributor`` connects an assigner to an enumerator's context.
@@ -46,8 +46,9 @@ from __future__ import annotations
 import math
 import zlib
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic
 
 from sluicegate.api.enumerator import SplitEnumeratorContext
@@ -82,9 +83,15 @@ class RebalanceRound(Generic[SplitT]):
     parallelism: int
     owned: Mapping[int, Sequence[SplitT]]
     """Each live subtask and the splits it owns and was not asked for yet, oldest first."""
-    releasing: Mapping[int, int]
-    """Each live subtask and the number of its splits asked back and not returned yet."""
+    releasing: int = 0
+    """Splits asked back from live subtasks and not returned yet."""
+    incoming: Mapping[int, int] = field(default_factory=dict)
+    """Of those, how many a plan sends to each live subtask."""
     max_moves: int = REBALANCE_BATCH
+
+
+RebalancePlan = dict[int, dict[str, int]]
+"""From which live subtask which split goes to which live subtask."""
 
 
 class SplitAssigner(ABC, Generic[SplitT]):
@@ -122,6 +129,10 @@ class SplitAssigner(ABC, Generic[SplitT]):
     def __len__(self) -> int:
         return len(self._pending)
 
+    def __contains__(self, split_id: object) -> bool:
+        """Whether the split with this id is pending."""
+        return split_id in self._pending
+
     # -- deciding -------------------------------------------------------------------
 
     @abstractmethod
@@ -129,12 +140,12 @@ class SplitAssigner(ABC, Generic[SplitT]):
         """Take the splits that go to live readers now out of the pending ones; the
         splits that stay start (or keep) waiting."""
 
-    def rebalance(self, round_: RebalanceRound[SplitT]) -> dict[int, list[str]]:
-        """Which owned splits to ask back from which live subtask, so that ``assign``
-        gives them to a reader with fewer. By default balanced counts: the live readers
-        with the most keep ``ceil(total / live)``, the rest ``floor``; the oldest splits
-        of a reader above its target move."""
-        return balanced_releases(round_)
+    def rebalance(self, round_: RebalanceRound[SplitT]) -> RebalancePlan:
+        """Which owned splits move from which live subtask to which. By default balanced
+        counts: the live readers with the most keep ``ceil(total / live)``, the rest
+        ``floor``; the oldest splits of a reader above its target go to the readers
+        below theirs, the fewest-owned first."""
+        return balanced_moves(round_)
 
     def next_deadline_ms(self) -> int | None:
         """When the grace delay of a waiting split runs out (None: nothing waits)."""
@@ -180,10 +191,10 @@ class _OwnerAssigner(SplitAssigner[SplitT]):
     @abstractmethod
     def owner(self, split: SplitT, parallelism: int) -> int: ...
 
-    def rebalance(self, round_: RebalanceRound[SplitT]) -> dict[int, list[str]]:
-        """A split moves to its own slot once that slot has a live reader: ``assign`` gives
-        it there, so it moves once. Splits whose slot has no live reader stay put."""
-        out: dict[int, list[str]] = {}
+    def rebalance(self, round_: RebalanceRound[SplitT]) -> RebalancePlan:
+        """A split moves to its own slot once that slot has a live reader (where ``assign``
+        would give it too). Splits whose slot has no live reader stay put."""
+        out: RebalancePlan = {}
         budget = round_.max_moves
         for subtask in sorted(round_.owned):
             for split in round_.owned[subtask]:
@@ -191,7 +202,7 @@ class _OwnerAssigner(SplitAssigner[SplitT]):
                     return out
                 home = self._known_owner(split, round_.parallelism)
                 if home is not None and home != subtask and home in round_.owned:
-                    out.setdefault(subtask, []).append(split.split_id)
+                    out.setdefault(subtask, {})[split.split_id] = home
                     budget -= 1
         return out
 
@@ -269,24 +280,28 @@ class FairShareAssigner(SplitAssigner[SplitT]):
         return out
 
 
-def balanced_releases(round_: RebalanceRound[Any]) -> dict[int, list[str]]:
-    """Balanced counts over the live readers (see ``SplitAssigner.rebalance``). The ceil
-    targets go to the most loaded, so a balanced spread asks for nothing, and a split
-    asked back never goes back to its owner (``assign`` serves the fewest-owned first)."""
+def balanced_moves(round_: RebalanceRound[Any]) -> RebalancePlan:
+    """Balanced counts over the live readers (see ``SplitAssigner.rebalance``). A planned
+    receiver counts what is on its way to it. The ceil targets go to the most loaded, so
+    a balanced spread plans nothing."""
     live = round_.owned
     if not live:
         return {}
-    load = {s: len(splits) for s, splits in live.items()}
-    total = sum(load.values()) + sum(round_.releasing.get(s, 0) for s in live)
+    load = {s: len(splits) + round_.incoming.get(s, 0) for s, splits in live.items()}
+    total = sum(len(splits) for splits in live.values()) + round_.releasing
     floor, extra = divmod(total, len(live))
-    out: dict[int, list[str]] = {}
-    budget = round_.max_moves
-    for rank, subtask in enumerate(sorted(live, key=lambda s: (-load[s], s))):
-        excess = load[subtask] - (floor + (1 if rank < extra else 0))
-        n = min(excess, budget)
-        if n > 0:
-            out[subtask] = [split.split_id for split in live[subtask][:n]]
-            budget -= n
+    ranked = sorted(live, key=lambda s: (-load[s], s))
+    target = {s: floor + (1 if rank < extra else 0) for rank, s in enumerate(ranked)}
+    deficit = {s: target[s] - load[s] for s in sorted(live, key=lambda s: (load[s], s)) if load[s] < target[s]}
+    out: RebalancePlan = {}
+    budget = min(round_.max_moves, sum(deficit.values()))
+    for subtask in ranked:
+        excess = min(load[subtask] - target[subtask], len(live[subtask]), budget)
+        for split in live[subtask][: max(0, excess)]:
+            receiver = max(deficit, key=lambda s: (deficit[s], -load[s], -s))
+            out.setdefault(subtask, {})[split.split_id] = receiver
+            deficit[receiver] -= 1
+            budget -= 1
     return out
 
 
@@ -332,8 +347,10 @@ class SplitDistributor(Generic[SplitT]):
     And it rebalances: whenever a round that a change of readers or splits started
     (add_reader, add_splits_back, discovery, the grace timer; not a RequestSplit, which
     an idle reader repeats every second) leaves nothing pending, it asks the owners for
-    the splits the assigner wants elsewhere (``rebalance``; off with a context that
-    cannot, or with ``rebalance=False``)."""
+    the splits the assigner's plan moves (``rebalance``; off with a context that cannot,
+    or with ``rebalance=False``), and gives each one returned to the reader the plan
+    named. The plans are not part of the enumerator's state: after a coordinator restart
+    the splits still on their way back are assigned by the assigner's own rule."""
 
     def __init__(
         self,
@@ -351,6 +368,8 @@ class SplitDistributor(Generic[SplitT]):
         """Whether the enumerator will never find another split (bounded and fully discovered)."""
         self._timer_due_ms: int | None = None
         self._rebalance = rebalance
+        self._planned: dict[str, int] = {}
+        """Split asked back -> the live subtask the plan gives it to once returned."""
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
         self.assigner.add_splits(splits)
@@ -372,14 +391,17 @@ class SplitDistributor(Generic[SplitT]):
 
     def _assign_now(self, requester: int | None = None) -> int:
         readers = self.context.registered_readers()
+        planned = self._take_planned(set(readers))
         round_ = AssignmentRound(
             parallelism=self.context.current_parallelism(),
-            live={s: info.owned_split_count for s, info in readers.items()},
-            outstanding=self.context.outstanding_split_count(),
+            live={s: info.owned_split_count + len(planned.get(s, ())) for s, info in readers.items()},
+            outstanding=self.context.outstanding_split_count() + sum(len(v) for v in planned.values()),
             now_ms=self._clock(),
             requester=requester,
         )
         assignment = self.assigner.assign(round_)
+        for subtask, splits in planned.items():
+            assignment[subtask] = [*splits, *assignment.get(subtask, [])]
         if assignment:
             self.context.assign_splits(assignment)
         if round_.live:
@@ -390,8 +412,20 @@ class SplitDistributor(Generic[SplitT]):
             self.rebalance()
         return sum(len(v) for v in assignment.values())
 
+    def _take_planned(self, live: set[int]) -> dict[int, list[SplitT]]:
+        """The returned splits that a plan gives to a reader that is still live."""
+        returned = [sid for sid in self._planned if sid in self.assigner]
+        if not returned:
+            return {}
+        out: dict[int, list[SplitT]] = {}
+        for split in self.assigner.remove([sid for sid in returned if self._planned[sid] in live]):
+            out.setdefault(self._planned[split.split_id], []).append(split)
+        for sid in returned:
+            del self._planned[sid]  # a receiver that left: the assigner decides
+        return out
+
     def rebalance(self) -> int:
-        """Ask owners for the splits the assigner wants elsewhere; returns how many were
+        """Ask owners for the splits the assigner's plan moves; returns how many were
         asked for. Only with nothing pending: pending splits are placed first, and a split
         waiting for its slot's grace delay must not be overtaken by a move."""
         if not self._rebalance or self.assigner.pending:
@@ -401,18 +435,24 @@ class SplitDistributor(Generic[SplitT]):
             return 0
         try:
             owned: dict[int, list[SplitT]] = {}
-            releasing: dict[int, int] = {}
+            releasing: set[str] = set()
             for subtask in readers:
                 asked = self.context.releasing_split_ids(subtask)
                 owned[subtask] = [s for s in self.context.owned_splits(subtask) if s.split_id not in asked]
-                releasing[subtask] = len(asked)
-            moves = self.assigner.rebalance(RebalanceRound(self.context.current_parallelism(), owned, releasing))
-            for subtask, split_ids in sorted(moves.items()):
-                self.context.request_split_release(subtask, split_ids)
+                releasing |= asked
+            # a plan whose split is no longer on its way (its owner failed, the split finished) is void
+            self._planned = {sid: to for sid, to in self._planned.items() if sid in releasing and to in readers}
+            incoming = Counter(self._planned.values())
+            plan = self.assigner.rebalance(
+                RebalanceRound(self.context.current_parallelism(), owned, len(releasing), incoming)
+            )
+            for subtask, moves in sorted(plan.items()):
+                self.context.request_split_release(subtask, list(moves))
+                self._planned.update(moves)
         except NotImplementedError:
             self._rebalance = False  # a context without cooperative rebalancing
             return 0
-        return sum(len(v) for v in moves.values())
+        return sum(len(v) for v in plan.values())
 
     def _arm_timer(self, now_ms: int) -> None:
         deadline = self.assigner.next_deadline_ms()
