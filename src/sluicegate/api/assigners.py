@@ -46,7 +46,6 @@ from __future__ import annotations
 import math
 import zlib
 from abc import ABC, abstractmethod
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic
@@ -83,15 +82,22 @@ class RebalanceRound(Generic[SplitT]):
     parallelism: int
     owned: Mapping[int, Sequence[SplitT]]
     """Each live subtask and the splits it owns and was not asked for yet, oldest first."""
-    releasing: int = 0
-    """Splits asked back from live subtasks and not returned yet."""
-    incoming: Mapping[int, int] = field(default_factory=dict)
-    """Of those, how many a plan sends to each live subtask."""
+    in_flight: Sequence[SplitT] = ()
+    """Splits asked back from live subtasks and not returned yet (their receivers may be
+    chosen again: they have not landed anywhere)."""
     max_moves: int = REBALANCE_BATCH
 
 
-RebalancePlan = dict[int, dict[str, int]]
-"""From which live subtask which split goes to which live subtask."""
+@dataclass
+class RebalancePlan:
+    moves: dict[int, dict[str, int]] = field(default_factory=dict)
+    """From which live subtask which split goes to which live subtask (to ask for now)."""
+    placed: dict[str, int] = field(default_factory=dict)
+    """Which live subtask each split in flight goes to once returned."""
+
+    @property
+    def move_count(self) -> int:
+        return sum(len(v) for v in self.moves.values())
 
 
 class SplitAssigner(ABC, Generic[SplitT]):
@@ -145,7 +151,9 @@ class SplitAssigner(ABC, Generic[SplitT]):
         counts: the live readers with the most keep ``ceil(total / live)``, the rest
         ``floor``; the oldest splits of a reader above its target go to the readers
         below theirs, the fewest-owned first."""
-        return balanced_moves(round_)
+        load = {s: len(splits) for s, splits in round_.owned.items()}
+        movable = {s: [split.split_id for split in splits] for s, splits in round_.owned.items()}
+        return balance(load, movable, [split.split_id for split in round_.in_flight], round_.max_moves)
 
     def next_deadline_ms(self) -> int | None:
         """When the grace delay of a waiting split runs out (None: nothing waits)."""
@@ -193,18 +201,38 @@ class _OwnerAssigner(SplitAssigner[SplitT]):
 
     def rebalance(self, round_: RebalanceRound[SplitT]) -> RebalancePlan:
         """A split moves to its own slot once that slot has a live reader (where ``assign``
-        would give it too). Splits whose slot has no live reader stay put."""
-        out: RebalancePlan = {}
+        would give it too). The *guests*, splits whose slot has no live reader (``assign``
+        gave them to the fewest-owned after the grace delay), are then spread to balanced
+        counts, as fair share does."""
+        live = set(round_.owned)
+        plan = RebalancePlan()
+        load = dict.fromkeys(live, 0)
+        guests: dict[int, list[str]] = {s: [] for s in live}
         budget = round_.max_moves
-        for subtask in sorted(round_.owned):
+        for subtask in sorted(live):
             for split in round_.owned[subtask]:
-                if budget <= 0:
-                    return out
                 home = self._known_owner(split, round_.parallelism)
-                if home is not None and home != subtask and home in round_.owned:
-                    out.setdefault(subtask, {})[split.split_id] = home
+                if home is not None and home != subtask and home in live and budget > 0:
+                    plan.moves.setdefault(subtask, {})[split.split_id] = home
+                    load[home] += 1
                     budget -= 1
-        return out
+                    continue
+                load[subtask] += 1
+                if home is None or home not in live:
+                    guests[subtask].append(split.split_id)
+        flexible: list[str] = []
+        for split in round_.in_flight:
+            home = self._known_owner(split, round_.parallelism)
+            if home is not None and home in live:
+                plan.placed[split.split_id] = home
+                load[home] += 1
+            else:
+                flexible.append(split.split_id)
+        rest = balance(load, guests, flexible, budget)
+        for subtask, moves in rest.moves.items():
+            plan.moves.setdefault(subtask, {}).update(moves)
+        plan.placed.update(rest.placed)
+        return plan
 
     def _known_owner(self, split: SplitT, parallelism: int) -> int | None:
         return self.owner(split, parallelism)
@@ -280,29 +308,38 @@ class FairShareAssigner(SplitAssigner[SplitT]):
         return out
 
 
-def balanced_moves(round_: RebalanceRound[Any]) -> RebalancePlan:
-    """Balanced counts over the live readers (see ``SplitAssigner.rebalance``). A planned
-    receiver counts what is on its way to it. The ceil targets go to the most loaded, so
-    a balanced spread plans nothing."""
-    live = round_.owned
-    if not live:
-        return {}
-    load = {s: len(splits) + round_.incoming.get(s, 0) for s, splits in live.items()}
-    total = sum(len(splits) for splits in live.values()) + round_.releasing
-    floor, extra = divmod(total, len(live))
-    ranked = sorted(live, key=lambda s: (-load[s], s))
+def balance(
+    load: Mapping[int, int], movable: Mapping[int, Sequence[str]], flexible: Sequence[str], max_moves: int
+) -> RebalancePlan:
+    """Balanced counts over the live readers (the keys of ``load``, what each will hold
+    without the ``flexible`` splits, which are in flight and go wherever they are needed).
+    The live readers with the most get ``ceil(total / live)`` as their target, the rest
+    ``floor``, so a balanced spread plans nothing; the flexible splits fill the readers
+    below their target first, then the oldest ``movable`` splits of the readers above
+    theirs move, each to the reader with the most room."""
+    if not load:
+        return RebalancePlan()
+    total = sum(load.values()) + len(flexible)
+    floor, extra = divmod(total, len(load))
+    ranked = sorted(load, key=lambda s: (-load[s], s))
     target = {s: floor + (1 if rank < extra else 0) for rank, s in enumerate(ranked)}
-    deficit = {s: target[s] - load[s] for s in sorted(live, key=lambda s: (load[s], s)) if load[s] < target[s]}
-    out: RebalancePlan = {}
-    budget = min(round_.max_moves, sum(deficit.values()))
+    room = {s: target[s] - load[s] for s in load if load[s] < target[s]}
+    plan = RebalancePlan()
+
+    def neediest() -> int:
+        return max(room, key=lambda s: (room[s], -load[s], -s))
+
+    for split_id in flexible:
+        plan.placed[split_id] = receiver = neediest()
+        room[receiver] -= 1
+    budget = min(max_moves, sum(room.values()))
     for subtask in ranked:
-        excess = min(load[subtask] - target[subtask], len(live[subtask]), budget)
-        for split in live[subtask][: max(0, excess)]:
-            receiver = max(deficit, key=lambda s: (deficit[s], -load[s], -s))
-            out.setdefault(subtask, {})[split.split_id] = receiver
-            deficit[receiver] -= 1
+        excess = min(load[subtask] - target[subtask], len(movable.get(subtask, ())), budget)
+        for split_id in movable.get(subtask, ())[: max(0, excess)]:
+            plan.moves.setdefault(subtask, {})[split_id] = receiver = neediest()
+            room[receiver] -= 1
             budget -= 1
-    return out
+    return plan
 
 
 ASSIGNERS: dict[str, Callable[[int], SplitAssigner[Any]]] = {
@@ -435,24 +472,25 @@ class SplitDistributor(Generic[SplitT]):
             return 0
         try:
             owned: dict[int, list[SplitT]] = {}
-            releasing: set[str] = set()
+            in_flight: list[SplitT] = []
             for subtask in readers:
                 asked = self.context.releasing_split_ids(subtask)
-                owned[subtask] = [s for s in self.context.owned_splits(subtask) if s.split_id not in asked]
-                releasing |= asked
-            # a plan whose split is no longer on its way (its owner failed, the split finished) is void
-            self._planned = {sid: to for sid, to in self._planned.items() if sid in releasing and to in readers}
-            incoming = Counter(self._planned.values())
-            plan = self.assigner.rebalance(
-                RebalanceRound(self.context.current_parallelism(), owned, len(releasing), incoming)
-            )
-            for subtask, moves in sorted(plan.items()):
+                splits = self.context.owned_splits(subtask)
+                owned[subtask] = [s for s in splits if s.split_id not in asked]
+                in_flight += [s for s in splits if s.split_id in asked]
+            plan = self.assigner.rebalance(RebalanceRound(self.context.current_parallelism(), owned, in_flight))
+            # A plan whose split is no longer on its way (its owner failed, it finished) is void;
+            # the splits in flight may get a new receiver (they have not landed yet).
+            flying = {s.split_id for s in in_flight}
+            self._planned = {sid: to for sid, to in self._planned.items() if sid in flying and to in readers}
+            self._planned.update(plan.placed)
+            for subtask, moves in sorted(plan.moves.items()):
                 self.context.request_split_release(subtask, list(moves))
                 self._planned.update(moves)
         except NotImplementedError:
             self._rebalance = False  # a context without cooperative rebalancing
             return 0
-        return sum(len(v) for v in plan.values())
+        return plan.move_count
 
     def _arm_timer(self, now_ms: int) -> None:
         deadline = self.assigner.next_deadline_ms()
