@@ -825,9 +825,7 @@ def test_a_context_without_rebalancing_turns_it_off() -> None:
     name=st.sampled_from(sorted(STRATEGIES)),
     parallelism=st.integers(2, 8),
     count=st.integers(0, 30),
-    script=st.lists(
-        st.tuples(st.sampled_from(["join", "leave", "return", "settle"]), st.integers(0, 7)), max_size=25
-    ),
+    script=st.lists(st.tuples(st.sampled_from(["join", "leave", "return", "settle"]), st.integers(0, 7)), max_size=25),
 )
 def test_random_joins_and_leaves_converge_to_the_assigner_s_target_with_no_split_moved_twice_per_change(
     name: str, parallelism: int, count: int, script: list[tuple[str, int]]
