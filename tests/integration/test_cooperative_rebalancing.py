@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from kafka_data import OutputReader, create_topic
-from processes import Proc, ProcessGroup, read_topic
+from processes import Proc, ProcessGroup, read_topic, readers_messages
 
 from sluicegate.audit.commands import run_audit
 
@@ -142,7 +142,20 @@ async def test_load_follows_readers_as_they_join_and_leave_with_exactly_once_out
     summary = result.summary
     assert summary.splits_owned == 0
     returned = summary.released_by_reason.get("returned", 0)
-    assert returned == 8 + 8, f"splits given back on request: {summary.released_by_reason}"
+    messages = await readers_messages(kafka_bootstrap, source)
+    returns = Counter(
+        split_id
+        for m in messages
+        if m["type"] == "SplitsReleased" and m["body"]["reason"] == "returned"
+        for split_id in m["body"]["split_ids"]
+    )
+    # 2 -> 4 readers moves 8 splits, 4 -> 8 another 8; the joins come one by one, so a
+    # split may move at a later join again, but never twice for one (no thrash)
+    assert 16 <= returned <= 20 and max(returns.values()) <= 2, f"moves per split: {returns}\n" + "\n".join(
+        f"{m['ts']} {m['subtask']} {m['type']} {m['body']}"
+        for m in messages
+        if m["type"] in ("ReleaseRequest", "AddSplits", "SplitsReleased", "ReaderRegistered")
+    )
     assert summary.released_by_reason.get("session-timeout", 0) == 0
     assert summary.released_by_reason.get("fenced", 0) == 0
     print(
