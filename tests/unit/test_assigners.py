@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from sluicegate.api import ConfigError, ReaderInfo, SplitEnumeratorContext
 from sluicegate.api.assigners import (
     DEFAULT_GRACE_MS,
+    REBALANCE_SETTLE_MS,
     AssignmentRound,
     FairShareAssigner,
     RoundRobinAssigner,
@@ -669,10 +670,25 @@ class RebalancingContext(FakeContext):
     split asked back stays owned (and cannot be assigned elsewhere) until its owner's
     checkpoint returns it (``give_back``)."""
 
-    def __init__(self, parallelism: int, live: set[int]) -> None:
+    def __init__(self, parallelism: int, live: set[int], clock: Clock) -> None:
         super().__init__(parallelism, live)
+        self.clock = clock
         self.releasing: dict[str, int] = {}
         self.requests: list[tuple[int, list[str]]] = []
+        self._fired = 0
+
+    def after_settling(self) -> None:
+        """The readers stay as they are for the settle delay: the timers armed meanwhile
+        fire (and those they arm, a settle delay later)."""
+        for _ in range(5):
+            armed = len(self.timers)
+            if self._fired == armed:
+                return
+            self.clock.now_ms += REBALANCE_SETTLE_MS
+            while self._fired < armed:
+                self._fired += 1
+                self.fire(self._fired - 1)
+        raise AssertionError("the timers keep re-arming")
 
     def owned_splits(self, subtask: int) -> list[Split]:
         return [Split(sid) for sid, owner in self.owned.items() if owner == subtask]
@@ -701,9 +717,12 @@ class RebalancingContext(FakeContext):
         dist.distribute()
 
     def settle(self, dist: SplitDistributor[Split]) -> None:
+        """Time passes and every owner checkpoints, until nothing moves any more."""
+        self.after_settling()
         while self.releasing:
             for subtask in sorted(set(self.releasing.values())):
                 self.give_back(dist, subtask)
+            self.after_settling()
 
     def join(self, dist: SplitDistributor[Split], subtask: int) -> None:
         self.live.add(subtask)
@@ -730,28 +749,32 @@ def rebalancing(
     name: str, parallelism: int, live: set[int], count: int, grace: int = GRACE
 ) -> tuple[SplitDistributor[Split], RebalancingContext, Clock]:
     """``count`` splits spread over the ``live`` readers (past the grace delay)."""
-    ctx, clock = RebalancingContext(parallelism, live), Clock()
+    clock = Clock()
+    ctx = RebalancingContext(parallelism, live, clock)
     dist = SplitDistributor(ctx, STRATEGIES[name](grace), clock=clock)
     dist.add_splits(splits(*range(count)))
     dist.distribute()
     clock.now_ms += grace
-    if ctx.timers:
-        ctx.fire()
     ctx.settle(dist)
     assert len(ctx.owned) == count and not dist.assigner.pending
     return dist, ctx, clock
 
 
 def test_fair_share_readers_that_join_take_their_share_from_the_others_each_split_moving_once() -> None:
-    """4 readers of 8 slots own 16 splits (4 each); 4 more join one by one while the
+    """4 readers of 8 slots own 16 splits (4 each); 2 more join, and 2 more while the
     first splits asked back are still on their way: in the end each of the 8 owns 2, and
     no split moved twice."""
     dist, ctx, _ = rebalancing("fair_share", 8, {0, 1, 2, 3}, 16)
     assert ctx.loads() == {0: 4, 1: 4, 2: 4, 3: 4} and ctx.requests == []
     before = ctx.assigned_counts()
-    for newcomer in (4, 5, 6, 7):
-        ctx.join(dist, newcomer)
-        ctx.give_back(dist, 0)  # only one owner has checkpointed meanwhile
+    ctx.join(dist, 4)
+    ctx.join(dist, 5)
+    assert ctx.requests == [], "readers that join together are planned for together, once they settle"
+    ctx.after_settling()
+    assert sum(len(ids) for _, ids in ctx.requests) == 4  # 16 over 6: 3, 3, 3, 3 and 2, 2 for them
+    ctx.give_back(dist, 0)  # only one owner has checkpointed meanwhile
+    ctx.join(dist, 6)
+    ctx.join(dist, 7)
     ctx.settle(dist)
     assert ctx.loads() == dict.fromkeys(range(8), 2)
     moved = ctx.assigned_counts() - before
@@ -764,7 +787,6 @@ def test_readers_that_leave_for_good_have_their_splits_spread_over_the_rest() ->
     for s in (4, 5, 6, 7):
         ctx.leave(dist, s)
     clock.now_ms += GRACE
-    ctx.fire()
     ctx.settle(dist)
     assert ctx.loads() == {0: 4, 1: 4, 2: 4, 3: 4}
 
@@ -777,6 +799,7 @@ def test_owner_assigners_move_a_split_to_its_own_slot_once_that_slot_has_a_reade
     dist, ctx, _ = rebalancing(name, 4, {0, 1}, 8)
     assert ctx.loads() == {0: 4, 1: 4}
     ctx.join(dist, 2)
+    ctx.after_settling()
     assert sorted(ctx.requests) == [(0, ["s-2", "s-6"]), (1, ["s-3"])]
     ctx.settle(dist)
     assert sorted(sid for sid, s in ctx.owned.items() if s == 2) == ["s-2", "s-6"]
@@ -784,6 +807,7 @@ def test_owner_assigners_move_a_split_to_its_own_slot_once_that_slot_has_a_reade
     # slot 3's reader joins: its splits go home, and nothing else moves
     ctx.requests.clear()
     ctx.join(dist, 3)
+    ctx.after_settling()
     assert sorted(ctx.requests) == [(0, ["s-3"]), (1, ["s-7"])]
     ctx.settle(dist)
     assert {sid: s for sid, s in ctx.owned.items()} == {f"s-{k}": k % 4 for k in range(8)}
@@ -797,6 +821,7 @@ def test_a_reader_back_within_the_grace_delay_moves_nothing() -> None:
     ctx.leave(dist, 3)
     clock.now_ms += GRACE // 2
     ctx.join(dist, 3)
+    ctx.after_settling()
     assert ctx.requests == []
     assert ctx.assigned_counts() - before == Counter({"s-3": 1, "s-7": 1})
 
@@ -809,6 +834,7 @@ def test_no_rebalance_while_splits_are_pending_nor_on_a_request_for_work() -> No
     dist.add_splits(splits(10))
     ctx.live.add(2)
     assert dist.distribute() == 1  # the pending split goes out first; then the plan
+    ctx.after_settling()
     assert ctx.requests
 
 

@@ -57,6 +57,10 @@ from sluicegate.api.split import SplitT
 DEFAULT_GRACE_MS = 5_000
 REBALANCE_BATCH = 1_000
 """At most this many splits asked back per round; the next round (their return) asks for more."""
+REBALANCE_SETTLE_MS = 1_000
+"""A rebalance waits until the live readers have not changed for this long (at most the
+grace delay): readers started together register within a second or so, and one plan
+for all of them moves each split once instead of once per registration."""
 ASSIGNER_OPTION = "assigner"
 GRACE_OPTION = "assignment_grace_ms"
 
@@ -404,9 +408,14 @@ class SplitDistributor(Generic[SplitT]):
         self._all_discovered = all_discovered
         """Whether the enumerator will never find another split (bounded and fully discovered)."""
         self._timer_due_ms: int | None = None
-        self._rebalance = rebalance
+        # a context that cannot take splits back (e.g. a test's, or an older host's) turns it off
+        cooperative = type(context).request_split_release is not SplitEnumeratorContext.request_split_release
+        self._rebalance = rebalance and cooperative
         self._planned: dict[str, int] = {}
         """Split asked back -> the live subtask the plan gives it to once returned."""
+        self._readers_seen: frozenset[int] = frozenset()
+        self._readers_changed_ms: int | None = None
+        self._settle_due_ms: int | None = None
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
         self.assigner.add_splits(splits)
@@ -468,7 +477,7 @@ class SplitDistributor(Generic[SplitT]):
         if not self._rebalance or self.assigner.pending:
             return 0
         readers = self.context.registered_readers()
-        if len(readers) < 2:
+        if len(readers) < 2 or not self._settled(frozenset(readers)):
             return 0
         try:
             owned: dict[int, list[SplitT]] = {}
@@ -491,6 +500,26 @@ class SplitDistributor(Generic[SplitT]):
             self._rebalance = False  # a context without cooperative rebalancing
             return 0
         return plan.move_count
+
+    def _settled(self, live: frozenset[int]) -> bool:
+        """Whether the live readers have not changed for the settle delay; if they have,
+        a one-shot timer rebalances once it is over."""
+        now = self._clock()
+        if live != self._readers_seen:
+            self._readers_seen = live
+            self._readers_changed_ms = now
+        settle = min(self.assigner.grace_ms, REBALANCE_SETTLE_MS)
+        if self._readers_changed_ms is None or now - self._readers_changed_ms >= settle:
+            return True
+        due = self._readers_changed_ms + settle
+        if self._settle_due_ms is None or self._settle_due_ms < due:
+            self._settle_due_ms = due
+            self.context.call_async(_nothing, self._on_settled, initial_delay_ms=max(1, due - now))
+        return False
+
+    def _on_settled(self, _result: None, _error: BaseException | None) -> None:
+        self._settle_due_ms = None  # fired early (clocks disagree a little): rebalance re-arms
+        self.rebalance()
 
     def _arm_timer(self, now_ms: int) -> None:
         deadline = self.assigner.next_deadline_ms()
