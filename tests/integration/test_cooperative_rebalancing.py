@@ -18,11 +18,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
-from kafka_data import OutputReader, create_topic
+from kafka_data import (
+    BackgroundWriter,
+    DataWriter,
+    OutputReader,
+    audit_ok,
+    check_exactly_once,
+    create_topic,
+    hash_owner,
+    kafka_options,
+    of_type,
+    split_ids,
+    start_coordinator,
+    start_reader,
+)
+from kafka_data import readers_messages as kafka_readers_messages
 from processes import Proc, ProcessGroup, read_topic, readers_messages
 
 from sluicegate.audit.commands import run_audit
@@ -35,6 +49,7 @@ STRIDE = 2**40  # the sequence connector's unbounded split k starts at k * 2**40
 GRACE_MS = 1_000
 OPTIONS = {"splits": str(SPLITS), "records_per_split": "unbounded", "rate": "400"}
 READER_TIMING = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300")
+KAFKA_PARTITIONS = 8
 SETTLE_S = 15.0
 """How long a change of readers may take to show in ownership (the grace delay, a
 checkpoint of each owner, process start-up on a loaded machine)."""
@@ -68,7 +83,7 @@ def start(procs: ProcessGroup, source: str, subtask: int, out: str) -> Proc:
     return procs.start(f"reader-{subtask}-{len(procs.procs)}", args)
 
 
-def check_exactly_once(rows: list[dict[str, Any]], final: dict[str, int]) -> None:
+def check_sequence_exactly_once(rows: list[dict[str, Any]], final: dict[str, int]) -> None:
     """Each split's values, once each, from its start up to its final position."""
     values: dict[str, list[int]] = defaultdict(list)
     for row in rows:
@@ -136,7 +151,7 @@ async def test_load_follows_readers_as_they_join_and_leave_with_exactly_once_out
         rows = output.read_all()
     finally:
         output.close()
-    check_exactly_once(rows, final)
+    check_sequence_exactly_once(rows, final)
     result = await run_audit(kafka_bootstrap, source)
     assert result.ok, "the audit found violations:\n" + "\n".join(map(str, result.violations[:10]))
     summary = result.summary
@@ -162,3 +177,60 @@ async def test_load_follows_readers_as_they_join_and_leave_with_exactly_once_out
         f"ownership settled {', '.join(f'{t:.1f}' for t in took)} s after each change; "
         f"{len(rows)} records, {returned} splits handed over on request"
     )
+
+
+def test_kafka_partitions_move_to_their_own_slots_as_readers_join_and_are_copied_exactly_once(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    """The ``kafka`` connector (sticky: each partition has its own slot), 8 partitions
+    and 4 slots, a producer writing all along: readers 0 and 1 take every partition
+    after the grace delay; readers 2 and 3 join and the partitions of their slots move
+    to them (the old owners drop them with ``KafkaSourceReader.remove_splits``). OUT
+    holds every input record once."""
+    source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
+    create_topic(kafka_bootstrap, data, KAFKA_PARTITIONS)
+    create_topic(kafka_bootstrap, out, 4)
+    writer = DataWriter(kafka_bootstrap, data, KAFKA_PARTITIONS)
+    writer.produce(200)
+    writer.flush()
+    options = kafka_options(kafka_bootstrap, topics=data, assignment_grace_ms=str(GRACE_MS))
+    start_coordinator(procs, source, 4, options)
+    background = BackgroundWriter(writer)
+    output = OutputReader(kafka_bootstrap, out)
+    try:
+        readers = [start_reader(procs, source, k, options, out) for k in (0, 1)]
+        homes = {f"{data}-{p}": hash_owner(data, p, 4) for p in range(KAFKA_PARTITIONS)}
+        assert wait_owned(kafka_bootstrap, source, {0: 4, 1: 4}, readers) == {0, 1}
+        readers += [start_reader(procs, source, k, options, out) for k in (2, 3)]
+        wait_owned(kafka_bootstrap, source, Counter(homes.values()), readers)
+        expected = background.stop()
+        output.wait_for(len(expected), 60, readers, "(waiting for the copy to catch up)")
+        time.sleep(1.0)  # a late duplicate would show
+        check_exactly_once(output.read_all(), expected)
+    finally:
+        output.close()
+        background.stop()
+    messages = kafka_readers_messages(kafka_bootstrap, source)
+    last_owner = {sid: m["subtask"] for m in of_type(messages, "AddSplits") for sid in split_ids(m)}
+    assert last_owner == homes, "each partition ends at its own slot"
+    moved = {sid for m in of_type(messages, "SplitsReleased") for sid in split_ids(m)}
+    assert moved == {sid for sid, home in homes.items() if home in (2, 3)}
+    for reader in readers:
+        assert reader.returncode is None and not reader.lines_with("fenced"), reader.tail()
+    assert all(r.lines_with(" splits back with checkpoint") for r in readers[:2]), "remove_splits was not used"
+    summary = audit_ok(kafka_bootstrap, source)
+    assert set(summary.released_by_reason) == {"returned"}
+
+
+def wait_owned(bootstrap: str, source: str, expected: Mapping[int, int], readers: Iterable[Proc]) -> set[int]:
+    """Poll (synchronously) until each subtask owns as many splits as ``expected`` says."""
+    deadline = time.monotonic() + SETTLE_S
+    owned: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        for reader in readers:
+            assert reader.returncode is None, f"{reader.name} exited:\n{reader.tail()}"
+        owned = {s.subtask: s.owned for s in audit_ok(bootstrap, source).subtasks if s.owned}
+        if owned == dict(expected):
+            return set(owned)
+        time.sleep(0.3)
+    raise AssertionError(f"ownership {owned}, expected {dict(expected)} within {SETTLE_S} s")
