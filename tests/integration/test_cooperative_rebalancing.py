@@ -56,9 +56,11 @@ checkpoint of each owner, process start-up on a loaded machine)."""
 
 
 async def owned_by_subtask(bootstrap: str, source: str) -> dict[int, int]:
-    """Ownership as the audit rebuilds it from the control topics (only subtasks owning some)."""
+    """Ownership as the audit rebuilds it from the control topics (only subtasks owning
+    some). Not checked for violations: read while the coordinator commits, the partitions'
+    ends may cut one of its transactions (each partition's last stable offset moves on its
+    own); the audit after everything stopped is the check."""
     result = await run_audit(bootstrap, source)
-    assert result.ok, [str(v) for v in result.violations[:5]]
     return {s.subtask: s.owned for s in result.summary.subtasks if s.owned}
 
 
@@ -210,16 +212,20 @@ def test_kafka_partitions_move_to_their_own_slots_as_readers_join_and_are_copied
     finally:
         output.close()
         background.stop()
+    for reader in readers:
+        assert reader.returncode is None and not reader.lines_with("fenced"), reader.tail()
+        reader.request_stop()
+    assert [reader.wait(30) for reader in readers] == [0] * 4, procs.describe()
     messages = kafka_readers_messages(kafka_bootstrap, source)
     last_owner = {sid: m["subtask"] for m in of_type(messages, "AddSplits") for sid in split_ids(m)}
     assert last_owner == homes, "each partition ends at its own slot"
-    moved = {sid for m in of_type(messages, "SplitsReleased") for sid in split_ids(m)}
+    returned = [m for m in of_type(messages, "SplitsReleased") if m["body"]["reason"] == "returned"]
+    moved = {sid for m in returned for sid in split_ids(m)}
     assert moved == {sid for sid, home in homes.items() if home in (2, 3)}
-    for reader in readers:
-        assert reader.returncode is None and not reader.lines_with("fenced"), reader.tail()
     assert all(r.lines_with(" splits back with checkpoint") for r in readers[:2]), "remove_splits was not used"
     summary = audit_ok(kafka_bootstrap, source)
-    assert set(summary.released_by_reason) == {"returned"}
+    assert summary.released_by_reason.get("returned") == sum(len(m["body"]["split_ids"]) for m in returned)
+    assert set(summary.released_by_reason) == {"returned", "left"} and summary.splits_owned == 0
 
 
 def wait_owned(bootstrap: str, source: str, expected: Mapping[int, int], readers: Iterable[Proc]) -> set[int]:
@@ -229,7 +235,7 @@ def wait_owned(bootstrap: str, source: str, expected: Mapping[int, int], readers
     while time.monotonic() < deadline:
         for reader in readers:
             assert reader.returncode is None, f"{reader.name} exited:\n{reader.tail()}"
-        owned = {s.subtask: s.owned for s in audit_ok(bootstrap, source).subtasks if s.owned}
+        owned = asyncio.run(owned_by_subtask(bootstrap, source))
         if owned == dict(expected):
             return set(owned)
         time.sleep(0.3)
