@@ -390,8 +390,10 @@ class SplitDistributor(Generic[SplitT]):
     an idle reader repeats every second) leaves nothing pending, it asks the owners for
     the splits the assigner's plan moves (``rebalance``; off with a context that cannot,
     or with ``rebalance=False``), and gives each one returned to the reader the plan
-    named. The plans are not part of the enumerator's state: after a coordinator restart
-    the splits still on their way back are assigned by the assigner's own rule."""
+    named. After a change of the live readers it first waits ``REBALANCE_SETTLE_MS`` (at
+    most the grace delay) without another change, on a one-shot timer. The plans are not
+    part of the enumerator's state: after a coordinator restart the splits still on their
+    way back are assigned by the assigner's own rule."""
 
     def __init__(
         self,
