@@ -43,7 +43,13 @@ from sluicegate.api import (
     SupportsSplitReassignmentOnRecovery,
     WireSplit,
 )
-from sluicegate.api.assigners import ASSIGNER_OPTION, GRACE_OPTION, FairShareAssigner, assigner_from_options
+from sluicegate.api.assigners import (
+    ASSIGNER_OPTION,
+    GRACE_OPTION,
+    REBALANCE_OPTION,
+    FairShareAssigner,
+    assigner_from_options,
+)
 from sluicegate.api.options import int_option
 
 UNBOUNDED_STRIDE = 2**40
@@ -103,6 +109,7 @@ class SequenceOptions:
             "split_time_offset_ms",
             ASSIGNER_OPTION,
             GRACE_OPTION,
+            REBALANCE_OPTION,
         }
         for key in options:
             if key not in known:

@@ -888,3 +888,21 @@ def test_random_joins_and_leaves_converge_to_the_assigner_s_target_with_no_split
     moved = ctx.assigned_counts() - assigned
     for sid, n in moved.items():
         assert n <= changes[sid] + 1, f"{sid} moved {n} times over {changes[sid]} changes"
+
+
+def test_the_assignment_rebalance_option_turns_rebalancing_off_and_is_checked() -> None:
+    made = assigner_from_options({"assignment_rebalance": "False", "assignment_grace_ms": "0"}, "fair_share")()
+    assert made.rebalancing is False
+    assert assigner_from_options({}, "sticky")().rebalancing is True
+    clock = Clock()
+    ctx = RebalancingContext(4, {0}, clock)
+    dist = SplitDistributor(ctx, made, clock=clock)
+    dist.add_splits(splits(*range(8)))
+    dist.distribute()
+    ctx.settle(dist)
+    ctx.join(dist, 1)
+    ctx.after_settling()
+    assert ctx.requests == [] and ctx.loads() == {0: 8, 1: 0}
+    with pytest.raises(ConfigError) as caught:
+        assigner_from_options({"assignment_rebalance": "sometimes"}, "fair_share")
+    assert caught.value.setting == "assignment_rebalance"

@@ -63,6 +63,8 @@ grace delay): readers started together register within a second or so, and one p
 for all of them moves each split once instead of once per registration."""
 ASSIGNER_OPTION = "assigner"
 GRACE_OPTION = "assignment_grace_ms"
+REBALANCE_OPTION = "assignment_rebalance"
+"""``true`` (default) or ``false``: whether splits move when readers join or leave."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,8 @@ class SplitAssigner(ABC, Generic[SplitT]):
         if grace_ms < 0:
             raise ConfigError(GRACE_OPTION, f"must be >= 0, got {grace_ms}")
         self.grace_ms = grace_ms
+        self.rebalancing = True
+        """Whether the distributor moves owned splits (option ``assignment_rebalance``)."""
         self._pending: dict[str, SplitT] = {}
         self._waiting_since: dict[str, int] = {}
 
@@ -357,7 +361,8 @@ def assigner_from_options(
     options: Mapping[str, str], default: str, owner_key: Callable[[Any], int] | None = None
 ) -> Callable[[], SplitAssigner[Any]]:
     """A factory for the assigner named by the ``assigner`` option (``grace`` from
-    ``assignment_grace_ms``). Bad values raise ConfigError naming the option."""
+    ``assignment_grace_ms``, rebalancing from ``assignment_rebalance``). Bad values raise
+    ConfigError naming the option."""
     name = options.get(ASSIGNER_OPTION, default).strip().lower()
     if name not in ASSIGNERS:
         raise ConfigError(ASSIGNER_OPTION, f"unknown assigner {name!r} (known: {', '.join(sorted(ASSIGNERS))})")
@@ -368,11 +373,19 @@ def assigner_from_options(
         raise ConfigError(GRACE_OPTION, f"must be an integer number of ms, got {raw!r}") from None
     if grace_ms < 0:
         raise ConfigError(GRACE_OPTION, f"must be >= 0, got {grace_ms}")
+    rebalance = options.get(REBALANCE_OPTION, "true").strip().lower()
+    if rebalance not in ("true", "false"):
+        raise ConfigError(REBALANCE_OPTION, f"must be true or false, got {rebalance!r}")
     if name == StickyHashAssigner.name and owner_key is not None:
         key = owner_key
-        return lambda: StickyHashAssigner(grace_ms, key)
+        return lambda: _rebalancing(StickyHashAssigner(grace_ms, key), rebalance == "true")
     make = ASSIGNERS[name]
-    return lambda: make(grace_ms)
+    return lambda: _rebalancing(make(grace_ms), rebalance == "true")
+
+
+def _rebalancing(assigner: SplitAssigner[Any], on: bool) -> SplitAssigner[Any]:
+    assigner.rebalancing = on
+    return assigner
 
 
 class SplitDistributor(Generic[SplitT]):
@@ -412,7 +425,7 @@ class SplitDistributor(Generic[SplitT]):
         self._timer_due_ms: int | None = None
         # a context that cannot take splits back (e.g. a test's, or an older host's) turns it off
         cooperative = type(context).request_split_release is not SplitEnumeratorContext.request_split_release
-        self._rebalance = rebalance and cooperative
+        self._rebalance = rebalance and cooperative and assigner.rebalancing
         self._planned: dict[str, int] = {}
         """Split asked back -> the live subtask the plan gives it to once returned."""
         self._readers_seen: frozenset[int] = frozenset()
