@@ -278,6 +278,8 @@ async def test_a_reader_written_from_the_protocol_alone_shares_a_source(
     assert summary.splits_finished == splits and summary.splits_owned == 0
     assert summary.undecodable_total == 0
     by_subtask = {s.subtask: s for s in summary.subtasks}
-    assert by_subtask[0].attempts == 1 and by_subtask[0].finished == len(foreign.output) // per_split
+    # (a split may have moved between the two readers part-way: cooperative rebalancing)
+    finished = sum(len(r["body"]["split_ids"]) for r in foreign.sent if r["type"] == "SplitsFinished")
+    assert by_subtask[0].attempts == 1 and by_subtask[0].finished == finished
     # nothing of the foreign reader was fenced (the sluicegate reader's last Heartbeat may race its ReaderLeaving)
     assert by_subtask[0].fenced_messages == 0
