@@ -11,6 +11,10 @@ and ``sluicegate reader`` processes writing exactly once to ``kafka:OUT``.
 The audit of the control topics is clean (it checks that a split asked back is given
 to nobody else before its owner returns it), and OUT, read ``read_committed``, holds
 every value of each split once, from its start to the position of its last hand-back.
+
+The second test does the same with the ``kafka`` connector (sticky assigner): its
+readers drop partitions with ``KafkaSourceReader.remove_splits`` while a producer
+writes, and OUT holds every input record once.
 """
 
 from __future__ import annotations
