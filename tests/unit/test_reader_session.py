@@ -644,3 +644,21 @@ def test_the_sequence_reader_gives_splits_back_at_their_positions_and_reads_on_t
     assert session.reader is reader, "the sequence reader drops the split itself"
     records = drain(session, 3)
     assert records and wire[0]["split_id"] not in {r.split_id for r in records}
+
+
+def test_a_connector_whose_remove_splits_raises_is_replaced_by_a_reader_from_the_checkpoint() -> None:
+    class Broken(RemovingReader):
+        def remove_splits(self, split_ids: Sequence[str]) -> None:
+            raise RuntimeError("bug")
+
+    class BrokenSource(FakeSource):
+        def create_reader(self, context: SourceReaderContext) -> FakeReader:
+            reader = Broken(context)
+            self.readers.append(reader)
+            return reader
+
+    session, source = _reading(BrokenSource())
+    session.on_message(to_reader(ReleaseRequest(2, ["a"]), 1))
+    session.checkpoint_committed(session.prepare_checkpoint())
+    old, new = source.readers
+    assert old.closed and set(new.splits) == {"b", "c"}

@@ -322,6 +322,9 @@ class ReaderSession(Generic[SplitT]):
             reader.remove_splits(ids)
         except NotImplementedError:
             self._rebuild_reader(plan.checkpoint)
+        except Exception:  # a connector bug: the checkpoint is committed, so start afresh from it
+            log.exception("the connector reader raised in remove_splits; building a new one")
+            self._rebuild_reader(plan.checkpoint)
         log.info("gave %d splits back with checkpoint %d; owning %d", len(ids), plan.checkpoint_id, len(self.owned))
 
     def _rebuild_reader(self, checkpoint: ReaderCheckpoint) -> None:
