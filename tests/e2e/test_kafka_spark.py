@@ -18,7 +18,11 @@ topic (module fixture); each reads it as a source of its own:
 4. an unbounded source (``stopping_offsets=none``, discovery every second) read by a
    running query (processingTime trigger) while partitions are added to its topic (a
    topic of its own): the coordinator assigns the new partitions within a few discovery
-   intervals and the query reads all their records, once.
+   intervals and the query reads all their records, once;
+5. cooperative rebalancing: a running query holds every partition until sluicegate
+   readers join for the other slots; the partitions of their slots move to them at a
+   batch boundary, and the query's rows and the readers' ``kafka:OUT`` hold every
+   record once.
 
 Tests 2 and 3 read the first half of each partition (``stopping_offsets`` as a JSON
 map). The query writes to a Parquet file sink (exactly once through its log), read back
