@@ -17,6 +17,7 @@ import orjson
 from sluicegate.api.assigners import (
     ASSIGNER_OPTION,
     GRACE_OPTION,
+    REBALANCE_OPTION,
     SplitAssigner,
     StickyHashAssigner,
     assigner_from_options,
@@ -60,6 +61,7 @@ KNOWN = {
     "poll_timeout_ms",
     ASSIGNER_OPTION,
     GRACE_OPTION,
+    REBALANCE_OPTION,
 }
 
 

@@ -161,6 +161,16 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit]):
     def snapshot_state(self, checkpoint_id: int) -> list[KafkaPartitionSplit]:
         return [s.copy() for s in self._splits.values()]
 
+    def remove_splits(self, split_ids: Sequence[str]) -> None:
+        gone = set(split_ids)
+        removed = [key for key, split in self._splits.items() if split.split_id in gone]
+        for key in removed:
+            del self._splits[key]
+        self._to_finish = [sid for sid in self._to_finish if sid not in gone]
+        if removed and self._consumer is not None:
+            # messages of these partitions already fetched are dropped by _take (no split)
+            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in removed])
+
     def handle_source_event(self, event: Any) -> None:
         if isinstance(event, dict) and event.get("type") == REMOVED_EVENT:
             owned = {s.split_id for s in self._splits.values()}

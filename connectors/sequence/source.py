@@ -43,7 +43,13 @@ from sluicegate.api import (
     SupportsSplitReassignmentOnRecovery,
     WireSplit,
 )
-from sluicegate.api.assigners import ASSIGNER_OPTION, GRACE_OPTION, FairShareAssigner, assigner_from_options
+from sluicegate.api.assigners import (
+    ASSIGNER_OPTION,
+    GRACE_OPTION,
+    REBALANCE_OPTION,
+    FairShareAssigner,
+    assigner_from_options,
+)
 from sluicegate.api.options import int_option
 
 UNBOUNDED_STRIDE = 2**40
@@ -103,6 +109,7 @@ class SequenceOptions:
             "split_time_offset_ms",
             ASSIGNER_OPTION,
             GRACE_OPTION,
+            REBALANCE_OPTION,
         }
         for key in options:
             if key not in known:
@@ -373,6 +380,11 @@ class SequenceReader(SourceReader[SequenceSplit]):
 
     def snapshot_state(self, checkpoint_id: int) -> list[SequenceSplit]:
         return [SequenceSplit(s.split_id, s.start, s.end, s.position) for s in self._splits.values()]
+
+    def remove_splits(self, split_ids: Sequence[str]) -> None:
+        for split_id in split_ids:
+            self._splits.pop(split_id, None)
+            self._paused.discard(split_id)
 
     def pause_or_resume_splits(self, to_pause: Sequence[str], to_resume: Sequence[str]) -> None:
         self._paused.update(to_pause)

@@ -18,7 +18,11 @@ topic (module fixture); each reads it as a source of its own:
 4. an unbounded source (``stopping_offsets=none``, discovery every second) read by a
    running query (processingTime trigger) while partitions are added to its topic (a
    topic of its own): the coordinator assigns the new partitions within a few discovery
-   intervals and the query reads all their records, once.
+   intervals and the query reads all their records, once;
+5. cooperative rebalancing: a running query holds every partition until sluicegate
+   readers join for the other slots; the partitions of their slots move to them at a
+   batch boundary, and the query's rows and the readers' ``kafka:OUT`` hold every
+   record once.
 
 Tests 2 and 3 read the first half of each partition (``stopping_offsets`` as a JSON
 map). The query writes to a Parquet file sink (exactly once through its log), read back
@@ -41,6 +45,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +56,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
+from kafka_data import OutputReader
 from processes import Proc, ProcessGroup, readers_messages
 
 from sluicegate.audit.commands import run_audit
@@ -550,6 +556,91 @@ def test_partitions_added_to_the_topic_are_read_exactly_once_by_a_running_query(
     assert max(assigned[s] for s in new) - added_ms < 10_000, (assigned, added_ms)
     # and the query read their records a few batches later (batches take seconds on 2 busy cores)
     assert waited_s < 45, f"the new partitions' records were read {waited_s:.1f} s after they were written"
+
+
+def test_partitions_move_from_a_running_query_to_readers_that_join_exactly_once(
+    spark: Any, procs: ProcessGroup, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    """Cooperative rebalancing with Spark as the owner: a coordinator of 8 slots, a
+    running query holding subtasks 0-3 (so after the grace delay it reads all 8
+    partitions), then ``sluicegate reader`` processes join as subtasks 4-7 writing to
+    ``kafka:OUT``. The partitions of their slots (sticky) move to them: the query stops
+    planning them at a batch boundary and gives them back with the ack of its next
+    offset. Spark's rows and OUT together hold every record once."""
+    topic, per_partition, slots = f"kmove-{secrets.token_hex(4)}", 5_000, 2 * PARALLELISM
+    out = f"{topic}.out"
+    _create_topic(kafka_bootstrap, topic, PARTITIONS)
+    _create_topic(kafka_bootstrap, out, 4)
+    _produce(kafka_bootstrap, topic, {p: (0, per_partition) for p in range(PARTITIONS)})
+    options = connector_options(topic, kafka_bootstrap, "none", assignment_grace_ms="1000")
+    args = ["coordinator", "--source", unique_source, "--connector", "kafka", "--max-parallelism", str(slots)]
+    for key, value in options.items():
+        args += ["--option", f"{key}={value}"]
+    procs.start(f"coordinator-{unique_source}", args).wait_for_log("is serving", timeout_s=90)
+    view = f"move_{unique_source.replace('-', '_')}"
+    query = (
+        kafka_stream(spark, unique_source, options, kafka_bootstrap, 20_000)
+        .writeStream.format("memory")
+        .queryName(view)
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+    def rows() -> int:
+        assert query.isActive, f"the query stopped: {query.exception()}"
+        return int(spark.sql(f"SELECT count(*) FROM {view}").collect()[0][0])
+
+    readers: list[Proc] = []
+    try:
+        deadline = time.monotonic() + 120
+        while rows() < PARTITIONS * per_partition:  # every partition, the query alone
+            assert time.monotonic() < deadline, f"the query read {rows()} rows in 120 s"
+            time.sleep(0.5)
+        for k in range(PARALLELISM, slots):
+            reader_args = ["reader", "--source", unique_source, "--subtask", str(k), "--connector", "kafka"]
+            reader_args += ["--output", f"kafka:{out}", "--checkpoint-interval-ms", "300"]
+            for key, value in options.items():
+                reader_args += ["--option", f"{key}={value}"]
+            readers.append(procs.start(f"reader-{k}", reader_args))
+        deadline = time.monotonic() + 90
+        while sum(bool(r.lines_with("splits (seq")) for r in readers) < len(readers):
+            assert time.monotonic() < deadline, "the readers got no partitions:\n" + procs.describe()
+            for reader in readers:
+                assert reader.returncode is None, reader.tail()
+            time.sleep(0.5)
+        # more records everywhere: the query and the readers read on, each its own partitions
+        _produce(kafka_bootstrap, topic, {p: (per_partition, 2 * per_partition) for p in range(PARTITIONS)})
+        time.sleep(8.0)
+        for reader in readers:
+            reader.request_stop()
+        assert [r.wait(30) for r in readers] == [0] * len(readers), procs.describe()
+        # the query takes the partitions the readers left and reads what remains of them
+        output = OutputReader(kafka_bootstrap, out)
+        try:
+            deadline = time.monotonic() + 60
+            while rows() + len(output.read_all()) < 2 * PARTITIONS * per_partition:
+                assert time.monotonic() < deadline, f"{rows()} rows in Spark, {len(output.rows)} in OUT"
+                time.sleep(1.0)
+            time.sleep(2.0)  # a batch or two more: nothing is read twice
+            reader_rows = [row["value"] for row in output.read_all()]
+        finally:
+            output.close()
+    finally:
+        query.stop()
+
+    spark_rows = spark.table(view).select("partition", "offset").toArrow().to_pylist()
+    seen = [(r["partition"], r["offset"]) for r in spark_rows + reader_rows]
+    twice = [k for k, n in Counter(seen).items() if n > 1]
+    assert not twice, f"{len(twice)} records read twice, e.g. {sorted(twice)[:5]}"
+    read = set(seen)
+    missing = [(p, o) for p in range(PARTITIONS) for o in range(2 * per_partition) if (p, o) not in read]
+    assert not missing, f"{len(missing)} records never read, e.g. {missing[:5]}"
+    assert reader_rows, "the readers read nothing"
+    messages = asyncio.run(readers_messages(kafka_bootstrap, unique_source))
+    given_back = [m for m in messages if m["type"] == "SplitsReleased" and m["body"]["reason"] == "returned"]
+    assert given_back and {m["subtask"] for m in given_back} <= set(range(PARALLELISM)), given_back
+    result = asyncio.run(run_audit(kafka_bootstrap, unique_source))
+    assert result.ok, f"audit: {result.first_violation}"
 
 
 if __name__ == "__main__":

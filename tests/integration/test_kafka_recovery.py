@@ -296,7 +296,9 @@ def test_a_reported_split_now_owned_elsewhere_is_dropped(
     """A reader with checkpointed splits is SIGKILLed; its slot departs (session timeout
     3 s, departure 3 s) and after the grace delay the other reader gets its splits. The
     killed reader then starts again and reports them: ReaderRegistered tells it to drop
-    them, nobody takes them from their new owner, and the copy is exact."""
+    them, so it does not read them while their new owner does; they come back to it
+    (sticky: its own slot) only cooperatively, once their new owner has given them back
+    (v3), and the copy is exact."""
     source = unique_source
     writer, out = setup_topics(kafka_bootstrap, source, partitions=4)
     options = kafka_options(kafka_bootstrap, topics=writer.topic, assignment_grace_ms="1000")
@@ -320,6 +322,7 @@ def test_a_reported_split_now_owned_elsewhere_is_dropped(
         restarted = start_reader(procs, source, victim, options, out)
         restarted.wait_for_log("registered as attempt 2", timeout_s=60)
         assert restarted.lines_with(f"reported {len(held[victim])} restored splits"), restarted.tail()
+        restarted.wait_for_log(f"got {len(held[victim])} splits (seq ", timeout_s=30)
         finish(output, background, [readers[survivor], restarted])
     finally:
         output.close()
@@ -331,8 +334,10 @@ def test_a_reported_split_now_owned_elsewhere_is_dropped(
     departed = [m for m in of_type(messages, "SplitsReleased", victim) if m["body"]["reason"] == "departed"]
     assert len(departed) == 1 and split_ids(departed[0]) == held[victim]
     moved = owners_after(messages, departed[0]["cseq"])
-    assert moved == {s: [survivor] for s in held[victim]}, moved
-    assert not [m for m in of_type(messages, "SplitsReleased", survivor) if m["cseq"] > departed[0]["cseq"]]
-    assert not [m for m in of_type(messages, "AddSplits", victim) if m["attempt"] == 2]
+    assert moved == {s: [survivor, victim] for s in held[victim]}, moved
+    back = [m for m in of_type(messages, "SplitsReleased", survivor) if m["cseq"] > departed[0]["cseq"]]
+    assert [(m["body"]["reason"], split_ids(m)) for m in back] == [("returned", held[victim])]
+    (given,) = [m for m in of_type(messages, "AddSplits", victim) if m["attempt"] == 2]
+    assert split_ids(given) == held[victim] and given["cseq"] > back[0]["cseq"]
     summary = audit_ok(kafka_bootstrap, source)
     assert {s.subtask: s.attempts for s in summary.subtasks} == {victim: 2, survivor: 1}

@@ -171,7 +171,8 @@ def readers_topic(bootstrap: str, source: str) -> list[dict[str, Any]]:
 
 def check_epochs_and_seqs(records: Sequence[dict[str, Any]]) -> list[int]:
     """Independent of the audit: epochs never decrease in cseq order, and per subtask
-    the AddSplits/NoMoreSplits seqs are 1, 2, 3 ... (no gap, no reuse). Returns the epochs."""
+    the AddSplits/NoMoreSplits/ReleaseRequest seqs are 1, 2, 3 ... (no gap, no reuse).
+    Returns the epochs."""
     epochs: list[int] = []
     last_seq: dict[int, int] = {}
     for env in records:
@@ -179,7 +180,7 @@ def check_epochs_and_seqs(records: Sequence[dict[str, Any]]) -> list[int]:
             raise AssertionError(f"epoch went back from {epochs[-1]} to {env['epoch']} at cseq {env['cseq']}")
         if not epochs or env["epoch"] != epochs[-1]:
             epochs.append(env["epoch"])
-        if env["type"] in ("AddSplits", "NoMoreSplits"):
+        if env["type"] in ("AddSplits", "NoMoreSplits", "ReleaseRequest"):
             subtask, seq = env["subtask"], env["body"]["seq"]
             expected = last_seq.get(subtask, 0) + 1
             assert seq == expected, f"subtask {subtask}: seq {seq} after {expected - 1} (cseq {env['cseq']})"

@@ -41,6 +41,7 @@ from sluicegate.protocol.messages import (
     ReaderLeaving,
     ReaderRegistered,
     ReaderRegistration,
+    ReleaseRequest,
     RequestSplit,
     SplitsFinished,
     SplitsReleased,
@@ -83,6 +84,8 @@ class SimReader:
     attempt: int | None = None
     applied_seq: int = 0
     splits: dict[str, WireSplit] = field(default_factory=dict)
+    releasing: set[str] = field(default_factory=set)
+    """Asked back by a ReleaseRequest: given back with the next ack."""
     no_more_splits: bool = False
     failed: bool = False
     checkpoint: Checkpoint | None = None
@@ -113,10 +116,14 @@ class SimReader:
         elif isinstance(body, NoMoreSplits):
             self.applied_seq = body.seq
             self.no_more_splits = True
+        elif isinstance(body, ReleaseRequest):
+            self.applied_seq = body.seq
+            self.releasing.update(sid for sid in body.split_ids if sid in self.splits)
         elif isinstance(body, SplitsReleased):
             if body.failed_attempt == self.attempt:
                 self.failed = True  # stop reading, drop everything, register again
                 self.splits.clear()
+                self.releasing.clear()
             else:
                 for split_id in body.split_ids:
                     self.splits.pop(split_id, None)
@@ -258,8 +265,11 @@ class CoreHarness:
         return self.send(subtask, Heartbeat(watermark=watermark, idle=idle))
 
     def ack(self, subtask: int) -> Effects:
-        """The reader's host checkpointed durably: its splits and its last applied seq."""
+        """The reader's host checkpointed durably: its splits and its last applied seq; the
+        splits asked back go in ``returned`` and the reader stops reading them."""
         reader = self.reader(subtask)
+        returned = [reader.splits.pop(sid) for sid in sorted(reader.releasing) if sid in reader.splits]
+        reader.releasing.clear()
         checkpoint = Checkpoint(
             next(self._checkpoint_ids),
             reader.applied_seq,
@@ -271,6 +281,7 @@ class CoreHarness:
                 checkpoint_id=checkpoint.checkpoint_id,
                 applied_seq=checkpoint.applied_seq,
                 splits=[dict(s) for s in checkpoint.splits],
+                returned=returned,
             ),
         )
         reader.checkpoint = checkpoint

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from sluicegate.api import ConfigError, ReaderInfo, SplitEnumeratorContext
 from sluicegate.api.assigners import (
     DEFAULT_GRACE_MS,
+    REBALANCE_SETTLE_MS,
     AssignmentRound,
     FairShareAssigner,
     RoundRobinAssigner,
@@ -658,3 +660,249 @@ def test_a_distributor_with_nothing_waiting_arms_no_timer() -> None:
     dist0, ctx0, _ = distributor("sticky", 4, {0}, grace=0)
     dist0.add_splits(splits(1, 2, 3))
     assert dist0.distribute() == 3 and ctx0.timers == []
+
+
+# -- rebalancing: load follows readers --------------------------------------------------------
+
+
+class RebalancingContext(FakeContext):
+    """FakeContext plus what cooperative rebalancing needs, kept as the core keeps it: a
+    split asked back stays owned (and cannot be assigned elsewhere) until its owner's
+    checkpoint returns it (``give_back``)."""
+
+    def __init__(self, parallelism: int, live: set[int], clock: Clock) -> None:
+        super().__init__(parallelism, live)
+        self.clock = clock
+        self.releasing: dict[str, int] = {}
+        self.requests: list[tuple[int, list[str]]] = []
+        self._fired = 0
+
+    def after_settling(self) -> None:
+        """The readers stay as they are for the settle delay: the timers armed meanwhile
+        fire (and those they arm, a settle delay later)."""
+        for _ in range(5):
+            armed = len(self.timers)
+            if self._fired == armed:
+                return
+            self.clock.now_ms += REBALANCE_SETTLE_MS
+            while self._fired < armed:
+                self._fired += 1
+                self.fire(self._fired - 1)
+        raise AssertionError("the timers keep re-arming")
+
+    def owned_splits(self, subtask: int) -> list[Split]:
+        return [Split(sid) for sid, owner in self.owned.items() if owner == subtask]
+
+    def releasing_split_ids(self, subtask: int) -> frozenset[str]:
+        return frozenset(sid for sid, owner in self.releasing.items() if owner == subtask)
+
+    def request_split_release(self, subtask: int, split_ids: Sequence[str]) -> None:
+        assert subtask in self.live, f"asked subtask {subtask} without a live reader"
+        assert split_ids, "an empty request"
+        for sid in split_ids:
+            assert self.owned.get(sid) == subtask, f"asked {subtask} for {sid}, owned by {self.owned.get(sid)}"
+            assert sid not in self.releasing, f"{sid} asked for twice"
+            self.releasing[sid] = subtask
+        self.requests.append((subtask, list(split_ids)))
+
+    def give_back(self, dist: SplitDistributor[Split], subtask: int) -> None:
+        """The owner's checkpoint returned what it was asked for; the enumerator gets it back."""
+        back = [sid for sid, owner in self.releasing.items() if owner == subtask]
+        if not back:
+            return
+        for sid in back:
+            del self.releasing[sid]
+            del self.owned[sid]
+        dist.add_splits([Split(sid) for sid in back])
+        dist.distribute()
+
+    def settle(self, dist: SplitDistributor[Split]) -> None:
+        """Time passes and every owner checkpoints, until nothing moves any more."""
+        self.after_settling()
+        while self.releasing:
+            for subtask in sorted(set(self.releasing.values())):
+                self.give_back(dist, subtask)
+            self.after_settling()
+
+    def join(self, dist: SplitDistributor[Split], subtask: int) -> None:
+        self.live.add(subtask)
+        dist.distribute()  # add_reader
+
+    def leave(self, dist: SplitDistributor[Split], subtask: int) -> None:
+        """ReaderLeaving: everything it owned (asked for or not) goes back."""
+        self.live.discard(subtask)
+        back = [sid for sid, owner in self.owned.items() if owner == subtask]
+        for sid in back:
+            del self.owned[sid]
+            self.releasing.pop(sid, None)
+        dist.add_splits([Split(sid) for sid in back])
+        dist.distribute()
+
+    def loads(self) -> dict[int, int]:
+        return {s: sum(1 for o in self.owned.values() if o == s) for s in sorted(self.live)}
+
+    def assigned_counts(self) -> Counter[str]:
+        return Counter(sid for a in self.assignments for batch in a.values() for sid in batch)
+
+
+def rebalancing(
+    name: str, parallelism: int, live: set[int], count: int, grace: int = GRACE
+) -> tuple[SplitDistributor[Split], RebalancingContext, Clock]:
+    """``count`` splits spread over the ``live`` readers (past the grace delay)."""
+    clock = Clock()
+    ctx = RebalancingContext(parallelism, live, clock)
+    dist = SplitDistributor(ctx, STRATEGIES[name](grace), clock=clock)
+    dist.add_splits(splits(*range(count)))
+    dist.distribute()
+    clock.now_ms += grace
+    ctx.settle(dist)
+    assert len(ctx.owned) == count and not dist.assigner.pending
+    return dist, ctx, clock
+
+
+def test_fair_share_readers_that_join_take_their_share_from_the_others_each_split_moving_once() -> None:
+    """4 readers of 8 slots own 16 splits (4 each); 2 more join, and 2 more while the
+    first splits asked back are still on their way: in the end each of the 8 owns 2, and
+    no split moved twice."""
+    dist, ctx, _ = rebalancing("fair_share", 8, {0, 1, 2, 3}, 16)
+    assert ctx.loads() == {0: 4, 1: 4, 2: 4, 3: 4} and ctx.requests == []
+    before = ctx.assigned_counts()
+    ctx.join(dist, 4)
+    ctx.join(dist, 5)
+    assert ctx.requests == [], "readers that join together are planned for together, once they settle"
+    ctx.after_settling()
+    assert sum(len(ids) for _, ids in ctx.requests) == 4  # 16 over 6: 3, 3, 3, 3 and 2, 2 for them
+    ctx.give_back(dist, 0)  # only one owner has checkpointed meanwhile
+    ctx.join(dist, 6)
+    ctx.join(dist, 7)
+    ctx.settle(dist)
+    assert ctx.loads() == dict.fromkeys(range(8), 2)
+    moved = ctx.assigned_counts() - before
+    assert len(moved) == 8 and set(moved.values()) == {1}, f"a split moved twice: {moved}"
+    assert all(s < 4 for s, _ in ctx.requests), "a newcomer was asked for splits"
+
+
+def test_readers_that_leave_for_good_have_their_splits_spread_over_the_rest() -> None:
+    dist, ctx, clock = rebalancing("fair_share", 8, set(range(8)), 16)
+    for s in (4, 5, 6, 7):
+        ctx.leave(dist, s)
+    clock.now_ms += GRACE
+    ctx.settle(dist)
+    assert ctx.loads() == {0: 4, 1: 4, 2: 4, 3: 4}
+
+
+@pytest.mark.parametrize("name", ["sticky", "round_robin"])
+def test_owner_assigners_move_a_split_to_its_own_slot_once_that_slot_has_a_reader(name: str) -> None:
+    """Slots 0 and 1 of 4 live: the splits of slots 2 and 3 went to them after the grace
+    delay (0 got s-2 and s-6, 1 got s-3 and s-7). Reader 2 joins: its splits go to it,
+    and the guests of slot 3 (no reader) are spread to balanced counts."""
+    dist, ctx, _ = rebalancing(name, 4, {0, 1}, 8)
+    assert ctx.loads() == {0: 4, 1: 4}
+    ctx.join(dist, 2)
+    ctx.after_settling()
+    assert sorted(ctx.requests) == [(0, ["s-2", "s-6"]), (1, ["s-3"])]
+    ctx.settle(dist)
+    assert sorted(sid for sid, s in ctx.owned.items() if s == 2) == ["s-2", "s-6"]
+    assert ctx.loads() == {0: 3, 1: 3, 2: 2}
+    # slot 3's reader joins: its splits go home, and nothing else moves
+    ctx.requests.clear()
+    ctx.join(dist, 3)
+    ctx.after_settling()
+    assert sorted(ctx.requests) == [(0, ["s-3"]), (1, ["s-7"])]
+    ctx.settle(dist)
+    assert {sid: s for sid, s in ctx.owned.items()} == {f"s-{k}": k % 4 for k in range(8)}
+
+
+def test_a_reader_back_within_the_grace_delay_moves_nothing() -> None:
+    """A reader leaves and its slot's reader is back before the grace delay ends: its
+    splits wait for it and nobody else's move."""
+    dist, ctx, clock = rebalancing("sticky", 4, {0, 1, 2, 3}, 8)
+    before = ctx.assigned_counts()
+    ctx.leave(dist, 3)
+    clock.now_ms += GRACE // 2
+    ctx.join(dist, 3)
+    ctx.after_settling()
+    assert ctx.requests == []
+    assert ctx.assigned_counts() - before == Counter({"s-3": 1, "s-7": 1})
+
+
+def test_no_rebalance_while_splits_are_pending_nor_on_a_request_for_work() -> None:
+    dist, ctx, _ = rebalancing("fair_share", 4, {0}, 4)
+    ctx.live.add(1)
+    dist.distribute(requester=1)  # an idle reader asking for work is not a change of readers
+    assert ctx.requests == []
+    dist.add_splits(splits(10))
+    ctx.live.add(2)
+    assert dist.distribute() == 1  # the pending split goes out first; then the plan
+    ctx.after_settling()
+    assert ctx.requests
+
+
+def test_a_context_without_rebalancing_turns_it_off() -> None:
+    dist, ctx, _ = distributor("fair_share", 2, {0}, grace=0)
+    dist.add_splits(splits(0, 1))
+    assert dist.distribute() == 2
+    ctx.live.add(1)
+    assert dist.distribute() == 0 and dist.rebalance() == 0
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(sorted(STRATEGIES)),
+    parallelism=st.integers(2, 8),
+    count=st.integers(0, 30),
+    script=st.lists(st.tuples(st.sampled_from(["join", "leave", "return", "settle"]), st.integers(0, 7)), max_size=25),
+)
+def test_random_joins_and_leaves_converge_to_the_assigner_s_target_with_no_split_moved_twice_per_change(
+    name: str, parallelism: int, count: int, script: list[tuple[str, int]]
+) -> None:
+    dist, ctx, clock = rebalancing(name, parallelism, {0}, count, grace=0)
+    assigned = ctx.assigned_counts()
+    changes = Counter[str]()  # changes of readers seen while a split was on its way
+    for op, k in script:
+        s = k % parallelism
+        if op == "join" and s not in ctx.live:
+            ctx.join(dist, s)
+        elif op == "leave" and s in ctx.live and len(ctx.live) > 1:
+            ctx.leave(dist, s)
+        elif op == "return":
+            ctx.give_back(dist, s)
+        elif op == "settle":
+            ctx.settle(dist)
+        if op in ("join", "leave"):
+            changes.update(list(ctx.owned))
+    ctx.settle(dist)
+    clock.now_ms += 1
+    # nothing lost, nothing owned twice, nothing waiting
+    assert sorted(ctx.owned) == sorted(s.split_id for s in splits(*range(count)))
+    assert not dist.assigner.pending
+    loads = ctx.loads()
+    if name == "fair_share":
+        assert max(loads.values()) - min(loads.values()) <= 1, loads
+    else:
+        owner = getattr(dist.assigner, "_known_owner")  # noqa: B009
+        for sid, s in ctx.owned.items():
+            home = owner(Split(sid), parallelism)
+            assert home not in ctx.live or home == s, f"{sid} is on {s}, its slot {home} is live"
+    # each split moved at most once per change of readers (plus its first assignment)
+    moved = ctx.assigned_counts() - assigned
+    for sid, n in moved.items():
+        assert n <= changes[sid] + 1, f"{sid} moved {n} times over {changes[sid]} changes"
+
+
+def test_the_assignment_rebalance_option_turns_rebalancing_off_and_is_checked() -> None:
+    made = assigner_from_options({"assignment_rebalance": "False", "assignment_grace_ms": "0"}, "fair_share")()
+    assert made.rebalancing is False
+    assert assigner_from_options({}, "sticky")().rebalancing is True
+    clock = Clock()
+    ctx = RebalancingContext(4, {0}, clock)
+    dist = SplitDistributor(ctx, made, clock=clock)
+    dist.add_splits(splits(*range(8)))
+    dist.distribute()
+    ctx.settle(dist)
+    ctx.join(dist, 1)
+    ctx.after_settling()
+    assert ctx.requests == [] and ctx.loads() == {0: 8, 1: 0}
+    with pytest.raises(ConfigError) as caught:
+        assigner_from_options({"assignment_rebalance": "sometimes"}, "fair_share")
+    assert caught.value.setting == "assignment_rebalance"

@@ -23,9 +23,11 @@ from sluicegate.protocol import (
     Direction,
     Envelope,
     Heartbeat,
+    NoMoreSplits,
     ReaderLeaving,
     ReaderRegistered,
     ReaderRegistration,
+    ReleaseRequest,
     RequestSplit,
     SplitsFinished,
     SplitsReleased,
@@ -436,7 +438,11 @@ def test_add_splits_to_subtask_without_live_attempt(clean_run: Run) -> None:
     envs = decoded(readers)
     left = next(e for _, _, e in envs if isinstance(e.body, SplitsReleased) and e.body.reason == "left")
     last_cseq = max(e.cseq or 0 for _, _, e in envs)
-    last_seq = max(e.body.seq for _, _, e in envs if isinstance(e.body, AddSplits) and e.subtask == left.subtask)
+    last_seq = max(
+        e.body.seq
+        for _, _, e in envs
+        if isinstance(e.body, AddSplits | NoMoreSplits | ReleaseRequest) and e.subtask == left.subtask
+    )
     offset = max(o for p, o, _ in readers if p == left.subtask) + 1
     fake = envelope(
         AddSplits(last_seq + 1, [split("new-split")]),
@@ -665,3 +671,54 @@ def test_report_json_and_table(clean_run: Run, capsys: pytest.CaptureFixture[str
     print_report(bad)
     out = capsys.readouterr().out
     assert "audit failed" in out and "first violation at" in out
+
+
+# -- cooperative rebalancing (v3) ----------------------------------------------------------------
+
+
+def _releasing() -> Hand:
+    """Subtask 0 owns a and b; a ReleaseRequest (seq 2) asks for a; subtask 1 is live."""
+    h = Hand()
+    h.register(0, 1)
+    h.register(1, 1)
+    h.r(0, 1, AddSplits(1, [split("a"), split("b")]))
+    h.r(0, 1, ReleaseRequest(2, ["a"]))
+    return h
+
+
+def test_hand_stream_a_split_returned_then_given_elsewhere_is_clean() -> None:
+    h = _releasing()
+    h.i(0, 1, CheckpointAck(1, 2, [split("b")], returned=[{**split("a"), "position": 3}]))
+    h.r(0, 1, SplitsReleased("returned", None, ["a"]))
+    h.r(1, 1, AddSplits(1, [{**split("a"), "position": 3}]))
+    result = h.audit()
+    assert result.ok, [str(v) for v in result.violations]
+    assert result.summary.released_by_reason == {"returned": 1}
+    assert {s.subtask: s.owned for s in result.summary.subtasks} == {0: 1, 1: 1}
+
+
+def test_hand_stream_a_requested_split_given_elsewhere_before_it_is_returned_is_owned_twice() -> None:
+    h = _releasing()
+    at = h.r(1, 1, AddSplits(1, [split("a")]))
+    result = h.audit()
+    assert first_at(result) == (ViolationKind.SPLIT_OWNED_TWICE, READERS, *at)
+
+
+def test_hand_stream_a_release_as_returned_before_any_ack_returned_it_is_imprecise() -> None:
+    h = _releasing()
+    h.i(0, 1, CheckpointAck(1, 1, [split("a"), split("b")]))  # before the request: returns nothing
+    at = h.r(0, 1, SplitsReleased("returned", None, ["a"]))
+    result = h.audit()
+    assert first_at(result) == (ViolationKind.RELEASE_IMPRECISE, READERS, *at)
+    assert "no accepted CheckpointAck" in result.violations[0].message
+
+
+def test_hand_stream_a_release_request_must_take_the_next_seq_and_name_owned_splits() -> None:
+    h = _releasing()
+    at = h.r(0, 1, ReleaseRequest(2, ["b"]))
+    at2 = h.r(1, 1, ReleaseRequest(1, ["b"]))
+    result = h.audit()
+    assert [(v.kind, v.location.partition, v.location.offset) for v in result.violations] == [
+        (ViolationKind.SEQ_REUSED, *at),
+        (ViolationKind.RELEASE_NOT_OWNED, *at2),
+    ]

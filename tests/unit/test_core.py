@@ -35,6 +35,7 @@ from sluicegate.protocol import (
     ReaderRegistered,
     ReaderRegistration,
     ReaderSourceEvent,
+    ReleaseRequest,
     SplitsFinished,
     SplitsReleased,
     WatermarkAnnouncement,
@@ -61,7 +62,7 @@ class ItemCodec:
 class ScriptedEnumerator(SplitEnumerator[Item]):
     """Runs the commands a reader sends it as a SourceEvent payload, inside a core step:
     ``["assign", {"0": ["a"]}]``, ``["event", subtask, payload, attempt]``,
-    ``["no_more", subtask]``, ``["raise", message]``. Errors of assign/no_more are
+    ``["no_more", subtask]``, ``["release", subtask, ["a"]]``, ``["raise", message]``. Errors of assign/no_more are
     kept in ``errors`` (like an enumerator that keeps its splits on NoLiveReaderError)."""
 
     def __init__(self, context: SplitEnumeratorContext[Item], returned: list[Item] | None = None) -> None:
@@ -96,6 +97,11 @@ class ScriptedEnumerator(SplitEnumerator[Item]):
                     self.errors.append(exc)
             elif command == "event":
                 self.context.send_event_to_source_reader(*args)
+            elif command == "release":
+                try:
+                    self.context.request_split_release(args[0], args[1])
+                except Exception as exc:
+                    self.errors.append(exc)
             elif command == "raise":
                 raise RuntimeError(args[0])
 
@@ -850,3 +856,126 @@ def test_announced_watermarks_never_decrease_across_failures() -> None:
     lows = [m.body.low_watermark for m in h.of_type(WatermarkAnnouncement)]  # type: ignore[attr-defined]
     assert lows[0] == 100 and 300 in lows
     assert lows == sorted(lows)
+
+
+# -- cooperative rebalancing (v3) ------------------------------------------------------
+
+
+def _owning(h: CoreHarness, assignment: dict[str, list[str]]) -> None:
+    """Register the named subtasks and give them the splits; each acknowledges them."""
+    for s in assignment:
+        h.register(int(s))
+    run(h, int(next(iter(assignment))), ["assign", assignment])
+    for s in assignment:
+        h.ack(int(s))
+
+
+def test_a_release_request_goes_out_in_seq_order_and_the_split_stays_owned_until_returned() -> None:
+    h = scripted()
+    _owning(h, {"0": ["a", "b", "c"], "1": ["d"]})
+    msgs = run(h, 0, ["release", 0, ["a", "b"]])
+    assert [(m.subtask, m.body) for m in msgs] == [(0, ReleaseRequest(seq=2, split_ids=["a", "b"]))]
+    assert h.owned(0) == {"a", "b", "c"} and h.core.tracker.releasing_ids(0) == {"a", "b"}
+    # nobody else can be given a split that is being released: it would be read twice
+    run(h, 1, ["assign", {"1": ["a"]}])
+    assert [type(e).__name__ for e in enumerator(h).errors] == ["SplitAlreadyOwnedError"]
+    # the seq counter is shared with AddSplits
+    run(h, 0, ["assign", {"0": ["e"]}])
+    assert [e.body.seq for e in h.to(0, AddSplits, ReleaseRequest)] == [1, 2, 3]  # type: ignore[attr-defined]
+
+
+def test_the_ack_returning_the_splits_releases_them_at_its_positions_then_the_enumerator_gets_them() -> None:
+    h = scripted()
+    _owning(h, {"0": ["a", "b", "c"], "1": ["d"]})
+    run(h, 0, ["release", 0, ["a", "b"]])
+    h.reader(0).splits["a"]["position"] = 7
+    h.reader(0).splits["b"]["position"] = 9
+    msgs = h.ack(0).messages
+    assert [(m.subtask, m.attempt, m.body) for m in msgs] == [
+        (0, 1, SplitsReleased(reason="returned", failed_attempt=None, split_ids=["a", "b"]))
+    ]
+    assert h.owned(0) == {"c"} and h.core.tracker.releasing_ids(0) == set()
+    assert [(s.split_id, s.position) for s in enumerator(h).returned] == [("a", 7), ("b", 9)]
+    assert h.counters["splits_returned"] == 2
+    # now they may go to the newcomer
+    run(h, 1, ["assign", {"1": ["a"]}])
+    assert h.owned(1) == {"a", "d"} and enumerator(h).errors == []
+
+
+def test_an_ack_before_the_request_was_applied_returns_nothing_and_the_request_stays() -> None:
+    h = scripted()
+    _owning(h, {"0": ["a", "b"]})
+    stale = h.reader(0).applied_seq
+    run(h, 0, ["release", 0, ["a"]])
+    msgs = h.send(0, CheckpointAck(checkpoint_id=50, applied_seq=stale, splits=[{"split_id": "a", "position": 3}]))
+    assert msgs.messages == []
+    assert h.core.tracker.releasing_ids(0) == {"a"} and h.counters["releases_refused"] == 0
+
+
+def test_a_pending_release_survives_a_coordinator_restart() -> None:
+    h = scripted()
+    _owning(h, {"0": ["a", "b"], "1": ["c"]})
+    run(h, 0, ["release", 0, ["a"]])
+    h.restart_coordinator()
+    assert h.core.tracker.releasing_ids(0) == {"a"}
+    h.ack(0)
+    assert [m.body for m in h.of_type(SplitsReleased, messages=h.last.messages)] == [
+        SplitsReleased(reason="returned", failed_attempt=None, split_ids=["a"])
+    ]
+    assert h.owned(0) == {"b"} and [s.split_id for s in enumerator(h).returned] == ["a"]
+
+
+def test_an_owner_that_fails_before_returning_follows_the_failure_rules_and_the_request_is_dropped() -> None:
+    h = scripted(session_timeout_ms=1_000)
+    _owning(h, {"0": ["a", "b"], "1": ["c"]})
+    run(h, 0, ["release", 0, ["a"]])
+    msgs = h.pass_time(1_500, alive=[1])
+    assert [m.body for m in h.of_type(SplitsReleased, messages=msgs)] == [
+        SplitsReleased(reason="session-timeout", failed_attempt=1, split_ids=[])
+    ]
+    # checkpointed: they wait for subtask 0's next attempt, and nothing asks for them any more
+    assert h.owned(0) == {"a", "b"} and h.core.tracker.releasing_ids(0) == set()
+    assert h.counters["release_requests_dropped"] == 1
+    h.register(0, restore=True)
+    assert h.owned(0) == {"a", "b"}
+    # a late ack of the failed attempt returning "a" changes nothing
+    h.send(0, CheckpointAck(checkpoint_id=99, applied_seq=1, splits=[], returned=[{"split_id": "a"}]), attempt=1)
+    assert h.owned(0) == {"a", "b"} and enumerator(h).returned == []
+
+
+def test_odd_returns_and_requests_are_counted_never_fatal() -> None:
+    h = scripted()
+    _owning(h, {"0": ["a", "b"], "1": ["c"]})
+    # asking for a split the subtask does not own: skipped, no record (and no seq) spent
+    assert run(h, 0, ["release", 0, ["c", "zz"]]) == []
+    assert h.counters["release_requests_not_owned"] == 2 and h.core.slots[0].seq == 1
+    # asking for one already asked for: not asked twice
+    run(h, 0, ["release", 0, ["a"]])
+    assert run(h, 0, ["release", 0, ["a"]]) == []
+    # returning one not asked for (taken: the reader stopped reading it) and one of another subtask (ignored)
+    applied = h.core.slots[0].seq
+    ack = CheckpointAck(
+        checkpoint_id=70,
+        applied_seq=applied,
+        splits=[],
+        returned=[{"split_id": "a", "position": 1}, {"split_id": "b", "position": 2}, {"split_id": "c"}],
+    )
+    msgs = h.send(0, ack).messages
+    assert [m.body for m in msgs] == [SplitsReleased(reason="returned", failed_attempt=None, split_ids=["a", "b"])]
+    assert h.counters["returned_splits_not_requested"] == 1
+    assert h.counters["returned_splits_not_owned"] == 1
+    assert h.owned(1) == {"c"} and h.owned(0) == set()
+    # a release from a subtask without a live attempt is refused like an assignment to it
+    run(h, 1, ["release", 3, ["c"]])
+    assert type(enumerator(h).errors[-1]).__name__ == "NoLiveReaderError"
+
+
+def test_a_checkpoint_covering_the_request_that_keeps_the_split_drops_the_request() -> None:
+    h = scripted()
+    _owning(h, {"0": ["a", "b"], "1": ["c"]})
+    run(h, 0, ["release", 0, ["a"]])
+    seq = h.core.slots[0].seq
+    split_a = {"split_id": "a", "position": 4}
+    h.send(0, CheckpointAck(checkpoint_id=80, applied_seq=seq, splits=[split_a, {"split_id": "b", "position": 0}]))
+    assert h.counters["releases_refused"] == 1
+    assert h.core.tracker.releasing_ids(0) == set() and h.owned(0) == {"a", "b"}

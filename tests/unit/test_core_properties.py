@@ -52,6 +52,7 @@ from sluicegate.protocol import (
     NoMoreSplits,
     ReaderRegistered,
     ReaderSourceEvent,
+    ReleaseRequest,
     SplitsFinished,
     SplitsReleased,
     WatermarkAnnouncement,
@@ -133,7 +134,7 @@ class ProtocolAudit:
         assert self.live.get(s) is not None and env.attempt == self.live[s], (
             f"{env.type} to subtask {s} attempt {env.attempt}, live attempt {self.live.get(s)}"
         )
-        if isinstance(body, AddSplits | NoMoreSplits):
+        if isinstance(body, AddSplits | NoMoreSplits | ReleaseRequest):
             assert body.seq == self.seq.get(s, 0) + 1, f"subtask {s}: seq {body.seq} after {self.seq.get(s, 0)}"
             self.seq[s] = body.seq
         if isinstance(body, AddSplits):
@@ -142,6 +143,9 @@ class ProtocolAudit:
                 assert split_id not in self.owner, f"AddSplits gives {split_id} to {s}; {self.owner[split_id]} owns it"
                 assert split_id not in self.finished, f"finished split {split_id} assigned again"
                 self.owner[split_id] = s
+        elif isinstance(body, ReleaseRequest):
+            for split_id in body.split_ids:
+                assert self.owner.get(split_id) == s, f"asks {s} for {split_id}, owned by {self.owner.get(split_id)}"
         elif isinstance(body, WatermarkAnnouncement):
             assert body.low_watermark is not None
             assert self.low is None or body.low_watermark >= self.low, "announced watermark went back"
@@ -222,7 +226,22 @@ class RandomEnumerator(SplitEnumerator[Item]):
 
     def handle_source_event(self, subtask: int, event: Any) -> None:
         self.context.send_event_to_source_reader(self.rng.randrange(PARALLELISM + 1), event)
+        self._maybe_release()
         self._maybe_assign()
+
+    def _maybe_release(self) -> None:
+        """Ask a live reader for some of its splits back (cooperative rebalancing), now and
+        then also for splits it does not own (skipped by the coordinator)."""
+        rng, ctx = self.rng, self.context
+        readers = sorted(ctx.registered_readers())
+        if not readers or rng.random() < 0.5:
+            return
+        s = rng.choice(readers)
+        owned = [split.split_id for split in ctx.owned_splits(s)]
+        asked = rng.sample(owned, rng.randint(0, len(owned)))
+        if rng.random() < 0.2:
+            asked.append(f"r{rng.randrange(SPLITS)}")
+        ctx.request_split_release(s, asked)
 
     def snapshot_state(self, checkpoint_id: int) -> Any:
         return {"unassigned": [ItemCodec().to_wire(s) for s in self.unassigned]}

@@ -30,6 +30,7 @@ from sluicegate.protocol import (
     NoMoreSplits,
     ReaderRegistered,
     ReaderSourceEvent,
+    ReleaseRequest,
     RequestSplit,
     SplitsReleased,
     WatermarkAnnouncement,
@@ -563,3 +564,135 @@ def test_an_unchanged_reader_needs_no_checkpoint() -> None:
     session.checkpoint_committed(session.prepare_checkpoint())
     session.read(1)
     assert not session.checkpoint_due
+
+
+# -- cooperative rebalancing (v3) -------------------------------------------------------
+
+
+class RemovingReader(FakeReader):
+    """A connector reader that can drop splits (``remove_splits``)."""
+
+    def __init__(self, context: SourceReaderContext) -> None:
+        super().__init__(context)
+        self.removed: list[str] = []
+
+    def remove_splits(self, split_ids: Sequence[str]) -> None:
+        for split_id in split_ids:
+            self.splits.pop(split_id, None)
+            self.removed.append(split_id)
+
+
+class RemovingSource(FakeSource):
+    def create_reader(self, context: SourceReaderContext) -> FakeReader:
+        reader = RemovingReader(context)
+        self.readers.append(reader)
+        return reader
+
+
+def _reading(source: FakeSource) -> tuple[ReaderSession[FakeSplit], FakeSource]:
+    session = ReaderSession(SOURCE, SUBTASK, source, location="host-a:42")
+    registered(session)
+    session.on_message(to_reader(AddSplits(1, [split("a", end=100), split("b", end=100), split("c", end=100)]), 1))
+    session.read(10)  # each at position 1
+    return session, source
+
+
+def test_a_release_request_is_applied_in_seq_order_and_the_splits_go_back_with_the_next_checkpoint() -> None:
+    session, source = _reading(FakeSource())
+    assert session.on_message(to_reader(ReleaseRequest(2, ["a", "b"]), 1)) is Disposition.APPLIED
+    assert session.applied_seq == 2 and session.checkpoint_due
+    assert session.on_message(to_reader(ReleaseRequest(2, ["c"]), 1)) is Disposition.SKIPPED_SEQ
+    # they are read on until the checkpoint: it holds their positions
+    session.read(10)
+    plan = session.prepare_checkpoint()
+    assert plan.returned == [split("a", 2, 100), split("b", 2, 100)]
+    assert plan.checkpoint.splits == [split("c", 2, 100)] and plan.checkpoint.applied_seq == 2
+    ack = plan.ack()
+    assert (ack.splits, ack.returned) == ([split("c", 2, 100)], plan.returned)
+    assert set(session.owned) == {"a", "b", "c"}, "nothing changes before the commit"
+
+    session.checkpoint_committed(plan)
+    assert set(session.owned) == {"c"} and session.protocol.releasing == {}
+    # this connector cannot drop splits: a new reader from the committed checkpoint
+    old, new = source.readers
+    assert old.closed and not new.closed
+    assert {s.split_id: s.position for s in new.splits.values()} == {"c": 2}
+    assert {r.split_id for r in drain(session, 3)} == {"c"}
+    assert session.prepare_checkpoint().returned == []
+
+
+def test_a_connector_with_remove_splits_drops_them_and_keeps_its_reader() -> None:
+    session, source = _reading(RemovingSource())
+    session.on_message(to_reader(ReleaseRequest(2, ["b"]), 1))
+    plan = session.prepare_checkpoint()
+    session.checkpoint_committed(plan)
+    (reader,) = source.readers
+    assert isinstance(reader, RemovingReader) and reader.removed == ["b"] and not reader.closed
+    assert {r.split_id for r in drain(session, 3)} == {"a", "c"}
+
+
+def test_the_rebuilt_reader_keeps_no_more_splits_and_paused_splits() -> None:
+    session, source = _reading(FakeSource())
+    session.on_message(to_reader(NoMoreSplits(2), 1))
+    session.on_message(to_reader(WatermarkAnnouncement(0, 500), 1))
+    session.read(10)  # every split past 500 ms of event time: paused
+    paused = set(source.readers[0].paused)
+    assert paused == {"a", "b", "c"}
+    session.on_message(to_reader(ReleaseRequest(3, ["a"]), 1))
+    session.checkpoint_committed(session.prepare_checkpoint())
+    new = source.readers[-1]
+    assert new.no_more and new.paused == paused - {"a"}
+
+
+def test_splits_not_held_or_finished_meanwhile_are_not_returned() -> None:
+    session, _ = _reading(FakeSource())
+    session.on_message(to_reader(AddSplits(2, [split("d", 0, 1)]), 1))
+    session.on_message(to_reader(ReleaseRequest(3, ["d", "zz"]), 1))
+    assert session.counters["release_not_held"] == 1
+    session.read(10)  # d finishes
+    plan = session.prepare_checkpoint()
+    assert plan.returned == [] and plan.finished_split_ids == ["d"]
+
+
+def test_a_fence_forgets_the_requests() -> None:
+    session, _ = _reading(FakeSource())
+    session.on_message(to_reader(ReleaseRequest(2, ["a"]), 1))
+    session.on_message(to_reader(SplitsReleased("fenced", 1, []), 1))
+    assert session.phase is Phase.UNREGISTERED and session.protocol.releasing == {}
+
+
+def test_the_sequence_reader_gives_splits_back_at_their_positions_and_reads_on_the_rest() -> None:
+    options = SequenceOptions(splits=3, records_per_split=None)
+    source = SequenceSource(options)
+    session: ReaderSession[Any] = ReaderSession(SOURCE, SUBTASK, source, location="h:1")
+    registered(session)
+    wire = [source.split_codec.to_wire(s) for s in options.all_splits()]
+    session.on_message(to_reader(AddSplits(1, wire), 1))
+    session.read(30)
+    session.on_message(to_reader(ReleaseRequest(2, [wire[0]["split_id"]]), 1))
+    plan = session.prepare_checkpoint()
+    (returned,) = plan.returned
+    assert returned["split_id"] == wire[0]["split_id"] and returned["position"] == 10
+    reader = session.reader
+    session.checkpoint_committed(plan)
+    assert session.reader is reader, "the sequence reader drops the split itself"
+    records = drain(session, 3)
+    assert records and wire[0]["split_id"] not in {r.split_id for r in records}
+
+
+def test_a_connector_whose_remove_splits_raises_is_replaced_by_a_reader_from_the_checkpoint() -> None:
+    class Broken(RemovingReader):
+        def remove_splits(self, split_ids: Sequence[str]) -> None:
+            raise RuntimeError("bug")
+
+    class BrokenSource(FakeSource):
+        def create_reader(self, context: SourceReaderContext) -> FakeReader:
+            reader = Broken(context)
+            self.readers.append(reader)
+            return reader
+
+    session, source = _reading(BrokenSource())
+    session.on_message(to_reader(ReleaseRequest(2, ["a"]), 1))
+    session.checkpoint_committed(session.prepare_checkpoint())
+    old, new = source.readers
+    assert old.closed and set(new.splits) == {"b", "c"}

@@ -24,6 +24,7 @@ from sluicegate.protocol.messages import (
     ReaderRegistered,
     ReaderRegistration,
     RegistrationRefused,
+    ReleaseRequest,
     SplitsReleased,
     envelope,
 )
@@ -185,3 +186,40 @@ def test_a_subtask_taken_by_another_process_fails_the_query(running: tuple[Spark
     assert "was taken by another reader" in message and "host-2:7" in message
     # it does not register again (which would fence the other process in turn)
     assert len([e for e in coordinator.inbox(ReaderRegistration) if e.subtask == 1]) == 1
+
+
+def test_a_split_asked_back_is_planned_no_further_and_returned_with_the_next_offset_s_ack(
+    running: tuple[SparkReaderDriver, Coordinator],
+) -> None:
+    driver, coordinator = running
+    register_both(coordinator)
+    eventually(driver.all_active)
+    coordinator.send(0, AddSplits(seq=1, splits=[wire(0), wire(1)]), attempt=1)
+    eventually(lambda: len(driver.planning_state().views[0].splits) == 2)
+
+    def ten_more(o: Any, base: int) -> int:
+        return base + 10
+
+    first = plan_next(SourceOffset(1), driver.planning_state().views, None, ten_more)
+    assert driver.acknowledge(first)
+    second = plan_next(first, driver.planning_state().views, None, ten_more)  # reads 10 of each
+    assert driver.acknowledge(second)
+
+    coordinator.send(0, ReleaseRequest(seq=2, split_ids=["seq-00000"]), attempt=1)
+    views = eventually(lambda: (v := driver.planning_state().views) and v[0].applied_seq == 2 and v)
+    assert {o.split_id: o.releasing for o in views[0].splits} == {"seq-00000": True, "seq-00001": False}
+    third = plan_next(second, views, None, ten_more)
+    # the batch after the request reads the other split only
+    assert {r.split["split_id"]: (r.start, r.end) for r in ranges_between(second, third)[0]} == {
+        "seq-00001": (110, 120)
+    }
+    assert driver.acknowledge(third)
+    ack = body([e for e in coordinator.inbox(CheckpointAck) if e.subtask == 0][-1], CheckpointAck)
+    assert ack.applied_seq == 2
+    assert [(s["split_id"], s["position"]) for s in ack.returned] == [("seq-00000", 10)]
+    assert [s["split_id"] for s in ack.splits] == ["seq-00001"]
+    # it is no longer this query's: the next offset keeps its position aside (parked)
+    views = driver.planning_state().views
+    assert [o.split_id for o in views[0].splits] == ["seq-00001"]
+    fourth = plan_next(third, views, None, ten_more)
+    assert fourth.parked["seq-00000"].pos == 10 and "seq-00000" not in fourth.subtasks[0].splits

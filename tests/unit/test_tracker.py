@@ -147,3 +147,31 @@ def test_restore_of_an_empty_tracker() -> None:
     assert t.total_owned() == 0
     assert t.snapshot() == SplitAssignmentTracker().snapshot()
     assert t.owned(0) == [] and t.applied_seq(0) == 0
+
+
+def test_a_release_request_records_owned_splits_once_and_survives_a_snapshot(tracker: SplitAssignmentTracker) -> None:
+    first = tracker.request_release(0, 3, ["a", "d", "zz"])
+    assert (first.requested, first.not_owned) == (["a"], ["d", "zz"])
+    assert tracker.request_release(0, 4, ["a", "b"]).requested == ["b"]  # a: asked already
+    part = orjson.loads(orjson.dumps(tracker.snapshot_subtask(0)))
+    assert part["releasing"] == [["a", 3], ["b", 4]]
+    assert "releasing" not in tracker.snapshot_subtask(1), "absent when empty: parts look as before v3"
+    restored = SplitAssignmentTracker.restore(orjson.loads(orjson.dumps(tracker.snapshot())))
+    assert restored.releasing_ids(0) == {"a", "b"} and restored.owner_of("a") == 0
+
+
+def test_returned_splits_leave_at_the_returned_positions(tracker: SplitAssignmentTracker) -> None:
+    tracker.request_release(0, 3, ["a"])
+    outcome = tracker.take_returned(0, [split("a", 7), split("c", 2), split("d")])
+    assert outcome.taken == [split("a", 7), split("c", 2)]
+    assert (outcome.unrequested, outcome.not_owned) == (["c"], ["d"])
+    assert tracker.owned_ids(0) == {"b"} and tracker.releasing_ids(0) == set() and tracker.owner_of("d") == 1
+
+
+def test_a_checkpoint_covering_a_request_that_keeps_the_split_refuses_it(tracker: SplitAssignmentTracker) -> None:
+    tracker.request_release(0, 3, ["a", "b"])
+    assert tracker.refused_releases(0, 2, [split("a"), split("b")]) == [], "not applied yet"
+    assert tracker.refused_releases(0, 3, [split("b")]) == ["b"]
+    assert tracker.releasing_ids(0) == {"a"}
+    tracker.take(0, ["a"])  # finished or failed: the request goes with it
+    assert tracker.releasing_ids(0) == set() and tracker.drop_releases(0) == []

@@ -23,6 +23,20 @@ the fewest (the fair-share rule then also counts only the live readers). The
 grace delay lets a restarting reader get its own splits back, as Kafka
 Connect's scheduled rebalance delay does.
 
+Load follows readers (cooperative rebalancing, protocol v3): once nothing is
+pending, each assigner plans which owned splits move where (``rebalance``), by the
+rule it assigns with: ``sticky`` and ``round_robin`` move a split to its own slot
+when that slot has a live reader (their own slots are balanced by construction);
+``fair_share`` moves splits from readers above a balanced count (``ceil``/``floor``
+of what the live readers own) to those below it. The distributor asks the owners
+for them (``request_split_release``); they come back through ``add_splits_back``
+once the owner's checkpoint holds their positions, and go straight to the reader
+the plan named (if it is still live; else the assigner decides as for any pending
+split). So a split moves once per change of readers: a split asked for is not
+asked for again, and a planned receiver counts the splits on their way to it.
+A reader that is only briefly away (a restart within the grace delay) moves
+nothing: its splits wait for it as pending splits do.
+
 Pure: no I/O and no clock of its own; the caller passes ``now_ms``.
 ``SplitDistributor`` connects an assigner to an enumerator's context.
 """
@@ -33,7 +47,7 @@ import math
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic
 
 from sluicegate.api.enumerator import SplitEnumeratorContext
@@ -41,8 +55,16 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.api.split import SplitT
 
 DEFAULT_GRACE_MS = 5_000
+REBALANCE_BATCH = 1_000
+"""At most this many splits asked back per round; the next round (their return) asks for more."""
+REBALANCE_SETTLE_MS = 1_000
+"""A rebalance waits until the live readers have not changed for this long (at most the
+grace delay): readers started together register within a second or so, and one plan
+for all of them moves each split once instead of once per registration."""
 ASSIGNER_OPTION = "assigner"
 GRACE_OPTION = "assignment_grace_ms"
+REBALANCE_OPTION = "assignment_rebalance"
+"""``true`` (default) or ``false``: whether splits move when readers join or leave."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +81,31 @@ class AssignmentRound:
     """A subtask that asked for work (RequestSplit), if that is what triggered the round."""
 
 
+@dataclass(frozen=True)
+class RebalanceRound(Generic[SplitT]):
+    """What an assigner sees when it is asked which owned splits should move."""
+
+    parallelism: int
+    owned: Mapping[int, Sequence[SplitT]]
+    """Each live subtask and the splits it owns and was not asked for yet, oldest first."""
+    in_flight: Sequence[SplitT] = ()
+    """Splits asked back from live subtasks and not returned yet (their receivers may be
+    chosen again: they have not landed anywhere)."""
+    max_moves: int = REBALANCE_BATCH
+
+
+@dataclass
+class RebalancePlan:
+    moves: dict[int, dict[str, int]] = field(default_factory=dict)
+    """From which live subtask which split goes to which live subtask (to ask for now)."""
+    placed: dict[str, int] = field(default_factory=dict)
+    """Which live subtask each split in flight goes to once returned."""
+
+    @property
+    def move_count(self) -> int:
+        return sum(len(v) for v in self.moves.values())
+
+
 class SplitAssigner(ABC, Generic[SplitT]):
     """Holds the pending splits and decides who reads them."""
 
@@ -68,6 +115,8 @@ class SplitAssigner(ABC, Generic[SplitT]):
         if grace_ms < 0:
             raise ConfigError(GRACE_OPTION, f"must be >= 0, got {grace_ms}")
         self.grace_ms = grace_ms
+        self.rebalancing = True
+        """Whether the distributor moves owned splits (option ``assignment_rebalance``)."""
         self._pending: dict[str, SplitT] = {}
         self._waiting_since: dict[str, int] = {}
 
@@ -94,12 +143,25 @@ class SplitAssigner(ABC, Generic[SplitT]):
     def __len__(self) -> int:
         return len(self._pending)
 
+    def __contains__(self, split_id: object) -> bool:
+        """Whether the split with this id is pending."""
+        return split_id in self._pending
+
     # -- deciding -------------------------------------------------------------------
 
     @abstractmethod
     def assign(self, round_: AssignmentRound) -> dict[int, list[SplitT]]:
         """Take the splits that go to live readers now out of the pending ones; the
         splits that stay start (or keep) waiting."""
+
+    def rebalance(self, round_: RebalanceRound[SplitT]) -> RebalancePlan:
+        """Which owned splits move from which live subtask to which. By default balanced
+        counts: the live readers with the most keep ``ceil(total / live)``, the rest
+        ``floor``; the oldest splits of a reader above its target go to the readers
+        below theirs, the fewest-owned first."""
+        load = {s: len(splits) for s, splits in round_.owned.items()}
+        movable = {s: [split.split_id for split in splits] for s, splits in round_.owned.items()}
+        return balance(load, movable, [split.split_id for split in round_.in_flight], round_.max_moves)
 
     def next_deadline_ms(self) -> int | None:
         """When the grace delay of a waiting split runs out (None: nothing waits)."""
@@ -145,6 +207,44 @@ class _OwnerAssigner(SplitAssigner[SplitT]):
     @abstractmethod
     def owner(self, split: SplitT, parallelism: int) -> int: ...
 
+    def rebalance(self, round_: RebalanceRound[SplitT]) -> RebalancePlan:
+        """A split moves to its own slot once that slot has a live reader (where ``assign``
+        would give it too). The *guests*, splits whose slot has no live reader (``assign``
+        gave them to the fewest-owned after the grace delay), are then spread to balanced
+        counts, as fair share does."""
+        live = set(round_.owned)
+        plan = RebalancePlan()
+        load = dict.fromkeys(live, 0)
+        guests: dict[int, list[str]] = {s: [] for s in live}
+        budget = round_.max_moves
+        for subtask in sorted(live):
+            for split in round_.owned[subtask]:
+                home = self._known_owner(split, round_.parallelism)
+                if home is not None and home != subtask and home in live and budget > 0:
+                    plan.moves.setdefault(subtask, {})[split.split_id] = home
+                    load[home] += 1
+                    budget -= 1
+                    continue
+                load[subtask] += 1
+                if home is None or home not in live:
+                    guests[subtask].append(split.split_id)
+        flexible: list[str] = []
+        for split in round_.in_flight:
+            home = self._known_owner(split, round_.parallelism)
+            if home is not None and home in live:
+                plan.placed[split.split_id] = home
+                load[home] += 1
+            else:
+                flexible.append(split.split_id)
+        rest = balance(load, guests, flexible, budget)
+        for subtask, moves in rest.moves.items():
+            plan.moves.setdefault(subtask, {}).update(moves)
+        plan.placed.update(rest.placed)
+        return plan
+
+    def _known_owner(self, split: SplitT, parallelism: int) -> int | None:
+        return self.owner(split, parallelism)
+
 
 class StickyHashAssigner(_OwnerAssigner[SplitT]):
     """Owner = ``owner_key(split) % parallelism``; by default a CRC-32 of the split id."""
@@ -178,6 +278,12 @@ class RoundRobinAssigner(_OwnerAssigner[SplitT]):
     def owner(self, split: SplitT, parallelism: int) -> int:
         return self._turns[split.split_id] % parallelism
 
+    def _known_owner(self, split: SplitT, parallelism: int) -> int | None:
+        # A split assigned before a coordinator restart has no turn here (the state holds
+        # the pending ones only): it stays where it is.
+        turn = self._turns.get(split.split_id)
+        return None if turn is None else turn % parallelism
+
 
 class FairShareAssigner(SplitAssigner[SplitT]):
     """Fewest-owned first, each up to ``ceil(outstanding / parallelism)`` splits, in
@@ -210,6 +316,40 @@ class FairShareAssigner(SplitAssigner[SplitT]):
         return out
 
 
+def balance(
+    load: Mapping[int, int], movable: Mapping[int, Sequence[str]], flexible: Sequence[str], max_moves: int
+) -> RebalancePlan:
+    """Balanced counts over the live readers (the keys of ``load``, what each will hold
+    without the ``flexible`` splits, which are in flight and go wherever they are needed).
+    The live readers with the most get ``ceil(total / live)`` as their target, the rest
+    ``floor``, so a balanced spread plans nothing; the flexible splits fill the readers
+    below their target first, then the oldest ``movable`` splits of the readers above
+    theirs move, each to the reader with the most room."""
+    if not load:
+        return RebalancePlan()
+    total = sum(load.values()) + len(flexible)
+    floor, extra = divmod(total, len(load))
+    ranked = sorted(load, key=lambda s: (-load[s], s))
+    target = {s: floor + (1 if rank < extra else 0) for rank, s in enumerate(ranked)}
+    room = {s: target[s] - load[s] for s in load if load[s] < target[s]}
+    plan = RebalancePlan()
+
+    def neediest() -> int:
+        return max(room, key=lambda s: (room[s], -load[s], -s))
+
+    for split_id in flexible:
+        plan.placed[split_id] = receiver = neediest()
+        room[receiver] -= 1
+    budget = min(max_moves, sum(room.values()))
+    for subtask in ranked:
+        excess = min(load[subtask] - target[subtask], len(movable.get(subtask, ())), budget)
+        for split_id in movable.get(subtask, ())[: max(0, excess)]:
+            plan.moves.setdefault(subtask, {})[split_id] = receiver = neediest()
+            room[receiver] -= 1
+            budget -= 1
+    return plan
+
+
 ASSIGNERS: dict[str, Callable[[int], SplitAssigner[Any]]] = {
     StickyHashAssigner.name: StickyHashAssigner,
     RoundRobinAssigner.name: RoundRobinAssigner,
@@ -221,7 +361,8 @@ def assigner_from_options(
     options: Mapping[str, str], default: str, owner_key: Callable[[Any], int] | None = None
 ) -> Callable[[], SplitAssigner[Any]]:
     """A factory for the assigner named by the ``assigner`` option (``grace`` from
-    ``assignment_grace_ms``). Bad values raise ConfigError naming the option."""
+    ``assignment_grace_ms``, rebalancing from ``assignment_rebalance``). Bad values raise
+    ConfigError naming the option."""
     name = options.get(ASSIGNER_OPTION, default).strip().lower()
     if name not in ASSIGNERS:
         raise ConfigError(ASSIGNER_OPTION, f"unknown assigner {name!r} (known: {', '.join(sorted(ASSIGNERS))})")
@@ -232,11 +373,19 @@ def assigner_from_options(
         raise ConfigError(GRACE_OPTION, f"must be an integer number of ms, got {raw!r}") from None
     if grace_ms < 0:
         raise ConfigError(GRACE_OPTION, f"must be >= 0, got {grace_ms}")
+    rebalance = options.get(REBALANCE_OPTION, "true").strip().lower()
+    if rebalance not in ("true", "false"):
+        raise ConfigError(REBALANCE_OPTION, f"must be true or false, got {rebalance!r}")
     if name == StickyHashAssigner.name and owner_key is not None:
         key = owner_key
-        return lambda: StickyHashAssigner(grace_ms, key)
+        return lambda: _rebalancing(StickyHashAssigner(grace_ms, key), rebalance == "true")
     make = ASSIGNERS[name]
-    return lambda: make(grace_ms)
+    return lambda: _rebalancing(make(grace_ms), rebalance == "true")
+
+
+def _rebalancing(assigner: SplitAssigner[Any], on: bool) -> SplitAssigner[Any]:
+    assigner.rebalancing = on
+    return assigner
 
 
 class SplitDistributor(Generic[SplitT]):
@@ -247,7 +396,17 @@ class SplitDistributor(Generic[SplitT]):
     is live: the next registration is the event that ends the wait).
 
     It also ends a bounded source: once ``all_discovered()`` and no split is pending or
-    owned by anyone, every live reader is told NoMoreSplits."""
+    owned by anyone, every live reader is told NoMoreSplits.
+
+    And it rebalances: whenever a round that a change of readers or splits started
+    (add_reader, add_splits_back, discovery, the grace timer; not a RequestSplit, which
+    an idle reader repeats every second) leaves nothing pending, it asks the owners for
+    the splits the assigner's plan moves (``rebalance``; off with a context that cannot,
+    or with ``rebalance=False``), and gives each one returned to the reader the plan
+    named. After a change of the live readers it first waits ``REBALANCE_SETTLE_MS`` (at
+    most the grace delay) without another change, on a one-shot timer. The plans are not
+    part of the enumerator's state: after a coordinator restart the splits still on their
+    way back are assigned by the assigner's own rule."""
 
     def __init__(
         self,
@@ -255,6 +414,7 @@ class SplitDistributor(Generic[SplitT]):
         assigner: SplitAssigner[SplitT],
         clock: Callable[[], int] | None = None,
         all_discovered: Callable[[], bool] = lambda: False,
+        rebalance: bool = True,
     ) -> None:
         self.context = context
         self.assigner = assigner
@@ -263,6 +423,14 @@ class SplitDistributor(Generic[SplitT]):
         self._all_discovered = all_discovered
         """Whether the enumerator will never find another split (bounded and fully discovered)."""
         self._timer_due_ms: int | None = None
+        # a context that cannot take splits back (e.g. a test's, or an older host's) turns it off
+        cooperative = type(context).request_split_release is not SplitEnumeratorContext.request_split_release
+        self._rebalance = rebalance and cooperative and assigner.rebalancing
+        self._planned: dict[str, int] = {}
+        """Split asked back -> the live subtask the plan gives it to once returned."""
+        self._readers_seen: frozenset[int] = frozenset()
+        self._readers_changed_ms: int | None = None
+        self._settle_due_ms: int | None = None
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
         self.assigner.add_splits(splits)
@@ -277,26 +445,96 @@ class SplitDistributor(Generic[SplitT]):
             if self._all_discovered() and self.context.outstanding_split_count() == 0:
                 for subtask in readers:
                     self.context.signal_no_more_splits(subtask)
+            elif requester is None:
+                self.rebalance()
             return 0
         return self._assign_now(requester)
 
     def _assign_now(self, requester: int | None = None) -> int:
         readers = self.context.registered_readers()
+        planned = self._take_planned(set(readers))
         round_ = AssignmentRound(
             parallelism=self.context.current_parallelism(),
-            live={s: info.owned_split_count for s, info in readers.items()},
-            outstanding=self.context.outstanding_split_count(),
+            live={s: info.owned_split_count + len(planned.get(s, ())) for s, info in readers.items()},
+            outstanding=self.context.outstanding_split_count() + sum(len(v) for v in planned.values()),
             now_ms=self._clock(),
             requester=requester,
         )
         assignment = self.assigner.assign(round_)
+        for subtask, splits in planned.items():
+            assignment[subtask] = [*splits, *assignment.get(subtask, [])]
         if assignment:
             self.context.assign_splits(assignment)
         if round_.live:
             # With no live reader nothing can go out before one registers, and add_reader
             # distributes; a timer now would find its deadline past and re-arm every 1 ms.
             self._arm_timer(round_.now_ms)
+        if requester is None and not self.assigner.pending:
+            self.rebalance()
         return sum(len(v) for v in assignment.values())
+
+    def _take_planned(self, live: set[int]) -> dict[int, list[SplitT]]:
+        """The returned splits that a plan gives to a reader that is still live."""
+        returned = [sid for sid in self._planned if sid in self.assigner]
+        if not returned:
+            return {}
+        out: dict[int, list[SplitT]] = {}
+        for split in self.assigner.remove([sid for sid in returned if self._planned[sid] in live]):
+            out.setdefault(self._planned[split.split_id], []).append(split)
+        for sid in returned:
+            del self._planned[sid]  # a receiver that left: the assigner decides
+        return out
+
+    def rebalance(self) -> int:
+        """Ask owners for the splits the assigner's plan moves; returns how many were
+        asked for. Only with nothing pending: pending splits are placed first, and a split
+        waiting for its slot's grace delay must not be overtaken by a move."""
+        if not self._rebalance or self.assigner.pending:
+            return 0
+        readers = self.context.registered_readers()
+        if len(readers) < 2 or not self._settled(frozenset(readers)):
+            return 0
+        try:
+            owned: dict[int, list[SplitT]] = {}
+            in_flight: list[SplitT] = []
+            for subtask in readers:
+                asked = self.context.releasing_split_ids(subtask)
+                splits = self.context.owned_splits(subtask)
+                owned[subtask] = [s for s in splits if s.split_id not in asked]
+                in_flight += [s for s in splits if s.split_id in asked]
+            plan = self.assigner.rebalance(RebalanceRound(self.context.current_parallelism(), owned, in_flight))
+            # A plan whose split is no longer on its way (its owner failed, it finished) is void;
+            # the splits in flight may get a new receiver (they have not landed yet).
+            flying = {s.split_id for s in in_flight}
+            self._planned = {sid: to for sid, to in self._planned.items() if sid in flying and to in readers}
+            self._planned.update(plan.placed)
+            for subtask, moves in sorted(plan.moves.items()):
+                self.context.request_split_release(subtask, list(moves))
+                self._planned.update(moves)
+        except NotImplementedError:
+            self._rebalance = False  # a context without cooperative rebalancing
+            return 0
+        return plan.move_count
+
+    def _settled(self, live: frozenset[int]) -> bool:
+        """Whether the live readers have not changed for the settle delay; if they have,
+        a one-shot timer rebalances once it is over."""
+        now = self._clock()
+        if live != self._readers_seen:
+            self._readers_seen = live
+            self._readers_changed_ms = now
+        settle = min(self.assigner.grace_ms, REBALANCE_SETTLE_MS)
+        if self._readers_changed_ms is None or now - self._readers_changed_ms >= settle:
+            return True
+        due = self._readers_changed_ms + settle
+        if self._settle_due_ms is None or self._settle_due_ms < due:
+            self._settle_due_ms = due
+            self.context.call_async(_nothing, self._on_settled, initial_delay_ms=max(1, due - now))
+        return False
+
+    def _on_settled(self, _result: None, _error: BaseException | None) -> None:
+        self._settle_due_ms = None  # fired early (clocks disagree a little): rebalance re-arms
+        self.rebalance()
 
     def _arm_timer(self, now_ms: int) -> None:
         deadline = self.assigner.next_deadline_ms()

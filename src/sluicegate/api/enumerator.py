@@ -72,6 +72,25 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
     @abstractmethod
     def signal_no_more_splits(self, subtask: int) -> None: ...
 
+    def request_split_release(self, subtask: int, split_ids: Sequence[str]) -> None:
+        """Cooperative rebalancing (protocol v3): ask the live reader of ``subtask`` to give
+        these splits back. It keeps reading the others; it stops these at its next
+        checkpoint and returns them with their positions, and only then do they come back
+        through ``add_splits_back`` (they stay owned by ``subtask`` until then, so they
+        cannot be assigned elsewhere). Splits it does not own, or was asked for already,
+        are skipped. If its attempt fails first, the request is dropped and the failure
+        rules apply. Raises NoLiveReaderError if the subtask has no live attempt."""
+        raise NotImplementedError("this coordinator does not support cooperative rebalancing")
+
+    def owned_splits(self, subtask: int) -> list[SplitT]:
+        """The splits the coordinator attributes to ``subtask`` (at their last known
+        positions), oldest assignment first; releasing ones included."""
+        raise NotImplementedError("this coordinator does not report owned splits")
+
+    def releasing_split_ids(self, subtask: int) -> frozenset[str]:
+        """Splits of ``subtask`` asked back by ``request_split_release`` and not returned yet."""
+        return frozenset()
+
     @abstractmethod
     def send_event_to_source_reader(self, subtask: int, event: Any, attempt: int | None = None) -> None:
         """Send a connector event. Dropped and counted if the subtask has no live attempt."""
@@ -103,7 +122,8 @@ class SplitEnumerator(ABC, Generic[SplitT]):
 
     @abstractmethod
     def add_splits_back(self, splits: list[SplitT], subtask: int) -> None:
-        """Splits return from a subtask (failure, departure, recovery, leaving)."""
+        """Splits return from a subtask (failure, departure, recovery, leaving, or given
+        back after ``request_split_release``)."""
 
     @abstractmethod
     def add_reader(self, subtask: int) -> None: ...

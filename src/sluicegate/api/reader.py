@@ -58,6 +58,12 @@ class SourceReader(ABC, Generic[SplitT]):
     def snapshot_state(self, checkpoint_id: int) -> list[SplitT]:
         """The unfinished splits with their current positions."""
 
+    def remove_splits(self, split_ids: Sequence[str]) -> None:
+        """Stop reading these splits and forget them (cooperative rebalancing: they were
+        given back at a checkpoint that holds their positions). Optional: a host whose
+        connector does not implement it builds a new reader from that checkpoint instead."""
+        raise NotImplementedError
+
     def notify_no_more_splits(self) -> None:
         """No further splits will come to this subtask."""
 

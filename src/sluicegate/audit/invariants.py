@@ -11,7 +11,12 @@ own acceptance rules (coordinator/core.py):
 - ``CheckpointAck`` records ``applied_seq`` (ignored, as by the coordinator, if
   it acknowledges a seq never sent); ``SplitsFinished`` ends ownership of the
   listed splits the subtask owns, for good;
-- ``SplitsReleased`` frees the listed splits, ``AddSplits`` gives splits.
+- ``SplitsReleased`` frees the listed splits, ``AddSplits`` gives splits;
+- cooperative rebalancing (v3): ``ReleaseRequest`` (in the ``seq`` order) asks the
+  live attempt for splits it owns; an accepted ``CheckpointAck`` gives them back in
+  ``returned``; ownership leaves only at the ``SplitsReleased`` (``returned``) that
+  follows, which names only splits returned so. Until then a requested split is
+  still owned, so giving it to anyone else shows as a split owned twice (read twice).
 
 Every break is a ``Violation`` at the record where it shows, with one plain
 sentence. ``audit_records`` is the whole audit of two lists of raw records.
@@ -49,6 +54,7 @@ from sluicegate.protocol import (
     ReaderRegistered,
     ReaderRegistration,
     ReleaseReason,
+    ReleaseRequest,
     SlotRequest,
     SplitsFinished,
     SplitsReleased,
@@ -84,6 +90,10 @@ class SubtaskState:
     no_more_splits: bool = False
     """NoMoreSplits was sent to the current attempt."""
     fenced: int = 0
+    releasing: dict[str, int] = field(default_factory=dict)
+    """split_id -> the ReleaseRequest seq that asked the current attempt for it."""
+    returned: set[str] = field(default_factory=set)
+    """Given back by accepted CheckpointAcks and not yet released (SplitsReleased returned)."""
 
     def describe_attempt(self) -> str:
         if self.attempt is None:
@@ -280,6 +290,7 @@ class OwnershipModel:
                 self.ignored_acks += 1
             else:
                 slot.applied_seq = max(slot.applied_seq, body.applied_seq)
+                slot.returned.update(split["split_id"] for split in body.returned)
         elif isinstance(body, SplitsFinished):
             for split_id in body.split_ids:
                 if slot.owned.pop(split_id, None) is None:
@@ -337,6 +348,10 @@ class OwnershipModel:
             self._addressed_to_live(slot, env.attempt, f"NoMoreSplits seq {body.seq}")
             self._check_seq(slot, body.seq, "NoMoreSplits")
             slot.no_more_splits = True
+        elif isinstance(body, ReleaseRequest):
+            self._addressed_to_live(slot, env.attempt, f"ReleaseRequest seq {body.seq}")
+            self._check_seq(slot, body.seq, "ReleaseRequest")
+            self._release_requested(slot, body)
         elif isinstance(body, SplitsReleased):
             self._released(slot, body, env.attempt)
         elif isinstance(body, WatermarkAnnouncement):
@@ -380,6 +395,8 @@ class OwnershipModel:
         slot.attempt = body.attempt
         slot.live = True
         slot.no_more_splits = False
+        slot.releasing.clear()  # requests die with the attempt they were sent to
+        slot.returned.clear()
         slot.attempts += 1
 
     def _addressed_to_live(self, slot: SubtaskState, attempt: int | None, what: str) -> None:
@@ -448,6 +465,32 @@ class OwnershipModel:
             self.ever_assigned.add(sid)
             self.assignments += 1
 
+    def _release_requested(self, slot: SubtaskState, body: ReleaseRequest) -> None:
+        s = slot.subtask
+        not_owned = [sid for sid in body.split_ids if sid not in slot.owned]
+        if not_owned:
+            detail = ", ".join(f"{sid} ({self._whose(sid)})" for sid in sorted(not_owned)[:_SHOWN])
+            more = f" and {len(not_owned) - _SHOWN} more" if len(not_owned) > _SHOWN else ""
+            self._violation(
+                ViolationKind.RELEASE_NOT_OWNED,
+                f"ReleaseRequest seq {body.seq} asks subtask {s} for {len(not_owned)} split(s) it does not own: "
+                f"{detail}{more}",
+            )
+        for sid in body.split_ids:
+            if sid in slot.owned:
+                slot.releasing.setdefault(sid, body.seq)
+
+    def _check_returned(self, slot: SubtaskState, listed: Sequence[str]) -> None:
+        """A release ``returned`` names only splits an accepted CheckpointAck gave back."""
+        not_returned = [sid for sid in listed if sid in slot.owned and sid not in slot.returned]
+        if not_returned:
+            self._violation(
+                ViolationKind.RELEASE_IMPRECISE,
+                f"SplitsReleased (returned) of subtask {slot.subtask} names {_ids(not_returned)}, "
+                "which no accepted CheckpointAck of its attempt gave back: its reader may still be reading them",
+            )
+        slot.returned.difference_update(listed)
+
     def _released(self, slot: SubtaskState, body: SplitsReleased, attempt: int | None) -> None:
         s = slot.subtask
         reason = body.reason
@@ -471,6 +514,13 @@ class OwnershipModel:
                 "which is not its live attempt "
                 f"({slot.describe_attempt()})",
             )
+        elif reason == ReleaseReason.RETURNED.value:
+            if not slot.live:
+                self._violation(
+                    ViolationKind.RELEASE_INCONSISTENT,
+                    f"{what} for subtask {s}, which has no live attempt ({slot.describe_attempt()})",
+                )
+            self._check_returned(slot, body.split_ids)
         elif reason in (ReleaseReason.DEPARTED.value, ReleaseReason.LEFT.value) and slot.live:
             self._violation(
                 ViolationKind.RELEASE_INCONSISTENT,
@@ -510,10 +560,13 @@ class OwnershipModel:
         self._release(slot, listed, reason)
         if (failing and body.failed_attempt == slot.attempt) or reason == ReleaseReason.LEFT.value:
             slot.live = False
+            slot.releasing.clear()
+            slot.returned.clear()
 
     def _release(self, slot: SubtaskState, split_ids: Iterable[str], reason: str) -> None:
         count = 0
         for sid in split_ids:
+            slot.releasing.pop(sid, None)
             if slot.owned.pop(sid, None) is not None:
                 del self.owner[sid]
                 count += 1

@@ -52,6 +52,7 @@ from sluicegate.protocol.messages import (
     ReaderSourceEvent,
     RegistrationRefused,
     ReleaseReason,
+    ReleaseRequest,
     RequestSplit,
     SlotGranted,
     SlotRequest,
@@ -86,7 +87,7 @@ class SubtaskSlot:
     """Not persisted: a successor gives every live attempt a fresh session window."""
     failed_at_ms: int | None = None
     seq: int = 0
-    """Last AddSplits/NoMoreSplits seq sent to this subtask."""
+    """Last AddSplits/NoMoreSplits/ReleaseRequest seq sent to this subtask."""
     checkpoint_id: int | None = None
     no_more_splits: bool = False
     reported_splits: list[WireSplit] = field(default_factory=list)
@@ -577,17 +578,52 @@ class CoordinatorCore(Generic[SplitT]):
                 slot.seq,
             )
             return
+        returned = self._take_returned(slot, body) if body.returned else []
         outcome = self.tracker.on_checkpoint(slot.subtask, body.applied_seq, body.splits)
+        refused = self.tracker.refused_releases(slot.subtask, body.applied_seq, body.splits)
         slot.checkpoint_id = body.checkpoint_id
         if outcome.unknown:
             self.metrics.counter("checkpointed_splits_not_owned", len(outcome.unknown))
         if outcome.missing:
             # Keep them: a split leaves ownership only through SplitsFinished or a release.
             self.metrics.counter("splits_missing_from_checkpoint", len(outcome.missing))
+        if refused:
+            self.metrics.counter("releases_refused", len(refused))
+            log.warning(
+                "subtask %d kept %d splits it was asked to give back, e.g. %s", slot.subtask, len(refused), refused[:5]
+            )
+        # Only now, with the checkpoint recorded: the enumerator may give them to another reader.
+        self._release(slot, ReleaseReason.RETURNED, None, returned)
+
+    def _take_returned(self, slot: SubtaskSlot, body: CheckpointAck) -> list[WireSplit]:
+        """Cooperative rebalancing: the splits the ack gives back leave the subtask at the
+        positions of that checkpoint. Anything odd is counted, never fatal."""
+        outcome = self.tracker.take_returned(slot.subtask, body.returned)
+        if outcome.unrequested:
+            self.metrics.counter("returned_splits_not_requested", len(outcome.unrequested))
+            log.warning(
+                "subtask %d returned %d splits nobody asked for (taken back anyway), e.g. %s",
+                slot.subtask,
+                len(outcome.unrequested),
+                outcome.unrequested[:5],
+            )
+        if outcome.not_owned:
+            self.metrics.counter("returned_splits_not_owned", len(outcome.not_owned))
+            log.warning(
+                "subtask %d returned %d splits it does not own (ignored), e.g. %s",
+                slot.subtask,
+                len(outcome.not_owned),
+                outcome.not_owned[:5],
+            )
+        if outcome.taken:
+            self.metrics.counter("splits_returned", len(outcome.taken))
+            log.info("subtask %d gave %d splits back", slot.subtask, len(outcome.taken))
+        return outcome.taken
 
     def _on_leaving(self, slot: SubtaskSlot, body: ReaderLeaving) -> None:
         positions = {split["split_id"]: split for split in body.splits}
         released = self.tracker.take_all(slot.subtask, positions)
+        self._drop_releases(slot)
         attempt = slot.attempt
         slot.state = SlotState.LEFT
         if self.watermarks.remove(slot.subtask):  # semantics 5: announce whenever it advances
@@ -609,6 +645,7 @@ class CoordinatorCore(Generic[SplitT]):
         slot.failed_at_ms = now_ms
         self.metrics.counter(f"attempts_failed_{reason.value}")
         released = self.tracker.take_uncheckpointed(slot.subtask)
+        self._drop_releases(slot)
         log.warning(
             "subtask %d attempt %d failed (%s): %d uncheckpointed splits return to the enumerator, "
             "%d stay for its next attempt",
@@ -621,6 +658,14 @@ class CoordinatorCore(Generic[SplitT]):
         if self.watermarks.remove(slot.subtask):
             self._announce_watermark(now_ms)
         self._release(slot, reason, failed, released, always=True, successor=successor)
+
+    def _drop_releases(self, slot: SubtaskSlot) -> None:
+        """The attempt that was asked to give splits back is over: the requests die with it
+        (semantics 3 decides what happens to its splits)."""
+        dropped = self.tracker.drop_releases(slot.subtask)
+        if dropped:
+            self.metrics.counter("release_requests_dropped", len(dropped))
+            log.info("subtask %d: %d outstanding release requests dropped with its attempt", slot.subtask, len(dropped))
 
     def _release(
         self,
@@ -736,6 +781,28 @@ class CoordinatorCore(Generic[SplitT]):
         slot.seq += 1
         self._send(subtask, slot.attempt, NoMoreSplits(seq=slot.seq))
 
+    def _request_release(self, subtask: int, split_ids: Sequence[str]) -> None:
+        """Cooperative rebalancing: ask the live owner for splits back (ReleaseRequest in
+        its seq order). The splits stay owned until a CheckpointAck returns them."""
+        slot = self.slots[subtask] if 0 <= subtask < len(self.slots) else None
+        if slot is None or not slot.live:
+            raise NoLiveReaderError(subtask)
+        outcome = self.tracker.request_release(subtask, slot.seq + 1, split_ids)
+        if outcome.not_owned:
+            self.metrics.counter("release_requests_not_owned", len(outcome.not_owned))
+            log.warning(
+                "asked subtask %d for %d splits it does not own (skipped), e.g. %s",
+                subtask,
+                len(outcome.not_owned),
+                outcome.not_owned[:5],
+            )
+        if not outcome.requested:
+            return
+        self._touch(subtask)
+        slot.seq += 1
+        self._send(subtask, slot.attempt, ReleaseRequest(seq=slot.seq, split_ids=outcome.requested))
+        self.metrics.counter("splits_release_requested", len(outcome.requested))
+
     def _send_event(self, subtask: int, event: Any, attempt: int | None) -> None:
         slot = self.slots[subtask] if 0 <= subtask < len(self.slots) else None
         if slot is None or not slot.live or (attempt is not None and attempt != slot.attempt):
@@ -780,6 +847,16 @@ class _CoreContext(SplitEnumeratorContext[SplitT]):
 
     def signal_no_more_splits(self, subtask: int) -> None:
         self._core._signal_no_more_splits(subtask)
+
+    def request_split_release(self, subtask: int, split_ids: Sequence[str]) -> None:
+        self._core._request_release(subtask, split_ids)
+
+    def owned_splits(self, subtask: int) -> list[SplitT]:
+        codec = self._core._codec
+        return [codec.from_wire(s) for s in self._core.tracker.owned(subtask)]
+
+    def releasing_split_ids(self, subtask: int) -> frozenset[str]:
+        return frozenset(self._core.tracker.releasing_ids(subtask))
 
     def send_event_to_source_reader(self, subtask: int, event: Any, attempt: int | None = None) -> None:
         self._core._send_event(subtask, event, attempt)

@@ -31,17 +31,40 @@ class CheckpointOutcome:
     """In the checkpoint but not owned by the subtask (ignored)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ReleaseOutcome:
+    requested: list[str]
+    """Owned and not asked for before: now releasing."""
+    not_owned: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ReturnOutcome:
+    taken: list[WireSplit]
+    """Left the subtask, at the returned positions."""
+    unrequested: list[str]
+    """Owned but never asked for (taken anyway: the reader stopped reading them)."""
+    not_owned: list[str]
+    """Not the subtask's (ignored)."""
+
+
 class SplitAssignmentTracker:
     """Per subtask two dicts keyed by split id (the split as last known: as assigned, or
     with the position of its last checkpoint; and the AddSplits seq that gave it, 0 for
     restored) plus one owner index. Dicts of plain values rather than an object per split:
-    an assignment of thousands of splits is then a few bulk dict updates."""
+    an assignment of thousands of splits is then a few bulk dict updates.
+
+    A split may also be *releasing* (cooperative rebalancing): a ReleaseRequest of some
+    ``seq`` asked its owner to give it back. It stays owned (so nobody else can be given
+    it) until the CheckpointAck that returns it."""
 
     def __init__(self) -> None:
         self._splits: dict[int, dict[str, WireSplit]] = {}
         self._seqs: dict[int, dict[str, int]] = {}
         self._applied_seq: dict[int, int] = {}
         self._owner: dict[str, int] = {}
+        self._releasing: dict[int, dict[str, int]] = {}
+        """subtask -> split id -> seq of the ReleaseRequest that asked for it."""
 
     # -- queries ------------------------------------------------------------
 
@@ -62,6 +85,9 @@ class SplitAssignmentTracker:
 
     def total_owned(self) -> int:
         return len(self._owner)
+
+    def releasing_ids(self, subtask: int) -> set[str]:
+        return set(self._releasing.get(subtask, ()))
 
     def uncheckpointed_count(self, subtask: int) -> int:
         applied = self.applied_seq(subtask)
@@ -107,6 +133,55 @@ class SplitAssignmentTracker:
         missing = [sid for sid, seq in seqs.items() if seq <= applied_seq and sid not in seen]
         return CheckpointOutcome(missing=missing, unknown=unknown)
 
+    def request_release(self, subtask: int, seq: int, split_ids: Iterable[str]) -> ReleaseOutcome:
+        """Record that the ReleaseRequest ``seq`` asks ``subtask`` for these splits; only
+        those it owns and has not been asked for already are recorded."""
+        owned = self._splits.get(subtask, {})
+        releasing = self._releasing.setdefault(subtask, {})
+        requested: list[str] = []
+        not_owned: list[str] = []
+        for split_id in dict.fromkeys(split_ids):
+            if split_id not in owned:
+                not_owned.append(split_id)
+            elif split_id not in releasing:
+                releasing[split_id] = seq
+                requested.append(split_id)
+        return ReleaseOutcome(requested=requested, not_owned=not_owned)
+
+    def take_returned(self, subtask: int, returned: Iterable[WireSplit]) -> ReturnOutcome:
+        """A CheckpointAck gave these splits back at their positions: those the subtask owns
+        leave it (requested or not: its reader no longer has them). The others are listed."""
+        owned = self._splits.get(subtask, {})
+        releasing = self._releasing.get(subtask, {})
+        taken: list[WireSplit] = []
+        unrequested: list[str] = []
+        not_owned: list[str] = []
+        for split in returned:
+            split_id = split["split_id"]
+            if split_id not in owned:
+                not_owned.append(split_id)
+                continue
+            if split_id not in releasing:
+                unrequested.append(split_id)
+            self.take(subtask, [split_id])
+            taken.append(split)
+        return ReturnOutcome(taken=taken, unrequested=unrequested, not_owned=not_owned)
+
+    def refused_releases(self, subtask: int, applied_seq: int, kept: Iterable[WireSplit]) -> list[str]:
+        """Requested splits that a checkpoint covering their ReleaseRequest still holds: the
+        reader did not give them back. The requests are dropped (the enumerator may ask again)."""
+        releasing = self._releasing.get(subtask)
+        if not releasing:
+            return []
+        refused = [s["split_id"] for s in kept if releasing.get(s["split_id"], applied_seq + 1) <= applied_seq]
+        for split_id in refused:
+            del releasing[split_id]
+        return refused
+
+    def drop_releases(self, subtask: int) -> list[str]:
+        """Forget the subtask's outstanding release requests (its attempt failed or left)."""
+        return list(self._releasing.pop(subtask, {}))
+
     def finish(self, subtask: int, split_ids: Iterable[str]) -> list[str]:
         """Drop finished splits; returns the ids the subtask did not own."""
         return [split_id for split_id in split_ids if not self.take(subtask, [split_id])]
@@ -129,12 +204,14 @@ class SplitAssignmentTracker:
         if not owned:
             return []
         seqs = self._seqs[subtask]
+        releasing = self._releasing.get(subtask, {})
         released: list[WireSplit] = []
         for split_id in split_ids:
             split = owned.pop(split_id, None)
             if split is not None:
                 del seqs[split_id]
                 del self._owner[split_id]
+                releasing.pop(split_id, None)
                 released.append(split)
         return released
 
@@ -143,13 +220,22 @@ class SplitAssignmentTracker:
     def snapshot_subtask(self, subtask: int) -> dict[str, Any]:
         owned = self._splits.get(subtask, {})
         seqs = self._seqs.get(subtask, {})
-        return {"applied_seq": self.applied_seq(subtask), "owned": [[seqs[sid], split] for sid, split in owned.items()]}
+        part: dict[str, Any] = {
+            "applied_seq": self.applied_seq(subtask),
+            "owned": [[seqs[sid], split] for sid, split in owned.items()],
+        }
+        releasing = self._releasing.get(subtask)
+        if releasing:  # absent when empty: the parts of a coordinator before v3 look the same
+            part["releasing"] = [[sid, seq] for sid, seq in releasing.items()]
+        return part
 
     def restore_subtask(self, subtask: int, data: Mapping[str, Any]) -> None:
         self.take_all(subtask)
         for seq, split in data["owned"]:
             self.record_assignment(subtask, seq, [split])
         self._applied_seq[subtask] = data["applied_seq"]
+        owned = self._splits.get(subtask, {})
+        self._releasing[subtask] = {sid: seq for sid, seq in data.get("releasing", []) if sid in owned}
 
     def subtasks(self) -> list[int]:
         return sorted(set(self._splits) | set(self._applied_seq))

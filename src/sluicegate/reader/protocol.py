@@ -7,8 +7,8 @@ every reader host must get right in the same way:
   ``ReaderRegistration`` (FLIP-537), the attempt learnt from ``ReaderRegistered``;
 - filtering: a record for another source or subtask, from a coordinator epoch
   lower than the highest seen, or addressed to another attempt is ignored;
-- ``seq`` order: ``AddSplits``/``NoMoreSplits`` whose ``seq`` is not above the
-  applied one are skipped (applied before the restored checkpoint);
+- ``seq`` order: ``AddSplits``/``NoMoreSplits``/``ReleaseRequest`` whose ``seq`` is not
+  above the applied one are skipped (applied before the restored checkpoint);
 - fencing: ``SplitsReleased`` naming our attempt as failed, a ``ReaderRegistered``
   of another incarnation with a newer attempt, or the host's lost contact; and
   telling a fence by a duplicate (another live process registered for the
@@ -20,7 +20,10 @@ every reader host must get right in the same way:
 - request pacing: at most one ``RequestSplit`` a second while there is nothing
   to read;
 - checkpoint acceptance: durable positions in, ``SplitsFinished`` and
-  ``CheckpointAck`` out (``CheckpointPlan``), state changed only once committed.
+  ``CheckpointAck`` out (``CheckpointPlan``), state changed only once committed;
+- cooperative rebalancing: splits a ``ReleaseRequest`` asks for go out in the
+  ``returned`` of the next checkpoint that covers its ``seq``, with their positions
+  as of that checkpoint, and leave ownership once it is committed.
 
 ``on_message`` returns a typed outcome the host acts on, so no host diffs the
 protocol's state to learn what a record did. The standalone host drives a
@@ -49,6 +52,7 @@ from sluicegate.protocol.messages import (
     ReaderRegistration,
     RegistrationRefused,
     ReleaseReason,
+    ReleaseRequest,
     RequestSplit,
     SplitsFinished,
     SplitsReleased,
@@ -127,6 +131,17 @@ class NoMoreSplitsApplied:
 
 
 @dataclass(frozen=True)
+class ReleaseRequested:
+    """A ``ReleaseRequest`` applied: ``split_ids`` (those this attempt holds) go back with
+    the next checkpoint; ``not_held`` are the ones it named that this attempt does not hold."""
+
+    seq: int
+    split_ids: list[str]
+    not_held: list[str] = field(default_factory=list)
+    disposition: Disposition = Disposition.APPLIED
+
+
+@dataclass(frozen=True)
 class Fenced:
     """This attempt is over: the host drops what it holds, restores the last durable
     checkpoint and registers again."""
@@ -193,6 +208,7 @@ Outcome = (
     | Registered
     | SplitsAdded
     | NoMoreSplitsApplied
+    | ReleaseRequested
     | Fenced
     | Superseded
     | Refused
@@ -209,6 +225,12 @@ class CheckpointPlan:
     checkpoint: ReaderCheckpoint
     finished_split_ids: list[str]
     records_since_last: int = 0
+    returned: list[WireSplit] = field(default_factory=list)
+    """Splits given back (a ReleaseRequest), at this checkpoint's positions; not in the state record."""
+
+    @property
+    def returned_split_ids(self) -> list[str]:
+        return [s["split_id"] for s in self.returned]
 
     @property
     def checkpoint_id(self) -> int:
@@ -219,6 +241,7 @@ class CheckpointPlan:
             checkpoint_id=self.checkpoint.checkpoint_id,
             applied_seq=self.checkpoint.applied_seq,
             splits=self.checkpoint.splits,
+            returned=list(self.returned),
         )
 
     def splits_finished(self) -> SplitsFinished | None:
@@ -257,6 +280,8 @@ class ReaderProtocol:
         self.no_more_splits = False
         self.owned: dict[str, AssignedSplit] = {}
         """Splits this attempt holds and has not finished (insertion-ordered)."""
+        self.releasing: dict[str, int] = {}
+        """Owned splits a ReleaseRequest asked back -> its seq (until a committed checkpoint returns them)."""
         self.finished_pending: list[str] = []
         """Finished since the last committed checkpoint (go out with the next one)."""
         self.low_watermark: int | None = None
@@ -326,6 +351,8 @@ class ReaderProtocol:
             return self._on_add_splits(body)
         if isinstance(body, NoMoreSplits):
             return self._on_no_more_splits(body)
+        if isinstance(body, ReleaseRequest):
+            return self._on_release_request(body)
         if isinstance(body, SplitsReleased):
             return self._on_released(body)
         if isinstance(body, WatermarkAnnouncement):
@@ -437,6 +464,23 @@ class ReaderProtocol:
         log.info("no more splits will come (seq %d); %d left to finish", body.seq, len(self.owned))
         return NoMoreSplitsApplied(body.seq)
 
+    def _on_release_request(self, body: ReleaseRequest) -> Outcome:
+        if body.seq <= self.applied_seq:
+            self.counters["skipped_seq"] += 1
+            log.info("skipped ReleaseRequest seq %d: already applied (applied seq %d)", body.seq, self.applied_seq)
+            return Ignored(Disposition.SKIPPED_SEQ)
+        self.applied_seq = body.seq
+        held = [sid for sid in body.split_ids if sid in self.owned]
+        not_held = [sid for sid in body.split_ids if sid not in self.owned]
+        if not_held:
+            # e.g. finished since: the SplitsFinished on its way tells the coordinator
+            self.counters["release_not_held"] += len(not_held)
+            log.info("ReleaseRequest seq %d names %d splits this reader does not hold", body.seq, len(not_held))
+        for split_id in held:
+            self.releasing.setdefault(split_id, body.seq)
+        log.info("asked to give %d splits back (seq %d); they go with the next checkpoint", len(held), body.seq)
+        return ReleaseRequested(body.seq, held, not_held)
+
     def _on_released(self, body: SplitsReleased) -> Outcome:
         if body.failed_attempt is not None and body.failed_attempt == self.attempt:
             successor = body.successor_incarnation
@@ -489,6 +533,7 @@ class ReaderProtocol:
     def _drop(self) -> None:
         self.attempt = None
         self.owned.clear()
+        self.releasing.clear()
         self.finished_pending.clear()
         self.no_more_splits = False
         self.applied_seq = 0
@@ -507,6 +552,7 @@ class ReaderProtocol:
         the next checkpoint. Returns those this attempt owned."""
         done = []
         for split_id in split_ids:
+            self.releasing.pop(split_id, None)
             if self.owned.pop(split_id, None) is not None:
                 self.finished_pending.append(split_id)
                 self.splits_finished_total += 1
@@ -549,27 +595,37 @@ class ReaderProtocol:
         default the next id, the applied seq and NoMoreSplits as the protocol has them;
         a host whose checkpoints are planned elsewhere (Spark's offsets) passes its own,
         and the splits its checkpoint finished (``finished``; by default those
-        reported through ``splits_finished``). Nothing changes until
-        ``checkpoint_committed``."""
+        reported through ``splits_finished``). Requested splits whose ReleaseRequest the
+        checkpoint covers (its applied seq) go to ``returned`` and out of the state
+        record. Nothing changes until ``checkpoint_committed``."""
+        applied = self.applied_seq if applied_seq is None else applied_seq
+        returned = [s for s in splits if self.releasing.get(s["split_id"], applied + 1) <= applied]
+        if returned:
+            gone = {s["split_id"] for s in returned}
+            splits = [s for s in splits if s["split_id"] not in gone]
         checkpoint = ReaderCheckpoint(
             source=self.source_name,
             subtask=self.subtask,
             checkpoint_id=self.next_checkpoint_id if checkpoint_id is None else checkpoint_id,
-            applied_seq=self.applied_seq if applied_seq is None else applied_seq,
+            applied_seq=applied,
             splits=splits,
             epoch=self.highest_epoch,
             attempt=self.attempt,
             no_more_splits=self.no_more_splits if no_more_splits is None else no_more_splits,
         )
         done = list(self.finished_pending) if finished is None else list(finished)
-        return CheckpointPlan(checkpoint, done, records_since_last)
+        return CheckpointPlan(checkpoint, done, records_since_last, returned)
 
     def checkpoint_committed(self, plan: CheckpointPlan) -> None:
         """The plan is durable and its messages were delivered: its finished splits
         leave ownership (if they had not yet)."""
         self.last_checkpoint = plan.checkpoint
+        for split_id in plan.returned_split_ids:
+            self.owned.pop(split_id, None)
+            self.releasing.pop(split_id, None)
         done = set(plan.finished_split_ids)
         for split_id in plan.finished_split_ids:
+            self.releasing.pop(split_id, None)
             if self.owned.pop(split_id, None) is not None:
                 self.splits_finished_total += 1
         self.finished_pending = [s for s in self.finished_pending if s not in done]

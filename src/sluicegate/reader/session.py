@@ -5,7 +5,8 @@ applied to the connector.
 (attempts, epochs, ``seq`` order, fencing, ownership, checkpoints); this adapter
 turns its outcomes into calls on the connector's reader (a fresh reader per
 attempt, ``add_splits``, ``notify_no_more_splits``, source events, pause/resume
-for alignment), reads batches, and keeps per-split watermarks from the records.
+for alignment, ``remove_splits`` once a checkpoint has given splits back), reads
+batches, and keeps per-split watermarks from the records.
 ``reader.host`` feeds it records from Kafka; the unit tests feed it envelopes.
 """
 
@@ -314,6 +315,7 @@ class ReaderSession(Generic[SplitT]):
             or cp.applied_seq != self.applied_seq
             or bool(self.finished_pending)
             or self.records_read != self.records_at_checkpoint
+            or bool(self.protocol.releasing)
         )
 
     def prepare_checkpoint(self) -> CheckpointPlan:
@@ -325,8 +327,46 @@ class ReaderSession(Generic[SplitT]):
     def checkpoint_committed(self, plan: CheckpointPlan) -> None:
         self.protocol.checkpoint_committed(plan)
         self.records_at_checkpoint += plan.records_since_last
+        if plan.returned:
+            self._stop_returned(plan)
         if self.reader is not None:
             self.reader.notify_checkpoint_complete(plan.checkpoint_id)
+
+    def _stop_returned(self, plan: CheckpointPlan) -> None:
+        """The committed checkpoint gave splits back: the connector reader stops reading
+        them. Nothing was read after the checkpoint's snapshot, so the positions returned
+        are where the reading stopped."""
+        ids = plan.returned_split_ids
+        self.watermarks.remove(ids)
+        reader = self._require_reader()
+        try:
+            reader.remove_splits(ids)
+        except NotImplementedError:
+            self._rebuild_reader(plan.checkpoint)
+        except Exception:  # a connector bug: the checkpoint is committed, so start afresh from it
+            log.exception("the connector reader raised in remove_splits; building a new one")
+            self._rebuild_reader(plan.checkpoint)
+        log.info("gave %d splits back with checkpoint %d; owning %d", len(ids), plan.checkpoint_id, len(self.owned))
+
+    def _rebuild_reader(self, checkpoint: ReaderCheckpoint) -> None:
+        """A connector without ``remove_splits``: a new reader from the checkpoint just
+        committed (the splits kept, at their positions), as after a fence but keeping the
+        attempt; pause states are applied to it again."""
+        assert self.attempt is not None
+        old = self._require_reader()
+        try:
+            old.close()
+        except Exception:
+            log.exception("the connector reader raised on close")
+        self._start_reader(self.attempt)
+        kept = [dict(s) for s in checkpoint.splits]
+        if kept:
+            self._require_reader().add_splits([self.codec.from_wire(s) for s in kept])
+        if self.no_more_splits:
+            self._require_reader().notify_no_more_splits()
+        paused = sorted(self.watermarks.paused)
+        if paused:
+            self._require_reader().pause_or_resume_splits(paused, [])
 
     def leaving_checkpoint(self) -> ReaderCheckpoint:
         return self.protocol.leaving_checkpoint()

@@ -21,7 +21,12 @@ one); no connector reader is created here:
 - a ``Heartbeat`` per subtask every ``heartbeat_interval_ms`` with the watermark of
   what is durably planned, a ``RequestSplit`` when a subtask has nothing;
 - ``acknowledge(offset)``: ``SplitsFinished`` and ``CheckpointAck`` for an offset
-  Spark has made durable, awaited until the broker has them.
+  Spark has made durable, awaited until the broker has them;
+- cooperative rebalancing: a split a ``ReleaseRequest`` asks for is planned no
+  further from the next batch on, so the first offset planned after the request
+  holds it where the batches before it stopped reading; the ack of that offset
+  (``partitions``, once Spark's offset log has it: the batches that read it are
+  Spark's to replay) returns it with that position, and it leaves the views.
 
 No data passes through here: Spark's executors read the ranges the offsets name.
 Every method that the Spark thread calls hands its work to the loop, so the
@@ -57,6 +62,7 @@ from sluicegate.reader.protocol import (
     ReaderProtocol,
     Refused,
     Registered,
+    ReleaseRequested,
     SplitsAdded,
     Superseded,
 )
@@ -400,8 +406,8 @@ class SparkReaderDriver:
         elif isinstance(outcome, SplitsAdded):
             self._watermarks[subtask].add(s["split_id"] for s in outcome.splits)
             self._notify()
-        elif isinstance(outcome, NoMoreSplitsApplied):
-            self._notify()
+        elif isinstance(outcome, NoMoreSplitsApplied | ReleaseRequested):
+            self._notify()  # a batch plans them no further: the next offset may return them
         return True
 
     def _on_registered(self, subtask: int, outcome: Registered) -> None:
@@ -506,6 +512,7 @@ class SparkReaderDriver:
                         seq=owned.seq,
                         assigned_pos=self.ranges.split_position(split),
                         end=self.ranges.split_end(split),
+                        releasing=split_id in protocol.releasing,
                     )
                 )
             out[s] = SubtaskView(
@@ -551,16 +558,18 @@ class SparkReaderDriver:
             self._reported_finished.update(finished)
             watermarks = self._watermarks[s]
             watermarks.remove(finished)
+            watermarks.remove(plan.returned_split_ids)
             watermarks.observe(
                 Record(sid, None, self._event_time_before(e.split, e.pos)) for sid, e in unfinished.items()
             )
-            if finished:
+            if finished or plan.returned:
                 log.info(
-                    "subtask %d: checkpoint %d, %d splits finished, %d open",
+                    "subtask %d: checkpoint %d, %d splits finished, %d given back, %d open",
                     s,
                     offset.checkpoint_id,
                     len(finished),
-                    len(unfinished),
+                    len(plan.returned),
+                    len(unfinished) - len(plan.returned),
                 )
                 self._notify()
         return ok

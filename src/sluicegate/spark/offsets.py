@@ -203,6 +203,9 @@ class OwnedSplit:
     seq: int
     assigned_pos: int
     end: int | None
+    releasing: bool = False
+    """A ReleaseRequest asked for it back: it is not planned any further, and the ack of
+    the first offset planned after the request returns it at its position there."""
 
 
 @dataclass(frozen=True)
@@ -312,6 +315,8 @@ def plan_next(
     ``start``. Splits that leave every subtask are parked with their positions,
     unless they were reported finished (``reported_finished``).
 
+    A split being given back (``releasing``) stays where it is.
+
     Watermark alignment: a split whose last read record (``event_time_before(split,
     base)``) is past its subtask's ``max_allowed_watermark`` does not advance in this
     offset (it is paused, as a reader host pauses it) until the bound catches up.
@@ -332,7 +337,7 @@ def plan_next(
             prev = located.get(owned.split_id)
             if prev is not None and prev.same_identity(s, view.attempt, owned.seq):
                 base = prev.entry.pos
-                if _paused(owned, base, view.max_allowed_watermark, event_time_before):
+                if owned.releasing or _paused(owned, base, view.max_allowed_watermark, event_time_before):
                     limit = base
                 else:
                     limit = max(base, available(owned, base))

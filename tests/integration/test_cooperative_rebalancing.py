@@ -1,0 +1,246 @@
+"""Load follows readers (cooperative rebalancing, protocol v3), over real Kafka and real
+processes: a coordinator for an unbounded ``sequence`` source of 16 splits and 8 slots,
+and ``sluicegate reader`` processes writing exactly once to ``kafka:OUT``.
+
+1. 2 readers of the 8 slots: after the grace delay they read every split (8 each);
+2. 2 more join: each of the 4 owns 4, the splits moved without stopping anyone;
+3. 4 more join: each of the 8 owns 2 within a few seconds;
+4. 4 leave (SIGTERM): the 4 that stay own 4 each and read on from where the others
+   stopped.
+
+The audit of the control topics is clean (it checks that a split asked back is given
+to nobody else before its owner returns it), and OUT, read ``read_committed``, holds
+every value of each split once, from its start to the position of its last hand-back.
+
+The second test does the same with the ``kafka`` connector (sticky assigner): its
+readers drop partitions with ``KafkaSourceReader.remove_splits`` while a producer
+writes, and OUT holds every input record once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+from kafka_data import (
+    BackgroundWriter,
+    DataWriter,
+    OutputReader,
+    audit_ok,
+    check_exactly_once,
+    create_topic,
+    hash_owner,
+    kafka_options,
+    of_type,
+    split_ids,
+    start_coordinator,
+    start_reader,
+)
+from kafka_data import readers_messages as kafka_readers_messages
+from processes import Proc, ProcessGroup, read_topic, readers_messages
+
+from sluicegate.audit.commands import run_audit
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
+
+SLOTS = 8
+SPLITS = 16
+STRIDE = 2**40  # the sequence connector's unbounded split k starts at k * 2**40
+GRACE_MS = 1_000
+OPTIONS = {"splits": str(SPLITS), "records_per_split": "unbounded", "rate": "400"}
+READER_TIMING = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300")
+KAFKA_PARTITIONS = 8
+SETTLE_S = 15.0
+"""How long a change of readers may take to show in ownership (the grace delay, a
+checkpoint of each owner, process start-up on a loaded machine)."""
+
+
+async def owned_by_subtask(bootstrap: str, source: str) -> dict[int, int]:
+    """Ownership as the audit rebuilds it from the control topics (only subtasks owning
+    some). Not checked for violations: read while the coordinator commits, the partitions'
+    ends may cut one of its transactions (each partition's last stable offset moves on its
+    own); the audit after everything stopped is the check."""
+    result = await run_audit(bootstrap, source)
+    return {s.subtask: s.owned for s in result.summary.subtasks if s.owned}
+
+
+async def wait_for_ownership(
+    bootstrap: str, source: str, expected: dict[int, int], readers: Iterable[Proc], what: str
+) -> float:
+    """Poll until each subtask owns what ``expected`` says; returns the seconds it took."""
+    started = time.monotonic()
+    owned: dict[int, int] = {}
+    while time.monotonic() - started < SETTLE_S:
+        for reader in readers:
+            assert reader.returncode is None, f"{reader.name} exited:\n{reader.tail()}"
+        owned = await owned_by_subtask(bootstrap, source)
+        if owned == expected:
+            return time.monotonic() - started
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"{what}: ownership {owned}, expected {expected} within {SETTLE_S} s")
+
+
+def start(procs: ProcessGroup, source: str, subtask: int, out: str) -> Proc:
+    args = procs.reader_args(source, subtask, OPTIONS, f"kafka:{out}", *READER_TIMING)
+    return procs.start(f"reader-{subtask}-{len(procs.procs)}", args)
+
+
+def check_sequence_exactly_once(rows: list[dict[str, Any]], final: dict[str, int]) -> None:
+    """Each split's values, once each, from its start up to its final position."""
+    values: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        values[row["split_id"]].append(row["value"])
+    assert set(values) == set(final), f"splits read: {sorted(values)}; handed back: {sorted(final)}"
+    for split_id, got in sorted(values.items()):
+        start = int(split_id.rsplit("-", 1)[1]) * STRIDE
+        twice = [v for v, n in Counter(got).items() if n > 1]
+        assert not twice, f"{split_id}: {len(twice)} values read twice, e.g. {twice[:5]}"
+        assert sorted(got) == list(range(start, final[split_id])), (
+            f"{split_id}: {len(got)} values in [{min(got) - start}, {max(got) - start}] (relative), "
+            f"the last hand-back was at {final[split_id] - start}"
+        )
+
+
+async def final_positions(bootstrap: str, source: str) -> dict[str, int]:
+    """Each split's position in the last ReaderLeaving that handed it back (inbox order)."""
+    final: dict[str, int] = {}
+    for record in await read_topic(bootstrap, f"sluicegate.{source}.coordinator"):
+        env = record.json()
+        if env["type"] == "ReaderLeaving":
+            for split in env["body"]["splits"]:
+                final[split["split_id"]] = split["position"]
+    return final
+
+
+async def test_load_follows_readers_as_they_join_and_leave_with_exactly_once_output(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    source, out = unique_source, f"{unique_source}.out"
+    create_topic(kafka_bootstrap, out, 4)
+    procs.coordinator(source, SLOTS, {**OPTIONS, "assignment_grace_ms": str(GRACE_MS)})
+    readers: dict[int, Proc] = {}
+
+    # 1. two readers of eight slots read every split once the grace delay is over
+    readers |= {k: start(procs, source, k, out) for k in (0, 1)}
+    took = [await wait_for_ownership(kafka_bootstrap, source, {0: 8, 1: 8}, readers.values(), "2 readers")]
+
+    # 2. and 3. readers join: the splits move to them, nobody stops
+    readers |= {k: start(procs, source, k, out) for k in (2, 3)}
+    took.append(await wait_for_ownership(kafka_bootstrap, source, dict.fromkeys(range(4), 4), readers.values(), "4"))
+    readers |= {k: start(procs, source, k, out) for k in range(4, 8)}
+    took.append(await wait_for_ownership(kafka_bootstrap, source, dict.fromkeys(range(8), 2), readers.values(), "8"))
+    for k, reader in readers.items():
+        assert not reader.lines_with("fenced"), f"reader {k} was fenced:\n{reader.tail()}"
+        assert len(reader.lines_with("registered as attempt")) == 1, reader.tail()
+
+    # 4. four leave for good: the four that stay take their splits and read on
+    for k in range(4, 8):
+        readers[k].request_stop()
+    assert [await readers[k].wait_async(30) for k in range(4, 8)] == [0] * 4, procs.describe()
+    left_at = await final_positions(kafka_bootstrap, source)
+    stayers = [readers[k] for k in range(4)]
+    took.append(await wait_for_ownership(kafka_bootstrap, source, dict.fromkeys(range(4), 4), stayers, "4 stay"))
+    await asyncio.sleep(1.0)  # they read on a little
+    for reader in stayers:
+        reader.request_stop()
+    assert [await r.wait_async(30) for r in stayers] == [0] * 4, procs.describe()
+
+    final = await final_positions(kafka_bootstrap, source)
+    moved_on = [sid for sid, pos in left_at.items() if final[sid] <= pos]
+    assert not moved_on, f"splits handed back by the leavers and not read on: {moved_on}"
+    output = OutputReader(kafka_bootstrap, out)
+    try:
+        rows = output.read_all()
+    finally:
+        output.close()
+    check_sequence_exactly_once(rows, final)
+    result = await run_audit(kafka_bootstrap, source)
+    assert result.ok, "the audit found violations:\n" + "\n".join(map(str, result.violations[:10]))
+    summary = result.summary
+    assert summary.splits_owned == 0
+    returned = summary.released_by_reason.get("returned", 0)
+    messages = await readers_messages(kafka_bootstrap, source)
+    returns = Counter(
+        split_id
+        for m in messages
+        if m["type"] == "SplitsReleased" and m["body"]["reason"] == "returned"
+        for split_id in m["body"]["split_ids"]
+    )
+    # 2 -> 4 readers moves 8 splits, 4 -> 8 another 8; the joins come one by one, so a
+    # split may move at a later join again, but never twice for one (no thrash)
+    assert 16 <= returned <= 20 and max(returns.values()) <= 2, f"moves per split: {returns}\n" + "\n".join(
+        f"{m['ts']} {m['subtask']} {m['type']} {m['body']}"
+        for m in messages
+        if m["type"] in ("ReleaseRequest", "AddSplits", "SplitsReleased", "ReaderRegistered")
+    )
+    assert summary.released_by_reason.get("session-timeout", 0) == 0
+    assert summary.released_by_reason.get("fenced", 0) == 0
+    print(
+        f"ownership settled {', '.join(f'{t:.1f}' for t in took)} s after each change; "
+        f"{len(rows)} records, {returned} splits handed over on request"
+    )
+
+
+def test_kafka_partitions_move_to_their_own_slots_as_readers_join_and_are_copied_exactly_once(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    """The ``kafka`` connector (sticky: each partition has its own slot), 8 partitions
+    and 4 slots, a producer writing all along: readers 0 and 1 take every partition
+    after the grace delay; readers 2 and 3 join and the partitions of their slots move
+    to them (the old owners drop them with ``KafkaSourceReader.remove_splits``). OUT
+    holds every input record once."""
+    source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
+    create_topic(kafka_bootstrap, data, KAFKA_PARTITIONS)
+    create_topic(kafka_bootstrap, out, 4)
+    writer = DataWriter(kafka_bootstrap, data, KAFKA_PARTITIONS)
+    writer.produce(200)
+    writer.flush()
+    options = kafka_options(kafka_bootstrap, topics=data, assignment_grace_ms=str(GRACE_MS))
+    start_coordinator(procs, source, 4, options)
+    background = BackgroundWriter(writer)
+    output = OutputReader(kafka_bootstrap, out)
+    try:
+        readers = [start_reader(procs, source, k, options, out) for k in (0, 1)]
+        homes = {f"{data}-{p}": hash_owner(data, p, 4) for p in range(KAFKA_PARTITIONS)}
+        assert wait_owned(kafka_bootstrap, source, {0: 4, 1: 4}, readers) == {0, 1}
+        readers += [start_reader(procs, source, k, options, out) for k in (2, 3)]
+        wait_owned(kafka_bootstrap, source, Counter(homes.values()), readers)
+        expected = background.stop()
+        output.wait_for(len(expected), 60, readers, "(waiting for the copy to catch up)")
+        time.sleep(1.0)  # a late duplicate would show
+        check_exactly_once(output.read_all(), expected)
+    finally:
+        output.close()
+        background.stop()
+    for reader in readers:
+        assert reader.returncode is None and not reader.lines_with("fenced"), reader.tail()
+        reader.request_stop()
+    assert [reader.wait(30) for reader in readers] == [0] * 4, procs.describe()
+    messages = kafka_readers_messages(kafka_bootstrap, source)
+    last_owner = {sid: m["subtask"] for m in of_type(messages, "AddSplits") for sid in split_ids(m)}
+    assert last_owner == homes, "each partition ends at its own slot"
+    returned = [m for m in of_type(messages, "SplitsReleased") if m["body"]["reason"] == "returned"]
+    moved = {sid for m in returned for sid in split_ids(m)}
+    assert moved == {sid for sid, home in homes.items() if home in (2, 3)}
+    assert all(r.lines_with(" splits back with checkpoint") for r in readers[:2]), "remove_splits was not used"
+    summary = audit_ok(kafka_bootstrap, source)
+    assert summary.released_by_reason.get("returned") == sum(len(m["body"]["split_ids"]) for m in returned)
+    assert set(summary.released_by_reason) == {"returned", "left"} and summary.splits_owned == 0
+
+
+def wait_owned(bootstrap: str, source: str, expected: Mapping[int, int], readers: Iterable[Proc]) -> set[int]:
+    """Poll (synchronously) until each subtask owns as many splits as ``expected`` says."""
+    deadline = time.monotonic() + SETTLE_S
+    owned: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        for reader in readers:
+            assert reader.returncode is None, f"{reader.name} exited:\n{reader.tail()}"
+        owned = asyncio.run(owned_by_subtask(bootstrap, source))
+        if owned == dict(expected):
+            return set(owned)
+        time.sleep(0.3)
+    raise AssertionError(f"ownership {owned}, expected {dict(expected)} within {SETTLE_S} s")
