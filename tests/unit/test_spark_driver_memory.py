@@ -21,6 +21,7 @@ from sluicegate.protocol.messages import (
     CheckpointAck,
     Direction,
     Envelope,
+    Heartbeat,
     ReaderRegistered,
     ReaderRegistration,
     RegistrationRefused,
@@ -185,3 +186,55 @@ def test_a_subtask_taken_by_another_process_fails_the_query(running: tuple[Spark
     assert "was taken by another reader" in message and "host-2:7" in message
     # it does not register again (which would fence the other process in turn)
     assert len([e for e in coordinator.inbox(ReaderRegistration) if e.subtask == 1]) == 1
+
+
+def test_split_idleness_a_split_whose_planned_position_stands_still_stops_holding_the_watermark() -> None:
+    """splitIdleTimeoutMs: a split whose acknowledged position did not advance for that long
+    stops counting in its subtask's heartbeat watermark; all of them still: idle."""
+    broker = MemoryBroker()
+    broker.create_control_topics(TOPICS, 1)
+    source = SequenceSource.from_options({"splits": "2", "records_per_split": "100"})
+    settings = DriverSettings(
+        source=SOURCE,
+        parallelism=1,
+        bootstrap_servers="memory:0",
+        heartbeat_interval_ms=50,
+        session_timeout_ms=2_000,
+        split_idle_timeout_ms=300,
+    )
+    driver = SparkReaderDriver(settings, source, channel=MemoryControlChannel(broker, TOPICS))
+    driver.start(None)
+    coordinator = Coordinator(broker, driver)
+    try:
+        registration = eventually(lambda: coordinator.inbox(ReaderRegistration))[0]
+        coordinator.send(0, ReaderRegistered(body(registration, ReaderRegistration).incarnation, 1, []), None)
+        eventually(driver.all_active)
+        coordinator.send(0, AddSplits(seq=1, splits=[wire(0), wire(1)]), attempt=1)
+        state = eventually(lambda: (s := driver.planning_state()) and len(s.views[0].splits) == 2 and s)
+        # both read 10 records (event times up to START + 90 ms); then split 1 stands still
+        start = 1_700_000_000_000
+        offset = plan_next(SourceOffset(1), state.views, None, lambda o, base: base)  # the splits join
+        offset = plan_next(offset, state.views, None, lambda o, base: base + 10)
+        assert driver.acknowledge(offset)
+
+        def heartbeats() -> list[Heartbeat]:
+            return [body(e, Heartbeat) for e in coordinator.inbox(Heartbeat)]
+
+        assert eventually(lambda: heartbeats() and heartbeats()[-1].watermark == start + 90)
+        step = 0
+
+        def only_split_0(o: Any, base: int) -> int:
+            return base + 1 if o.split_id == "seq-00000" else base
+
+        def split_1_idle() -> bool:
+            nonlocal offset, step
+            step += 1
+            offset = plan_next(offset, state.views, None, only_split_0)
+            assert driver.acknowledge(offset)
+            time.sleep(0.02)
+            return heartbeats()[-1] == Heartbeat(watermark=start + (9 + step) * 10, idle=False) and step > 5
+
+        assert eventually(split_1_idle)  # split 0 alone makes the watermark: split 1 is idle
+        assert eventually(lambda: heartbeats()[-1].idle)  # nothing advances: every split idle
+    finally:
+        driver.close()
