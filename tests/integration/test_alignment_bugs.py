@@ -13,6 +13,7 @@ so a positive offset puts later splits *ahead* and alignment pauses them.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable
@@ -360,3 +361,53 @@ def _paused_window(samples: list[tuple[float, int, int]]) -> tuple[int, int] | N
                 return first, i - 1
             first = None
     return None
+
+
+# -- Spark: FLINK-32414 and FLINK-35157 with the Spark host --------------------------------
+
+
+def test_spark_flink_32414_35157_a_subtask_without_a_split_and_finished_subtasks_do_not_hold_alignment_back(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
+) -> None:
+    """The Spark host, one driver for all subtasks: parallelism 3 over 2 skewed bounded
+    splits with the coordinator's alignment on. Subtask 2 never gets a split, the subtask
+    of the behind split finishes first; an availableNow query must still read every row
+    once and end, with the ahead split paused by the announced bound on the way."""
+    pytest.importorskip("pyspark")
+    from sluicegate.spark.job import spark_session
+
+    records = 3000
+    options = {"splits": "2", "records_per_split": str(records), "split_time_offset_ms": "15000"}
+    start_coordinator(procs, unique_source, 3, options, drift_ms=1000)
+    spark = spark_session("sluicegate-alignment-bugs", quiet=True)
+    try:
+        reader = spark.readStream.format("sluicegate").option("source", unique_source).option("parallelism", "3")
+        reader = reader.option("kafka.bootstrap.servers", kafka_bootstrap).option("maxRecordsPerTrigger", "500")
+        reader = reader.option("heartbeatIntervalMs", "200")
+        for key, value in options.items():
+            reader = reader.option(f"option.{key}", value)
+        started = time.monotonic()
+        query = (
+            reader.load()
+            .writeStream.format("memory")
+            .queryName("alignment_bugs")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120), "the availableNow query did not end"
+        took = time.monotonic() - started
+        assert query.exception() is None, query.exception()
+        rows = spark.sql("select value, count(*) as n from alignment_bugs group by value").collect()
+    finally:
+        spark.stop()
+    counts = {int(row["value"]): int(row["n"]) for row in rows}
+    assert set(counts) == expected_values(2, records) and set(counts.values()) == {1}
+    lows = [m["body"] for m in asyncio.run(announcements(kafka_bootstrap, unique_source))]
+    bounds = [b["max_allowed_watermark"] for b in lows if b["max_allowed_watermark"] is not None]
+    assert bounds and min(bounds) < START + 15_000, "the ahead split was never held back by a bound"
+    low = max(b["low_watermark"] for b in lows if b["low_watermark"] is not None)
+    assert low > START + (records - 1) * EVENT_MS, f"the low watermark stuck at START+{low - START}"
+    result = asyncio.run(run_audit(kafka_bootstrap, unique_source))
+    assert result.ok, result.first_violation
+    print(f"Spark FLINK-32414/35157: {2 * records} rows over 3 subtasks in {took:.1f} s; low START+{low - START} ms")

@@ -741,11 +741,13 @@ class ReaderHost:
         rate = (session.records_read - self.stats.records_at_last_progress) / elapsed
         self.stats.last_progress_s = now
         self.stats.records_at_last_progress = session.records_read
+        heartbeat = session.heartbeat()  # the watermark as the coordinator sees it (idle splits left out)
         log.info(
-            "progress: %.0f records/s, %d splits owned, watermark %s, %s",
+            "progress: %.0f records/s, %d splits owned, watermark %s%s, %s",
             rate,
             len(session.owned),
-            session.watermarks.current(),
+            heartbeat.watermark,
+            " (idle)" if heartbeat.idle else "",
             f"attempt {session.attempt}" if session.active else session.phase.value,
         )
 
