@@ -49,7 +49,8 @@ class SparkSourceConfig:
     event time of the query's splits plus this (needs a connector with event_time_at)."""
     split_idle_timeout_ms: int = 0
     """A split whose planned position did not advance for this long stops holding its
-    subtask's watermark back (split idleness); 0: off."""
+    subtask's watermark back (split idleness); 0: off. Positions move once per micro-batch,
+    so keep it well above the trigger interval."""
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @classmethod
