@@ -175,13 +175,13 @@ async def test_flink_35157_readers_that_finished_their_splits_do_not_hold_alignm
 async def test_flink_32496_alignment_with_an_idle_split_goes_on_and_the_split_resumes(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
 ) -> None:
-    """Two readers, two splits at the same event times; split 0 goes quiet for 7 s after 300
+    """Two readers, two splits at the same event times; split 0 goes quiet for 8 s after 300
     records. Without split idleness the low watermark would stay at split 0's last event
     time and alignment would pause split 1 for the whole stall. With
-    --split-idle-timeout-ms 1000 split 0 goes idle, its reader heartbeats idle, the low
+    --split-idle-timeout-ms 500 split 0 goes idle, its reader heartbeats idle, the low
     watermark follows split 1 far past the stall point while split 0 is still quiet; then
     split 0 reads on and the bounded run ends with every record read."""
-    records, stall_at, stall_ms = 1500, 300, 7000
+    records, stall_at, stall_ms = 1500, 300, 8000
     options = {
         "splits": "2",
         "records_per_split": str(records),
@@ -191,7 +191,7 @@ async def test_flink_32496_alignment_with_an_idle_split_goes_on_and_the_split_re
         "stall_ms": str(stall_ms),
     }
     start_coordinator(procs, unique_source, 2, options)
-    readers, outs = start_readers(procs, unique_source, 2, options, tmp_path, "--split-idle-timeout-ms", "1000")
+    readers, outs = start_readers(procs, unique_source, 2, options, tmp_path, "--split-idle-timeout-ms", "500")
     started = time.monotonic()
     stall_point = START + (stall_at - 1) * EVENT_MS
     threshold = stall_point + 3 * DRIFT_MS
