@@ -293,6 +293,9 @@ async def test_flink_40505_a_failed_readers_watermark_stops_counting_once_its_at
 
     low = await low_past(kafka_bootstrap, unique_source, START + offset, 15, "the low watermark past split 1's start")
     jumped_s = time.monotonic() - killed
+    # not before its attempt failed (the session timeout, 3 s after its last heartbeat),
+    # and at once then (a few announcement intervals and polls of slack)
+    assert 2.0 <= jumped_s <= 3.0 + 3.0, f"the low watermark moved {jumped_s:.1f} s after the kill"
     assert readers[holder].returncode is not None
     other = readers[1 - holder]
     assert other.returncode is None, other.tail()
