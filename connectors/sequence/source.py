@@ -15,6 +15,11 @@ through ``context.call_async`` (a periodic call, as a file or partition
 discovery would be), in split order, and hands them out as they come. Only
 once every split is released does a bounded source signal NoMoreSplits. How
 many are released is part of the enumerator's checkpoint.
+
+With ``stall_split`` = K (>= 0) split K goes quiet once ``stall_at`` of its records
+are read: a reader gives nothing from it for ``stall_ms``, then reads on (a
+partition whose producer paused; the split idleness tests). The pause is the
+reader's, not part of any checkpoint.
 """
 
 from __future__ import annotations
@@ -94,6 +99,10 @@ class SequenceOptions:
     splits_per_release: int = 1
     split_time_offset_ms: int = 0
     """Event-time skew: split k's first record has event time start_time_ms + k * this."""
+    stall_split: int = -1
+    """-1: none; otherwise the index of the split that goes quiet (see the module docstring)."""
+    stall_at: int = 0
+    stall_ms: int = 0
     assigner: Callable[[], SplitAssigner[Any]] = field(default=lambda: FairShareAssigner(), compare=False)
 
     @classmethod
@@ -107,6 +116,9 @@ class SequenceOptions:
             "release_interval_ms",
             "splits_per_release",
             "split_time_offset_ms",
+            "stall_split",
+            "stall_at",
+            "stall_ms",
             ASSIGNER_OPTION,
             GRACE_OPTION,
             REBALANCE_OPTION,
@@ -132,8 +144,21 @@ class SequenceOptions:
             release_interval_ms=int_option(options, "release_interval_ms", cls.release_interval_ms, minimum=0),
             splits_per_release=int_option(options, "splits_per_release", cls.splits_per_release, minimum=1),
             split_time_offset_ms=int_option(options, "split_time_offset_ms", cls.split_time_offset_ms, minimum=0),
+            stall_split=int_option(options, "stall_split", cls.stall_split, minimum=-1),
+            stall_at=int_option(options, "stall_at", cls.stall_at, minimum=0),
+            stall_ms=int_option(options, "stall_ms", cls.stall_ms, minimum=0),
             assigner=assigner_from_options(options, FairShareAssigner.name),
         )
+
+    def split_index(self, split: SequenceSplit) -> int:
+        stride = self.records_per_split if self.records_per_split is not None else UNBOUNDED_STRIDE
+        return split.start // stride
+
+    def stall_position(self, split: SequenceSplit) -> int | None:
+        """Where ``split`` goes quiet (None: it does not)."""
+        if self.stall_split < 0 or self.split_index(split) != self.stall_split:
+            return None
+        return split.start + self.stall_at
 
     def event_time_base(self, split: SequenceSplit) -> int:
         """Event time of value v of ``split`` = this + v * event_interval_ms."""
@@ -331,6 +356,8 @@ class SequenceReader(SourceReader[SequenceSplit]):
         self._tokens = 0.0
         self._last_refill = time.monotonic()
         self._turn = 0
+        self._stalled_until: dict[str, float] = {}
+        """Split id -> monotonic time its stall ends (the ``stall_split`` option)."""
 
     def add_splits(self, splits: Sequence[SequenceSplit]) -> None:
         for split in splits:
@@ -339,7 +366,7 @@ class SequenceReader(SourceReader[SequenceSplit]):
     def next_batch(self, max_records: int) -> ReadResult:
         budget = self._budget(max_records)
         result = ReadResult()
-        readable = [s for s in self._splits.values() if s.split_id not in self._paused]
+        readable = [s for s in self._splits.values() if s.split_id not in self._paused and not self._stalled(s)]
         if not readable:
             result.status = InputStatus.NOTHING_AVAILABLE
             return result
@@ -355,6 +382,9 @@ class SequenceReader(SourceReader[SequenceSplit]):
             n = min(per_split, budget)
             if split.end is not None:
                 n = min(n, split.end - split.position)
+            stall = opts.stall_position(split)
+            if stall is not None and split.position < stall:
+                n = min(n, stall - split.position)  # stop at the stall point: it starts there
             base = opts.event_time_base(split)
             for value in range(split.position, split.position + n):
                 result.records.append(Record(split.split_id, value, base + value * opts.event_interval_ms))
@@ -367,6 +397,13 @@ class SequenceReader(SourceReader[SequenceSplit]):
         self._tokens -= len(result.records)
         result.status = InputStatus.MORE_AVAILABLE if self._splits else InputStatus.NOTHING_AVAILABLE
         return result
+
+    def _stalled(self, split: SequenceSplit) -> bool:
+        """Whether ``split`` is quiet now: it reached its stall point less than stall_ms ago."""
+        if split.position != self._options.stall_position(split):
+            return False
+        until = self._stalled_until.setdefault(split.split_id, time.monotonic() + self._options.stall_ms / 1000)
+        return time.monotonic() < until
 
     def _budget(self, max_records: int) -> int:
         if self._options.rate <= 0:

@@ -696,3 +696,27 @@ def test_a_connector_whose_remove_splits_raises_is_replaced_by_a_reader_from_the
     session.checkpoint_committed(session.prepare_checkpoint())
     old, new = source.readers
     assert old.closed and set(new.splits) == {"b", "c"}
+
+
+def test_split_idleness_in_the_session_heartbeat() -> None:
+    """A quiet split stops holding the reader back; all quiet: the reader heartbeats idle."""
+    now = [0]
+    source = FakeSource()
+    session = ReaderSession(
+        SOURCE, SUBTASK, source, location="h:1", split_idle_timeout_ms=1_000, clock_ms=lambda: now[0]
+    )
+    registered(session)
+    session.on_message(to_reader(AddSplits(1, [split("quiet", 0, end=100), split("busy", 5, end=100)]), 1))
+    session.read(10)  # quiet at 0 ms, busy at 5000 ms
+    reader = source.readers[0]
+    reader.paused.add("quiet")  # the connector gives nothing more from it (as an empty partition)
+    assert session.heartbeat() == Heartbeat(watermark=0, idle=False)
+    now[0] = 999
+    session.read(10)  # busy at 6000 ms
+    now[0] = 1_000
+    assert session.heartbeat() == Heartbeat(watermark=6_000, idle=False)
+    now[0] = 1_999
+    assert session.heartbeat() == Heartbeat(watermark=0, idle=True)  # busy is quiet too now
+    reader.paused.discard("quiet")
+    session.read(10)  # data again: both active
+    assert session.heartbeat() == Heartbeat(watermark=1_000, idle=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -336,3 +337,20 @@ def test_a_rate_limited_reader_advances_every_split_even_when_a_batch_is_smaller
         reader._last_refill = time.monotonic()
         seen.update(r.split_id for r in reader.next_batch(100).records)
     assert seen == {s.split_id for s in options.all_splits()[4:]}, "no split starves"
+
+
+def test_a_stalled_split_goes_quiet_at_its_stall_point_then_reads_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(sequence_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    options = {"splits": "2", "records_per_split": "10", "stall_split": "0", "stall_at": "4", "stall_ms": "1000"}
+    source = SequenceSource.from_options(options)
+    reader = source.create_reader(CTX)
+    reader.add_splits(source.options.all_splits())
+    first = reader.next_batch(100)
+    assert [r.value for r in first.records if r.split_id == "seq-00000"] == [0, 1, 2, 3]
+    assert len([r for r in first.records if r.split_id == "seq-00001"]) == 10
+    assert reader.next_batch(100).records == []  # quiet
+    clock[0] += 0.999
+    assert reader.next_batch(100).records == []
+    clock[0] += 0.001
+    assert [r.value for r in reader.next_batch(100).records] == [4, 5, 6, 7, 8, 9]

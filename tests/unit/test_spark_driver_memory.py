@@ -21,16 +21,18 @@ from sluicegate.protocol.messages import (
     CheckpointAck,
     Direction,
     Envelope,
+    Heartbeat,
     ReaderRegistered,
     ReaderRegistration,
     RegistrationRefused,
     ReleaseRequest,
     SplitsReleased,
+    WatermarkAnnouncement,
     envelope,
 )
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.memory_channel import MemoryBroker, MemoryControlChannel
-from sluicegate.spark.driver import DriverSettings, SparkReaderDriver
+from sluicegate.spark.driver import DriverSettings, PlanningState, SparkReaderDriver
 from sluicegate.spark.offsets import SourceOffset, plan_next, ranges_between
 
 SOURCE = "memdriver"
@@ -223,3 +225,89 @@ def test_a_split_asked_back_is_planned_no_further_and_returned_with_the_next_off
     assert [o.split_id for o in views[0].splits] == ["seq-00001"]
     fourth = plan_next(third, views, None, ten_more)
     assert fourth.parked["seq-00000"].pos == 10 and "seq-00000" not in fourth.subtasks[0].splits
+
+
+@pytest.fixture
+def idle_driver() -> Iterator[tuple[SparkReaderDriver, Coordinator, PlanningState]]:
+    """One subtask with splits 0 and 1 (split idle timeout 300 ms), both read to position 10."""
+    broker = MemoryBroker()
+    broker.create_control_topics(TOPICS, 1)
+    source = SequenceSource.from_options({"splits": "2", "records_per_split": "100"})
+    settings = DriverSettings(
+        source=SOURCE,
+        parallelism=1,
+        bootstrap_servers="memory:0",
+        heartbeat_interval_ms=50,
+        session_timeout_ms=2_000,
+        split_idle_timeout_ms=300,
+    )
+    driver = SparkReaderDriver(settings, source, channel=MemoryControlChannel(broker, TOPICS))
+    driver.start(None)
+    coordinator = Coordinator(broker, driver)
+    try:
+        registration = eventually(lambda: coordinator.inbox(ReaderRegistration))[0]
+        coordinator.send(0, ReaderRegistered(body(registration, ReaderRegistration).incarnation, 1, []), None)
+        eventually(driver.all_active)
+        coordinator.send(0, AddSplits(seq=1, splits=[wire(0), wire(1)]), attempt=1)
+        state = eventually(lambda: (s := driver.planning_state()) and len(s.views[0].splits) == 2 and s)
+        yield driver, coordinator, state
+    finally:
+        driver.close()
+
+
+START_MS = 1_700_000_000_000
+"""The sequence connector's start_time_ms: value v of split k at START_MS + (v - k * 100) * 10."""
+
+
+def heartbeats(coordinator: Coordinator) -> list[Heartbeat]:
+    return [body(e, Heartbeat) for e in coordinator.inbox(Heartbeat)]
+
+
+def read_both_to_10(driver: SparkReaderDriver, coordinator: Coordinator, state: PlanningState) -> SourceOffset:
+    offset = plan_next(SourceOffset(1), state.views, None, lambda o, base: base)  # the splits join
+    offset = plan_next(offset, state.views, None, lambda o, base: base + 10)
+    assert driver.acknowledge(offset)
+    assert eventually(lambda: (hb := heartbeats(coordinator)) and hb[-1].watermark == START_MS + 90)
+    return offset
+
+
+def test_split_idleness_a_split_whose_planned_position_stands_still_stops_holding_the_watermark(
+    idle_driver: tuple[SparkReaderDriver, Coordinator, PlanningState],
+) -> None:
+    """splitIdleTimeoutMs: a split whose acknowledged position did not advance for that long
+    stops counting in its subtask's heartbeat watermark; all of them still: idle."""
+    driver, coordinator, state = idle_driver
+    offset = read_both_to_10(driver, coordinator, state)
+    step = 0
+
+    def only_split_0(o: Any, base: int) -> int:
+        return base + 1 if o.split_id == "seq-00000" else base
+
+    def split_1_idle() -> bool:
+        nonlocal offset, step
+        step += 1
+        offset = plan_next(offset, state.views, None, only_split_0)
+        assert driver.acknowledge(offset)
+        time.sleep(0.02)
+        expected = Heartbeat(watermark=START_MS + (9 + step) * 10, idle=False)
+        return heartbeats(coordinator)[-1] == expected and step > 5
+
+    assert eventually(split_1_idle)  # split 0 alone makes the watermark: split 1 is idle
+    assert eventually(lambda: heartbeats(coordinator)[-1].idle)  # nothing advances: every split idle
+
+
+def test_split_idleness_splits_held_back_by_the_alignment_bound_are_not_idle(
+    idle_driver: tuple[SparkReaderDriver, Coordinator, PlanningState],
+) -> None:
+    """The planner does not advance a split past the announced bound: quiet because it is
+    ahead, so it must not go idle (or every subtask could be idle with the bound stuck)."""
+    driver, coordinator, state = idle_driver
+    read_both_to_10(driver, coordinator, state)
+    coordinator.send(0, WatermarkAnnouncement(START_MS, START_MS + 50), attempt=1)  # both past the bound
+    eventually(lambda: driver.planning_state().views[0].max_allowed_watermark == START_MS + 50)
+    seen = len(heartbeats(coordinator))
+    time.sleep(0.8)  # well past the idle timeout (300 ms): nothing advances, nothing goes idle
+    later = heartbeats(coordinator)[seen:]
+    assert later and not any(hb.idle for hb in later)
+    coordinator.send(0, WatermarkAnnouncement(START_MS + 90, None), attempt=1)  # resumed: idle after a timeout
+    assert eventually(lambda: heartbeats(coordinator)[-1].idle)

@@ -78,6 +78,14 @@ def reader_command(
             "the reader fences itself and registers again.",
         ),
     ] = 10_000,
+    split_idle_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            "--split-idle-timeout-ms",
+            help="A split with no record for this long stops holding the reader's watermark back "
+            "until its next record; when every split is idle the reader reports itself idle. 0: off.",
+        ),
+    ] = 0,
 ) -> None:
     """Read splits of a source as subtask K, as the source's coordinator assigns them."""
     try:
@@ -97,6 +105,7 @@ def reader_command(
             max_batch=max_batch,
             exit_when_finished=exit_when_finished,
             session_timeout_ms=session_timeout_ms,
+            split_idle_timeout_ms=split_idle_timeout_ms,
         )
         source_impl = load_source(settings.connector, settings.options)
     except ConfigError as exc:

@@ -98,6 +98,9 @@ class ReaderSettings:
     name: str | None = None
     """With ``subtask`` None: a stable member name that brings a restarted process back to
     its slot (as Kafka's group.instance.id)."""
+    split_idle_timeout_ms: int = 0
+    """A split with no record for this long stops holding the reader's watermark back until
+    its next record (FLIP-182 split idleness); 0: off."""
 
     def __post_init__(self) -> None:
         validate_source(self.source, "--source")
@@ -113,6 +116,7 @@ class ReaderSettings:
             raise ConfigError("--name", "must not be empty")
         _at_least("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
         _at_least("--max-batch", self.max_batch, 1)
+        _at_least("--split-idle-timeout-ms", self.split_idle_timeout_ms, 0)
         ReaderTiming(self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s).check(CLI_NAMES)
         if not self.connector.strip():
             raise ConfigError("--connector", "must name a connector")
@@ -278,7 +282,14 @@ class ReaderHost:
         self._txn = self._new_txn_producer()
         await self._txn.start()  # init_transactions: fences a zombie of this subtask
         restored = await self._restore()
-        self.session = ReaderSession(s.source, self.subtask, self.source, location=self.location, restored=restored)
+        self.session = ReaderSession(
+            s.source,
+            self.subtask,
+            self.source,
+            location=self.location,
+            restored=restored,
+            split_idle_timeout_ms=s.split_idle_timeout_ms,
+        )
         self._output = open_output(s.output, self._txn_producer)
         await self._output.open()
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="reader-heartbeat"))
@@ -730,11 +741,13 @@ class ReaderHost:
         rate = (session.records_read - self.stats.records_at_last_progress) / elapsed
         self.stats.last_progress_s = now
         self.stats.records_at_last_progress = session.records_read
+        heartbeat = session.heartbeat()  # the watermark as the coordinator sees it (idle splits left out)
         log.info(
-            "progress: %.0f records/s, %d splits owned, watermark %s, %s",
+            "progress: %.0f records/s, %d splits owned, watermark %s%s, %s",
             rate,
             len(session.owned),
-            session.watermarks.current(),
+            heartbeat.watermark,
+            " (idle)" if heartbeat.idle else "",
             f"attempt {session.attempt}" if session.active else session.phase.value,
         )
 

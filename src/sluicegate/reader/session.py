@@ -13,6 +13,7 @@ batches, and keeps per-split watermarks from the records.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,6 +77,8 @@ class ReaderSession(Generic[SplitT]):
         *,
         location: str,
         restored: ReaderCheckpoint | None = None,
+        split_idle_timeout_ms: int = 0,
+        clock_ms: Callable[[], int] = lambda: int(time.monotonic() * 1000),
     ) -> None:
         self.protocol = ReaderProtocol(
             source_name,
@@ -89,7 +92,9 @@ class ReaderSession(Generic[SplitT]):
         self.reader: SourceReader[SplitT] | None = None
         self.superseded: Superseded | None = None
         """Set when another live process took the subtask: the host stops for good."""
-        self.watermarks = SplitWatermarks()
+        self.watermarks = SplitWatermarks(split_idle_timeout_ms)
+        self._clock_ms = clock_ms
+        """Split idleness only (a monotonic clock); the tests pass their own."""
         self.records_read = 0
         self.records_at_checkpoint = 0
         self._outbox: list[Body] = []
@@ -223,7 +228,7 @@ class ReaderSession(Generic[SplitT]):
         if not wire:
             return
         self._require_reader().add_splits([self.codec.from_wire(s) for s in wire])
-        self.watermarks.add(s["split_id"] for s in wire)
+        self.watermarks.add((s["split_id"] for s in wire), self._clock_ms())
         self._nothing_to_read = False
 
     def _emit_source_event(self, event: Any) -> None:
@@ -258,7 +263,7 @@ class ReaderSession(Generic[SplitT]):
         """One batch from the connector reader, with the bookkeeping done."""
         result = self._require_reader().next_batch(max_records)
         self.records_read += len(result.records)
-        self.watermarks.observe(result.records)
+        self.watermarks.observe(result.records, self._clock_ms())
         if result.finished_split_ids:
             self.protocol.splits_finished(result.finished_split_ids)
             self.watermarks.remove(result.finished_split_ids)
@@ -275,7 +280,7 @@ class ReaderSession(Generic[SplitT]):
         return self.protocol.maybe_request_split(now_ms, self._nothing_to_read)
 
     def _align(self) -> None:
-        change = self.watermarks.align(self.max_allowed_watermark)
+        change = self.watermarks.align(self.max_allowed_watermark, self._clock_ms())
         if change and self.reader is not None:
             self.reader.pause_or_resume_splits(change.to_pause, change.to_resume)
             if change.to_pause:
@@ -297,10 +302,12 @@ class ReaderSession(Generic[SplitT]):
 
     def heartbeat(self) -> Heartbeat:
         """The reader's watermark; with no split at all, the announced low watermark, so that
-        a reader with nothing to read never holds the source back (FLINK-4576)."""
+        a reader with nothing to read never holds the source back (FLINK-4576); idle when
+        every split is idle (split idleness, reader/watermark.py)."""
         if not self.owned:
             return Heartbeat(watermark=self.low_watermark, idle=True)
-        return Heartbeat(watermark=self.watermarks.current(), idle=False)
+        now_ms = self._clock_ms()
+        return Heartbeat(watermark=self.watermarks.current(now_ms), idle=self.watermarks.all_idle(now_ms))
 
     # -- checkpoints ------------------------------------------------------------
 

@@ -90,6 +90,9 @@ class DriverSettings:
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     session_timeout_ms: int = SESSION_TIMEOUT_MS
     topic_wait_timeout_s: float = TOPIC_WAIT_TIMEOUT_S
+    split_idle_timeout_ms: int = 0
+    """A split whose planned position did not advance for this long stops holding its
+    subtask's watermark back (split idleness, reader/watermark.py); 0: off."""
     location: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}/spark")
 
     def __post_init__(self) -> None:
@@ -137,8 +140,10 @@ class SparkReaderDriver:
         self.codec = source.split_codec
         self.topics = ControlTopics.for_source(settings.source, settings.namespace)
         self.protocols: dict[int, ReaderProtocol] = {}
-        self._watermarks: dict[int, SplitWatermarks] = {s: SplitWatermarks() for s in range(settings.parallelism)}
+        self._watermarks: dict[int, SplitWatermarks] = {s: self._new_watermarks() for s in range(settings.parallelism)}
         """Per subtask: each owned split's event time up to its durably planned position."""
+        self._planned_pos: dict[str, int] = {}
+        """Each split's last acknowledged position: a split counts as active when it advances."""
         self._acked: dict[int, tuple[int, int]] = {}
         """subtask -> (attempt, checkpoint id) of its last delivered CheckpointAck."""
         self._to_register: set[int] = set()
@@ -404,7 +409,7 @@ class SparkReaderDriver:
             self._on_fenced(subtask)
             return False  # the rest is addressed to the failed attempt
         elif isinstance(outcome, SplitsAdded):
-            self._watermarks[subtask].add(s["split_id"] for s in outcome.splits)
+            self._watermarks[subtask].add((s["split_id"] for s in outcome.splits), _monotonic_ms())
             self._notify()
         elif isinstance(outcome, NoMoreSplitsApplied | ReleaseRequested):
             self._notify()  # a batch plans them no further: the next offset may return them
@@ -416,8 +421,8 @@ class SparkReaderDriver:
         self.channel.contact()
         # Restored splits the protocol kept (sources without reassignment on recovery) are
         # read under a new identity (seq 0) from their restored positions.
-        self._watermarks[subtask] = SplitWatermarks()
-        self._watermarks[subtask].add(s["split_id"] for s in outcome.kept)
+        self._watermarks[subtask] = self._new_watermarks()
+        self._watermarks[subtask].add((s["split_id"] for s in outcome.kept), _monotonic_ms())
         log.info("subtask %d registered as attempt %s", subtask, outcome.attempt)
         self._notify()
 
@@ -466,11 +471,16 @@ class SparkReaderDriver:
             if self._left:
                 return
             now_ms = _now_ms()
+            clock_ms = _monotonic_ms()
             sends: list[Awaitable[Any]] = []
             for s, protocol in self.protocols.items():
                 if not protocol.active:
                     continue
-                bodies: list[Body] = [Heartbeat(watermark=self._watermarks[s].current(), idle=not protocol.owned)]
+                wm = self._watermarks[s]
+                # the planner holds splits past the bound back: quiet because ahead is not idle
+                wm.align(protocol.max_allowed_watermark, clock_ms)
+                idle = not protocol.owned or wm.all_idle(clock_ms)
+                bodies: list[Body] = [Heartbeat(watermark=wm.current(clock_ms), idle=idle)]
                 request = protocol.maybe_request_split(now_ms, nothing_to_read=not protocol.owned)
                 if request is not None:
                     bodies.append(request)
@@ -559,9 +569,15 @@ class SparkReaderDriver:
             watermarks = self._watermarks[s]
             watermarks.remove(finished)
             watermarks.remove(plan.returned_split_ids)
-            watermarks.observe(
-                Record(sid, None, self._event_time_before(e.split, e.pos)) for sid, e in unfinished.items()
-            )
+            # only a split whose planned position advanced is active (split idleness)
+            clock_ms = _monotonic_ms()
+            for sid, e in unfinished.items():
+                moved = self._planned_pos.get(sid) != e.pos
+                record = Record(sid, None, self._event_time_before(e.split, e.pos))
+                watermarks.observe([record], clock_ms, active=moved)
+                self._planned_pos[sid] = e.pos
+            for sid in [*finished, *plan.returned_split_ids]:
+                self._planned_pos.pop(sid, None)
             if finished or plan.returned:
                 log.info(
                     "subtask %d: checkpoint %d, %d splits finished, %d given back, %d open",
@@ -573,6 +589,9 @@ class SparkReaderDriver:
                 )
                 self._notify()
         return ok
+
+    def _new_watermarks(self) -> SplitWatermarks:
+        return SplitWatermarks(self.settings.split_idle_timeout_ms)
 
     def _wire_at(self, wire: WireSplit, position: int) -> WireSplit:
         return self.codec.to_wire(self.ranges.with_position(self.codec.from_wire(wire), position))
@@ -611,6 +630,11 @@ class SparkReaderDriver:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _monotonic_ms() -> int:
+    """Split idleness only: a clock that does not jump."""
+    return int(time.monotonic() * 1000)
 
 
 def offsets_rows(offset: Mapping[str, Any] | None) -> int:

@@ -29,7 +29,8 @@ class SparkSourceConfig:
     options as ``option.<key>`` (or a JSON object in ``connectorOptions``);
     ``kafka.bootstrap.servers`` (default ``$KAFKA_BOOTSTRAP_SERVERS``),
     ``namespace``; ``maxRecordsPerTrigger``; ``heartbeatIntervalMs``,
-    ``sessionTimeoutMs``, ``topicWaitTimeoutS``; ``arrowBatchRows``.
+    ``sessionTimeoutMs``, ``topicWaitTimeoutS``; ``arrowBatchRows``;
+    ``alignmentMaxDriftMs``; ``splitIdleTimeoutMs`` (0, the default: off).
     """
 
     source: str
@@ -46,6 +47,10 @@ class SparkSourceConfig:
     alignment_max_drift_ms: int | None = None
     """Planning-time event-time alignment: no split is planned past the earliest next
     event time of the query's splits plus this (needs a connector with event_time_at)."""
+    split_idle_timeout_ms: int = 0
+    """A split whose planned position did not advance for this long stops holding its
+    subtask's watermark back (split idleness); 0: off. Positions move once per micro-batch,
+    so keep it well above the trigger interval."""
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @classmethod
@@ -86,6 +91,7 @@ class SparkSourceConfig:
             alignment_max_drift_ms=(
                 int_option(opts, "alignmentmaxdriftms", None, 0) if "alignmentmaxdriftms" in opts else None
             ),
+            split_idle_timeout_ms=int_option(opts, "splitidletimeoutms", 0, 0),
         )
 
     @property
@@ -101,4 +107,5 @@ class SparkSourceConfig:
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             session_timeout_ms=self.session_timeout_ms,
             topic_wait_timeout_s=self.topic_wait_timeout_s,
+            split_idle_timeout_ms=self.split_idle_timeout_ms,
         )
