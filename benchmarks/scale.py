@@ -1,0 +1,163 @@
+#!/usr/bin/env python
+"""Scale: many readers on the I/O-free core, and a source of 1,000,000 splits over Kafka.
+
+    .venv/bin/python benchmarks/scale.py                     # core: 10,000 readers; Kafka: 1,000,000 splits / 64 readers
+    .venv/bin/python benchmarks/scale.py --readers 1000 3000 --skip-kafka
+    .venv/bin/python benchmarks/scale.py --skip-core --splits 1000000 --kafka-readers 64 \
+        --bootstrap-servers 127.0.0.1:9092
+
+Core phases (``CoordinatorCore`` driven directly: no Kafka, no asyncio, one process):
+
+- **register**: N readers (max_parallelism N, a sequence source of N splits, so every
+  reader owns one split) register one after the other; the time of the N steps.
+- **watermark rounds**: each round every reader sends one Heartbeat, the reader holding
+  the low watermark first, each with a watermark above every other reader's (so every
+  heartbeat moves the low watermark: the slowest reader advancing), then the clock moves
+  on by ``watermark_announce_interval_ms`` and the core ticks once. Timed per round (the
+  N heartbeat steps and the tick), with the WatermarkAnnouncement records the round emits.
+
+Kafka phases (``benchmarks/control_plane.py``'s harness: the real coordinator process and
+simulated protocol readers; a local broker unless --bootstrap-servers /
+$KAFKA_BOOTSTRAP_SERVERS):
+
+- **assign**: --kafka-readers readers register at once; the time until every one of the
+  --splits splits has arrived in an AddSplits, each exactly once; the coordinator's peak RSS.
+- **takeover**: the coordinator is SIGKILLed and started again; the time from the kill to
+  the first committed record of the next epoch on the readers topic.
+- **audit**: ``sluicegate audit`` of the source's history, timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import time
+from dataclasses import dataclass
+
+from sluicegate_connectors.sequence import SequenceSource
+
+from sluicegate.coordinator.config import CoordinatorConfig
+from sluicegate.coordinator.core import CoordinatorCore
+from sluicegate.protocol.messages import Envelope, Heartbeat, ReaderRegistration, WatermarkAnnouncement
+
+SOURCE = "scale"
+START_MS = 1_700_000_000_000
+
+TARGET_REGISTER_S = 2.0
+TARGET_ROUND_MS = 50.0
+
+
+@dataclass(frozen=True)
+class CoreFigures:
+    readers: int
+    register_s: float
+    round_ms: list[float]
+    announcements: list[int]
+
+
+class CoreDriver:
+    """The core of one source with ``readers`` subtasks, fed envelopes directly."""
+
+    def __init__(self, readers: int) -> None:
+        source = SequenceSource.from_options({"splits": str(readers), "records_per_split": "1000"})
+        self.config = CoordinatorConfig(source=SOURCE, max_parallelism=readers)
+        self.core: CoordinatorCore[object] = CoordinatorCore(source, self.config, epoch=1)
+        self.readers = readers
+        self.now_ms = START_MS
+        self.offset = 0
+        self.core.start(self.now_ms)
+        self.attempts: dict[int, int] = {}
+
+    def _feed(self, subtask: int, attempt: int | None, body: ReaderRegistration | Heartbeat) -> list[Envelope]:
+        env = Envelope(
+            type=body.TYPE, source=SOURCE, subtask=subtask, attempt=attempt, epoch=0, ts=self.now_ms, body=body
+        )
+        self.offset += 1
+        return self.core.on_message(env, self.offset, self.now_ms).messages
+
+    def register_all(self) -> float:
+        started = time.perf_counter()
+        for s in range(self.readers):
+            body = ReaderRegistration(
+                incarnation=f"inc-{s}", location="bench", reported_splits=[], restored_checkpoint_id=None
+            )
+            self._feed(s, None, body)
+        elapsed = time.perf_counter() - started
+        self.attempts = {s: self.core.slots[s].attempt for s in range(self.readers)}
+        return elapsed
+
+    def watermark_round(self, round_no: int) -> tuple[float, int]:
+        """One heartbeat per reader, each moving the low watermark, then a tick."""
+        base = round_no * self.readers
+        announcements = 0
+        started = time.perf_counter()
+        for s in range(self.readers):
+            for env in self._feed(s, self.attempts[s], Heartbeat(watermark=START_MS + base + s, idle=False)):
+                announcements += isinstance(env.body, WatermarkAnnouncement)
+        self.now_ms += self.config.watermark_announce_interval_ms
+        for env in self.core.tick(self.now_ms).messages:
+            announcements += isinstance(env.body, WatermarkAnnouncement)
+        return time.perf_counter() - started, announcements
+
+
+def run_core(readers: int, rounds: int) -> CoreFigures:
+    driver = CoreDriver(readers)
+    gc.freeze()
+    register_s = driver.register_all()
+    round_ms: list[float] = []
+    announcements: list[int] = []
+    for r in range(1, rounds + 1):
+        elapsed, count = driver.watermark_round(r)
+        round_ms.append(elapsed * 1000)
+        announcements.append(count)
+    gc.unfreeze()
+    return CoreFigures(readers, register_s, round_ms, announcements)
+
+
+def print_core(figures: list[CoreFigures]) -> None:
+    print("core only (CoordinatorCore, sequence source, one split per reader)")
+    print(f"{'readers':>8} {'register s':>11} {'round ms (median, max)':>24} {'announcements/round':>20}")
+    for f in figures:
+        ordered = sorted(f.round_ms)
+        median = ordered[len(ordered) // 2]
+        print(
+            f"{f.readers:>8,} {f.register_s:>11.2f} {median:>14.1f} {max(ordered):>9.1f} "
+            f"{max(f.announcements):>20,}"
+        )
+    for f in figures:
+        ordered = sorted(f.round_ms)
+        median = ordered[len(ordered) // 2]
+        print(
+            f"targets at {f.readers:,} readers: register <= {TARGET_REGISTER_S} s "
+            f"{'met' if f.register_s <= TARGET_REGISTER_S else 'NOT met'}; round <= {TARGET_ROUND_MS:.0f} ms "
+            f"{'met' if median <= TARGET_ROUND_MS else 'NOT met'}; <= 1 announcement per reader per interval "
+            f"{'met' if max(f.announcements) <= f.readers else 'NOT met'}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--readers", type=int, nargs="+", default=[10_000], help="core phases: reader counts")
+    parser.add_argument("--rounds", type=int, default=5, help="core phases: watermark rounds")
+    parser.add_argument("--skip-core", action="store_true")
+    parser.add_argument("--skip-kafka", action="store_true")
+    parser.add_argument("--splits", type=int, default=1_000_000, help="Kafka phases: splits of the source")
+    parser.add_argument("--kafka-readers", type=int, default=64)
+    parser.add_argument("--bootstrap-servers", default=None)
+    parser.add_argument("--keep-logs", action="store_true")
+    args = parser.parse_args(argv)
+    logging.disable(logging.WARNING)  # the core logs every registration at INFO
+    ok = True
+    if not args.skip_core:
+        print_core([run_core(n, args.rounds) for n in args.readers])
+    if not args.skip_kafka:
+        from scale_kafka import run_kafka  # benchmarks/ is on sys.path when run as a script
+
+        logging.disable(logging.NOTSET)
+        ok = run_kafka(args.splits, args.kafka_readers, args.bootstrap_servers, args.keep_logs)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
