@@ -31,7 +31,12 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from sluicegate.connectors import load_source
 from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects
 from sluicegate.coordinator.settings import SourceSettings
-from sluicegate.coordinator.state_store import STATE_RECORD_MAX_BYTES, encode_parts, read_state
+from sluicegate.coordinator.state_store import (
+    READ_RECORD_MAX_BYTES,
+    StateTooLargeError,
+    StateWriter,
+    read_state,
+)
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.messages import Direction
@@ -44,6 +49,10 @@ INBOX_BATCH = 500
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class CommitFailedError(RuntimeError):
+    """A transaction of the coordinator failed; its message says why."""
 
 
 class RunnerState(enum.Enum):
@@ -103,6 +112,11 @@ class SourceRunner:
         self._async_tasks: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._committed_offset: int | None = None
+        self._state_writer = StateWriter(settings.source, {})
+        self.failure: str | None = None
+        """Why the runner failed (state FAILED), in one sentence for the operator."""
+        self.active_since: float | None = None
+        """time.monotonic() when it started serving."""
         self._last_commit = 0.0
         self._next_tick = 0.0
 
@@ -139,8 +153,12 @@ class SourceRunner:
             )
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except CommitFailedError as exc:
             self.state = RunnerState.FAILED
+            self.failure = str(exc)  # the host logs it once, with its restart delay
+        except Exception as exc:
+            self.state = RunnerState.FAILED
+            self.failure = f"the coordinator loop failed: {exc!r}"
             log.exception("source %s: the coordinator loop failed", self.source)
         finally:
             await self._close()
@@ -153,14 +171,18 @@ class SourceRunner:
             bootstrap_servers=self.bootstrap,
             transactional_id=self.transactional_id,
             enable_idempotence=True,
-            max_request_size=STATE_RECORD_MAX_BYTES,
+            # The client does not refuse large records itself: the broker's limits decide
+            # (state records are at most STATE_RECORD_MAX_BYTES; AddSplits max_message_bytes).
+            max_request_size=READ_RECORD_MAX_BYTES,
             # No compression: aiokafka's gzip runs at level 9, ~60 ms per 500 KB AddSplits,
             # which was most of the registration-to-assignment latency.
             compression_type=None,
             linger_ms=0,
         )
         await self._producer.start()  # init_transactions: fences the previous incarnation
-        parts = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
+        stored = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
+        self._state_writer = StateWriter.restored(self.source, stored)
+        parts = stored.parts if stored is not None else None
         epoch = parts["meta"]["epoch"] + 1 if parts else 1
         core: CoordinatorCore[Any] = CoordinatorCore(source, self.settings.core_config(), epoch, snapshot=parts)
         self.core = core
@@ -182,6 +204,7 @@ class SourceRunner:
         await self._commit(force=True)  # the new epoch is durable before anything else happens
         gc.freeze()  # the restored state is long-lived: keep the collector from rescanning it
         self.state = RunnerState.ACTIVE
+        self.active_since = time.monotonic()
         log.info(
             "coordinator for source %s (connector %s, %d subtasks, epoch %d) is serving %s from offset %s",
             self.source,
@@ -269,7 +292,10 @@ class SourceRunner:
         if not (force or self._pending or core.has_state_changes or (offset_moved and due)):
             return
         records, self._pending = self._pending, []
-        parts = encode_parts(self.source, core.state_parts(only_changed=True))
+        try:
+            parts = self._state_writer.encode(core.state_parts(only_changed=True))
+        except StateTooLargeError as exc:
+            raise CommitFailedError(f"cannot commit: {exc}") from exc
         started = time.perf_counter()
         try:
             async with self._producer.transaction():
@@ -287,7 +313,10 @@ class SourceRunner:
                 raise
             # The transaction was aborted; nothing of it is visible. Failing the runner makes
             # the host restart it from the last commit, which is exactly where readers are.
-            raise RuntimeError(f"commit failed, restarting from the last commit: {exc!r}") from exc
+            size = sum(len(r.value or b"") for r in records) + sum(len(v or b"") for _, v in parts)
+            raise CommitFailedError(
+                f"the commit of {len(records)} records and {len(parts)} state records ({size:,} bytes) failed: {exc!r}"
+            ) from exc
         self._committed_offset = core.inbox_offset
         self._last_commit = time.monotonic()
         self.stats.commits += 1
