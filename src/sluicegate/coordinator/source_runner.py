@@ -45,6 +45,7 @@ from sluicegate.protocol.topics import ControlTopics
 log = logging.getLogger("sluicegate.coordinator")
 
 INBOX_BATCH = 500
+MAX_TICK_DEFERRAL_S = 60.0
 
 
 def now_ms() -> int:
@@ -119,6 +120,7 @@ class SourceRunner:
         """time.monotonic() when it started serving."""
         self._last_commit = 0.0
         self._next_tick = 0.0
+        self._behind_since: float | None = None
 
     @property
     def source(self) -> str:
@@ -242,8 +244,25 @@ class SourceRunner:
                 self._queue(core.on_async_result(call_id, result, error, now_ms()))
             if time.monotonic() >= self._next_tick:
                 self._next_tick = time.monotonic() + self.tick_interval_ms / 1000
-                self._queue(core.tick(now_ms()))
+                if await self._may_tick():
+                    self._queue(core.tick(now_ms()))
             await self._commit()
+
+    async def _may_tick(self) -> bool:
+        """Whether to let time pass in the core now. Not while the inbox holds records
+        not yet read: the heartbeats in it are the readers' proof of life, and a tick
+        would time out readers whose heartbeats wait behind a slow step (1,000,000 splits
+        handed out took 15 s and timed out every reader). A coordinator that stays behind
+        for MAX_TICK_DEFERRAL_S ticks anyway, so a dead reader is not kept for ever."""
+        assert self._consumer is not None
+        stable = self._consumer.last_stable_offset(self._inbox)
+        behind = stable is not None and await self._consumer.position(self._inbox) < stable
+        if not behind:
+            self._behind_since = None
+            return True
+        if self._behind_since is None:
+            self._behind_since = time.monotonic()
+        return time.monotonic() - self._behind_since >= MAX_TICK_DEFERRAL_S
 
     def _on_record(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
         assert self.core is not None
