@@ -144,15 +144,24 @@ class SequenceOptions:
 
     def splits_range(self, first: int, stop: int) -> list[SequenceSplit]:
         """Splits first .. stop-1."""
-        out = []
+        return [self.split(k) for k in range(first, min(stop, self.splits))]
+
+    def split(self, k: int) -> SequenceSplit:
+        """Split k as it is before anyone reads it."""
         width = max(5, len(str(self.splits - 1)))
-        for k in range(first, min(stop, self.splits)):
-            if self.records_per_split is None:
-                start, end = k * UNBOUNDED_STRIDE, None
-            else:
-                start, end = k * self.records_per_split, (k + 1) * self.records_per_split
-            out.append(SequenceSplit(f"seq-{k:0{width}d}", start, end, start))
-        return out
+        if self.records_per_split is None:
+            start, end = k * UNBOUNDED_STRIDE, None
+        else:
+            start, end = k * self.records_per_split, (k + 1) * self.records_per_split
+        return SequenceSplit(f"seq-{k:0{width}d}", start, end, start)
+
+    def fresh_index(self, split: SequenceSplit) -> int | None:
+        """k if ``split`` is split k as ``split(k)`` makes it (never read), else None."""
+        stride = self.records_per_split if self.records_per_split is not None else UNBOUNDED_STRIDE
+        if split.position != split.start or split.start % stride:
+            return None
+        k = split.start // stride
+        return k if 0 <= k < self.splits and self.split(k) == split else None
 
 
 class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery, SupportsPositionRanges[SequenceSplit]):
@@ -181,12 +190,22 @@ class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery,
         )
 
     def restore_enumerator(self, context: SplitEnumeratorContext[SequenceSplit], checkpoint: Any) -> SequenceEnumerator:
-        splits = [self._codec.from_wire(s) for s in checkpoint["unassigned"]]
+        splits = self._unassigned_from_state(checkpoint["unassigned"])
         # without "released" (no progressive release, or an older checkpoint) every split was known
         released = int(checkpoint.get("released", self.options.splits))
         return SequenceEnumerator(
             context, splits, self.boundedness is Boundedness.BOUNDED, self.options, released=released
         )
+
+    def _unassigned_from_state(self, items: list[Any]) -> list[SequenceSplit]:
+        """A wire split, or [first, stop]: the never-read splits first .. stop-1 (snapshot_state)."""
+        splits: list[SequenceSplit] = []
+        for item in items:
+            if isinstance(item, list):
+                splits += self.options.splits_range(item[0], item[1])
+            else:
+                splits.append(self._codec.from_wire(item))
+        return splits
 
     def create_reader(self, context: SourceReaderContext) -> SequenceReader:
         return SequenceReader(self.options)
@@ -305,9 +324,22 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
     def handle_split_request(self, subtask: int, hostname: str | None) -> None:
         self._distribute(requester=subtask)
 
+    def pending_split_ids(self) -> list[str]:
+        return [split.split_id for split in self._distributor.assigner.pending]
+
     def snapshot_state(self, checkpoint_id: int) -> Any:
-        pending = self._distributor.assigner.pending
-        state: dict[str, Any] = {"unassigned": [self._codec.to_wire(s) for s in pending]}
+        """The unassigned splits in order; a run of never-read consecutive splits is
+        [first, stop], so the state of 1,000,000 fresh splits is a few bytes, not 80 MB."""
+        items: list[Any] = []
+        for split in self._distributor.assigner.pending:
+            k = self._options.fresh_index(split)
+            if k is None:
+                items.append(self._codec.to_wire(split))
+            elif items and isinstance(items[-1], list) and items[-1][1] == k:
+                items[-1][1] = k + 1
+            else:
+                items.append([k, k + 1])
+        state: dict[str, Any] = {"unassigned": items}
         if self._options.release_interval_ms > 0:
             state["released"] = self._released
         return state

@@ -144,8 +144,8 @@ def kinds(messages: list[Envelope]) -> list[tuple[int, str]]:
 
 
 def enumerator_positions(h: CoreHarness) -> dict[str, int]:
-    state = h.core.enumerator.snapshot_state(0)
-    return {s["split_id"]: s["position"] for s in state["unassigned"]}
+    pending = h.core.enumerator._distributor.assigner.pending  # type: ignore[attr-defined]
+    return {s.split_id: s.position for s in pending}
 
 
 def split_ids(env: Envelope) -> list[str]:

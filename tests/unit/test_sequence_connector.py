@@ -309,11 +309,19 @@ def test_enumerator_state_restores_its_unassigned_splits() -> None:
     h = CoreHarness(sequence_source(splits=10, records_per_split=10), max_parallelism=4)
     h.register(0)  # takes its fair share: 3 of 10
     state: Any = h.core.enumerator.snapshot_state(1)
-    assert [s["split_id"] for s in state["unassigned"]] == [f"seq-{k:05d}" for k in range(3, 10)]
-    restored = sequence_source(splits=10, records_per_split=10).restore_enumerator(
-        h.core._context, {"unassigned": state["unassigned"][:2]}
-    )
-    assert restored.snapshot_state(2) == {"unassigned": state["unassigned"][:2]}
+    assert state == {"unassigned": [[3, 10]]}  # never-read splits 3..9, abbreviated
+    restored = sequence_source(splits=10, records_per_split=10).restore_enumerator(h.core._context, state)
+    assert restored.pending_split_ids() == [f"seq-{k:05d}" for k in range(3, 10)]
+    assert restored.snapshot_state(2) == state
+
+
+def test_enumerator_state_keeps_read_splits_whole_and_the_order() -> None:
+    source = sequence_source(splits=10, records_per_split=10)
+    read = {"split_id": "seq-00001", "start": 10, "end": 20, "position": 14}
+    old_format = [source.split_codec.to_wire(s) for s in source.options.splits_range(5, 8)]
+    enumerator = source.restore_enumerator(CoreHarness(source).core._context, {"unassigned": [*old_format, read]})
+    assert enumerator.snapshot_state(1) == {"unassigned": [[5, 8], read]}
+    assert enumerator.pending_split_ids() == ["seq-00005", "seq-00006", "seq-00007", "seq-00001"]
 
 
 def test_enumerator_gives_every_split_once_over_readers() -> None:
