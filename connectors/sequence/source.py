@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sortedcontainers import SortedDict
+
 from sluicegate.api import (
     Boundedness,
     ConfigError,
@@ -155,12 +157,14 @@ class SequenceOptions:
             start, end = k * self.records_per_split, (k + 1) * self.records_per_split
         return SequenceSplit(f"seq-{k:0{width}d}", start, end, start)
 
+    def index_of(self, split: SequenceSplit) -> int:
+        """k of split k (its start is k times the stride)."""
+        stride = self.records_per_split if self.records_per_split is not None else UNBOUNDED_STRIDE
+        return split.start // stride
+
     def fresh_index(self, split: SequenceSplit) -> int | None:
         """k if ``split`` is split k as ``split(k)`` makes it (never read), else None."""
-        stride = self.records_per_split if self.records_per_split is not None else UNBOUNDED_STRIDE
-        if split.position != split.start or split.start % stride:
-            return None
-        k = split.start // stride
+        k = self.index_of(split)
         return k if 0 <= k < self.splits and self.split(k) == split else None
 
 
@@ -186,26 +190,35 @@ class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery,
     def create_enumerator(self, context: SplitEnumeratorContext[SequenceSplit]) -> SequenceEnumerator:
         released = self.options.released_at_start
         return SequenceEnumerator(
-            context, self.options.splits_range(0, released), self.boundedness is Boundedness.BOUNDED, self.options
+            context, [], self.boundedness is Boundedness.BOUNDED, self.options, fresh_runs=[(0, released)]
         )
 
     def restore_enumerator(self, context: SplitEnumeratorContext[SequenceSplit], checkpoint: Any) -> SequenceEnumerator:
-        splits = self._unassigned_from_state(checkpoint["unassigned"])
+        runs, splits = self._unassigned_from_state(checkpoint["unassigned"])
         # without "released" (no progressive release, or an older checkpoint) every split was known
         released = int(checkpoint.get("released", self.options.splits))
         return SequenceEnumerator(
-            context, splits, self.boundedness is Boundedness.BOUNDED, self.options, released=released
+            context, splits, self.boundedness is Boundedness.BOUNDED, self.options, released=released, fresh_runs=runs
         )
 
-    def _unassigned_from_state(self, items: list[Any]) -> list[SequenceSplit]:
-        """A wire split, or [first, stop]: the never-read splits first .. stop-1 (snapshot_state)."""
+    def _unassigned_from_state(self, items: list[Any]) -> tuple[list[tuple[int, int]], list[SequenceSplit]]:
+        """The runs of never-read splits ([first, stop] items, snapshot_state) and the other
+        splits (wire splits; a never-read one, as older states hold them, joins the runs)."""
+        runs: list[tuple[int, int]] = []
         splits: list[SequenceSplit] = []
         for item in items:
             if isinstance(item, list):
-                splits += self.options.splits_range(item[0], item[1])
+                runs.append((item[0], item[1]))
+                continue
+            split = self._codec.from_wire(item)
+            k = self.options.fresh_index(split)
+            if k is None:
+                splits.append(split)
+            elif runs and runs[-1][1] == k:
+                runs[-1] = (runs[-1][0], k + 1)
             else:
-                splits.append(self._codec.from_wire(item))
-        return splits
+                runs.append((k, k + 1))
+        return runs, splits
 
     def create_reader(self, context: SourceReaderContext) -> SequenceReader:
         return SequenceReader(self.options)
@@ -271,6 +284,47 @@ class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery,
         return first if split.end is None or first < split.end else None
 
 
+class FreshRuns:
+    """A set of split indices as disjoint runs [first, stop), ordered by first."""
+
+    def __init__(self) -> None:
+        self._runs = SortedDict()  # first -> stop
+
+    def add(self, first: int, stop: int) -> None:
+        """Add first .. stop-1, none of which is in the set (new splits are new indices)."""
+        self._runs[first] = stop
+        self._merge(first)
+
+    def _merge(self, first: int) -> None:
+        stop = self._runs[first]
+        after = self._runs.get(stop)
+        if after is not None:
+            del self._runs[stop]
+            self._runs[first] = stop = after
+        i = self._runs.index(first)
+        if i > 0:
+            before, before_stop = self._runs.peekitem(i - 1)
+            if before_stop == first:
+                del self._runs[first]
+                self._runs[before] = stop
+
+    def discard(self, k: int) -> None:
+        i = self._runs.bisect_right(k) - 1
+        if i < 0:
+            return
+        first, stop = self._runs.peekitem(i)
+        if k >= stop:
+            return
+        del self._runs[first]
+        if first < k:
+            self._runs[first] = k
+        if k + 1 < stop:
+            self._runs[k + 1] = stop
+
+    def runs(self) -> list[tuple[int, int]]:
+        return list(self._runs.items())
+
+
 class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
     def __init__(
         self,
@@ -279,17 +333,29 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         bounded: bool,
         options: SequenceOptions | None = None,
         released: int | None = None,
+        fresh_runs: Sequence[tuple[int, int]] = (),
     ) -> None:
+        """``unassigned`` are splits as they come back from readers; ``fresh_runs`` the
+        never-read splits first .. stop-1, pending before them."""
         self._context = context
         self._bounded = bounded
         self._options = options or SequenceOptions(splits=len(unassigned))
         self._released = self._options.released_at_start if released is None else released
         """Splits 0 .. released-1 are known (unassigned, assigned or finished)."""
         self._codec = SequenceSplitCodec()
+        assigner = self._options.assigner()
         self._distributor = SplitDistributor(
-            context, self._options.assigner(), all_discovered=lambda: self._bounded and self.all_released
+            context, assigner, all_discovered=lambda: self._bounded and self.all_released
         )
-        self._distributor.add_splits(unassigned)
+        self._fresh = FreshRuns()
+        """The pending splits nobody has read, as index runs: snapshot_state costs what
+        changed, not a pass over 1,000,000 pending splits on every commit."""
+        self._others: dict[str, SequenceSplit] = {}
+        """The other pending splits (back from readers), in the order they came."""
+        assigner.on_removed = self._on_removed
+        for first, stop in fresh_runs:
+            self._add_fresh(first, stop)
+        self._add_others(unassigned)
 
     @property
     def all_released(self) -> bool:
@@ -310,7 +376,7 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         if error is not None or not count or self.all_released:
             return
         stop = min(self._options.splits, self._released + count)
-        self._distributor.add_splits(self._options.splits_range(self._released, stop))
+        self._add_fresh(self._released, stop)
         self._released = stop
         self._distribute()
 
@@ -318,8 +384,24 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         self._distribute()
 
     def add_splits_back(self, splits: list[SequenceSplit], subtask: int) -> None:
-        self._distributor.add_splits(splits)
+        self._add_others(splits)
         self._distribute()
+
+    def _add_fresh(self, first: int, stop: int) -> None:
+        stop = min(stop, self._options.splits)
+        if first < stop:
+            self._distributor.add_splits(self._options.splits_range(first, stop))
+            self._fresh.add(first, stop)
+
+    def _add_others(self, splits: Sequence[SequenceSplit]) -> None:
+        for split in splits:
+            self._fresh.discard(self._options.index_of(split))  # a returned split replaces its fresh self
+            self._others[split.split_id] = split
+        self._distributor.add_splits(splits)
+
+    def _on_removed(self, split: SequenceSplit) -> None:
+        if self._others.pop(split.split_id, None) is None:
+            self._fresh.discard(self._options.index_of(split))
 
     def handle_split_request(self, subtask: int, hostname: str | None) -> None:
         self._distribute(requester=subtask)
@@ -328,17 +410,10 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         return [split.split_id for split in self._distributor.assigner.pending]
 
     def snapshot_state(self, checkpoint_id: int) -> Any:
-        """The unassigned splits in order; a run of never-read consecutive splits is
-        [first, stop], so the state of 1,000,000 fresh splits is a few bytes, not 80 MB."""
-        items: list[Any] = []
-        for split in self._distributor.assigner.pending:
-            k = self._options.fresh_index(split)
-            if k is None:
-                items.append(self._codec.to_wire(split))
-            elif items and isinstance(items[-1], list) and items[-1][1] == k:
-                items[-1][1] = k + 1
-            else:
-                items.append([k, k + 1])
+        """The unassigned splits: runs of never-read splits as [first, stop], so the
+        state of 1,000,000 fresh splits is a few bytes, not 80 MB; then the others."""
+        items: list[Any] = [[first, stop] for first, stop in self._fresh.runs()]
+        items += [self._codec.to_wire(split) for split in self._others.values()]
         state: dict[str, Any] = {"unassigned": items}
         if self._options.release_interval_ms > 0:
             state["released"] = self._released

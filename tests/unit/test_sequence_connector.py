@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from typing import Any
@@ -9,13 +10,15 @@ from typing import Any
 import pytest
 import sluicegate_connectors.sequence.source as sequence_module
 from core_harness import CoreHarness, sequence_source
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sluicegate_connectors.sequence import (
     SequenceOptions,
     SequenceReader,
     SequenceSource,
     SequenceSplit,
 )
-from sluicegate_connectors.sequence.source import UNBOUNDED_STRIDE
+from sluicegate_connectors.sequence.source import UNBOUNDED_STRIDE, FreshRuns
 
 from sluicegate.api import (
     Boundedness,
@@ -344,3 +347,33 @@ def test_a_rate_limited_reader_advances_every_split_even_when_a_batch_is_smaller
         reader._last_refill = time.monotonic()
         seen.update(r.split_id for r in reader.next_batch(100).records)
     assert seen == {s.split_id for s in options.all_splits()[4:]}, "no split starves"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 60), st.integers(1, 8)), max_size=40))
+def test_fresh_runs_hold_the_same_indices_as_a_set(ops: list[tuple[bool, int, int]]) -> None:
+    runs, model = FreshRuns(), set[int]()
+    for add, k, width in ops:
+        if add:
+            new = [i for i in range(k, k + width) if i not in model]
+            for i in new:  # add() takes indices not in the set yet, as new splits are
+                runs.add(i, i + 1)
+            model.update(new)
+        else:
+            runs.discard(k)
+            model.discard(k)
+        listed = runs.runs()
+        assert {i for first, stop in listed for i in range(first, stop)} == model
+        assert all(stop < after for (_, stop), (after, _) in itertools.pairwise(listed)), "runs not merged"
+
+
+def test_the_state_of_a_large_source_stays_small_while_readers_take_their_share() -> None:
+    h = CoreHarness(sequence_source(splits=100_000, records_per_split=10), max_parallelism=8)
+    for s in range(4):
+        h.register(s)
+    state: Any = h.core.enumerator.snapshot_state(1)
+    assert state == {"unassigned": [[50_000, 100_000]]}
+    h.leave(0)  # its 12,500 splits come back (never read): whole wire splits, after the run
+    state = h.core.enumerator.snapshot_state(2)
+    restored = sequence_source(splits=100_000, records_per_split=10).restore_enumerator(h.core._context, state)
+    assert sorted(restored.pending_split_ids()) == sorted(h.unassigned())

@@ -75,6 +75,9 @@ class SplitAssigner(ABC, Generic[SplitT]):
         is the oldest: the next deadline without a scan of every waiting split."""
         self._not_waiting: list[str] = []
         """Ids added since the last round, which may not have a waiting time yet."""
+        self.on_removed: Callable[[SplitT], None] | None = None
+        """Called with each split that leaves the pending ones (assigned or removed), so an
+        enumerator can keep its own account of them instead of rescanning every pending split."""
 
     # -- the pending splits --------------------------------------------------------
 
@@ -90,6 +93,8 @@ class SplitAssigner(ABC, Generic[SplitT]):
         removed = [self._pending.pop(sid) for sid in split_ids if sid in self._pending]
         for split in removed:
             self._waiting_since.pop(split.split_id, None)
+            if self.on_removed is not None:
+                self.on_removed(split)
         return removed
 
     @property
@@ -119,7 +124,10 @@ class SplitAssigner(ABC, Generic[SplitT]):
 
     def _take(self, split_id: str) -> SplitT:
         self._waiting_since.pop(split_id, None)
-        return self._pending.pop(split_id)
+        split = self._pending.pop(split_id)
+        if self.on_removed is not None:
+            self.on_removed(split)
+        return split
 
     def _wait_rest(self, now_ms: int) -> None:
         # Only the splits added since the last round can lack a waiting time: a round
