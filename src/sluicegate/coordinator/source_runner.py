@@ -46,6 +46,10 @@ log = logging.getLogger("sluicegate.coordinator")
 
 INBOX_BATCH = 500
 MAX_TICK_DEFERRAL_S = 60.0
+COMMIT_BYTES = 8 * 1024 * 1024
+"""Commit within a batch of inbox records once this much is waiting to go out: 64
+registrations that hand out 1,000,000 splits were one transaction of 160 MB, and
+the loop did not yield long enough for the Faust group to drop this worker."""
 
 
 def now_ms() -> int:
@@ -109,6 +113,7 @@ class SourceRunner:
         self._consumer: AIOKafkaConsumer | None = None
         self._inbox = TopicPartition(self.topics.coordinator, 0)
         self._pending: list[OutgoingRecord] = []
+        self._pending_bytes = 0
         self._async_results: asyncio.Queue[tuple[int, Any, BaseException | None]] = asyncio.Queue()
         self._async_tasks: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
@@ -239,6 +244,8 @@ class SourceRunner:
             batch = await self._consumer.getmany(self._inbox, timeout_ms=self.tick_interval_ms, max_records=INBOX_BATCH)
             for record in batch.get(self._inbox, []):
                 self._on_record(record.partition, record.offset, record.key, record.value)
+                if self._pending_bytes >= COMMIT_BYTES:
+                    await self._commit()
             while not self._async_results.empty():
                 call_id, result, error = self._async_results.get_nowait()
                 self._queue(core.on_async_result(call_id, result, error, now_ms()))
@@ -295,7 +302,9 @@ class SourceRunner:
 
     def _queue(self, effects: Effects) -> None:
         for env in effects.messages:
-            self._pending.append(OutgoingRecord(self.topics.readers, env.subtask, encode_key(env.subtask), encode(env)))
+            value = encode(env)
+            self._pending_bytes += len(value)
+            self._pending.append(OutgoingRecord(self.topics.readers, env.subtask, encode_key(env.subtask), value))
         for call in effects.async_calls:
             task = asyncio.get_running_loop().create_task(self._run_async_call(call))
             self._async_tasks.add(task)
@@ -311,6 +320,7 @@ class SourceRunner:
         if not (force or self._pending or core.has_state_changes or (offset_moved and due)):
             return
         records, self._pending = self._pending, []
+        self._pending_bytes = 0
         try:
             parts = self._state_writer.encode(core.state_parts(only_changed=True))
         except StateTooLargeError as exc:
