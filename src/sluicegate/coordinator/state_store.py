@@ -4,7 +4,7 @@ The core's state comes in parts (``meta``, ``enumerator``, ``slot/<subtask>``); 
 part is one record keyed ``<source>/<part>``, so a commit writes only the parts
 that changed and compaction keeps the latest of each. A part whose JSON is larger
 than ``INLINE_MAX_BYTES`` is cut into content-defined chunks (FastCDC), each a
-record keyed ``<source>/<part>#<hash of the chunk>``, and the part's own record
+record keyed ``<source>/<part>#<hash of the chunk>`` (zlib-compressed), and the part's own record
 becomes a manifest naming its chunks in order. Chunk boundaries depend on the
 bytes around them, not on offsets, so a change in the middle of a part of 80 MB
 rewrites the one or two chunks around it (and the small manifest), and no record
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,9 @@ CHUNK_AVG_BYTES = 256 * 1024
 CHUNK_MAX_BYTES = 768 * 1024
 MANIFEST_MAGIC = b"\x00sluicegate-chunked\x00"
 """A manifest's value starts with this; a JSON part never starts with a NUL byte."""
+CHUNK_ZLIB_LEVEL = 1
+"""Chunks are compressed (JSON of splits shrinks ~7x at ~60 MB/s): a successor reads a
+seventh of the bytes. The digest is of the uncompressed chunk."""
 _CDC = FastCDC(avg_size=CHUNK_AVG_BYTES, min_size=CHUNK_MIN_BYTES, max_size=CHUNK_MAX_BYTES)
 
 
@@ -108,8 +112,8 @@ class StateWriter:
         for digest, piece in zip(digests, pieces, strict=True):
             if digest not in known:
                 known.add(digest)
-                records.append((chunk_key(self.source, name, digest), piece))
-        manifest = MANIFEST_MAGIC + orjson.dumps({"chunks": digests, "bytes": len(data)})
+                records.append((chunk_key(self.source, name, digest), zlib.compress(piece, CHUNK_ZLIB_LEVEL)))
+        manifest = MANIFEST_MAGIC + orjson.dumps({"chunks": digests, "bytes": len(data), "codec": "zlib"})
         records.append((state_key(self.source, name), manifest))
         self.chunks[name] = digests
         return records + self._tombstones(name, old, set(digests))
@@ -159,7 +163,7 @@ def _assemble(name: str, manifest: Mapping[str, Any], latest: Mapping[str, bytes
         piece = latest.get(f"{name}#{digest}")
         if piece is None:
             raise MissingChunkError(f"state part {name!r} names chunk {digest}, which the state topic does not hold")
-        pieces.append(piece)
+        pieces.append(zlib.decompress(piece) if manifest.get("codec") == "zlib" else piece)
     data = b"".join(pieces)
     if len(data) != manifest["bytes"]:
         raise MissingChunkError(f"state part {name!r} is {len(data)} bytes, its manifest says {manifest['bytes']}")
