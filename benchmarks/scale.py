@@ -52,7 +52,9 @@ TARGET_ROUND_MS = 50.0
 class CoreFigures:
     readers: int
     register_s: float
+    register_cpu_s: float
     round_ms: list[float]
+    round_cpu_ms: list[float]
     announcements: list[int]
 
 
@@ -76,18 +78,19 @@ class CoreDriver:
         self.offset += 1
         return self.core.on_message(env, self.offset, self.now_ms).messages
 
-    def register_all(self) -> float:
-        started = time.perf_counter()
+    def register_all(self) -> tuple[float, float]:
+        """(wall, CPU) seconds: the CPU time of this process holds up better on a shared machine."""
+        started, cpu = time.perf_counter(), time.process_time()
         for s in range(self.readers):
             body = ReaderRegistration(
                 incarnation=f"inc-{s}", location="bench", reported_splits=[], restored_checkpoint_id=None
             )
             self._feed(s, None, body)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         self.attempts = {s: self.core.slots[s].attempt for s in range(self.readers)}
-        return elapsed
+        return elapsed, cpu
 
-    def watermark_round(self, round_no: int) -> tuple[float, int]:
+    def watermark_round(self, round_no: int) -> tuple[float, float, int]:
         """One heartbeat per reader, each moving the low watermark, then a tick."""
         base = round_no * self.readers
         inbox = [  # built before the clock starts: the readers' work, not the core's
@@ -104,44 +107,52 @@ class CoreDriver:
         ]
         core, now_ms = self.core, self.now_ms
         out: list[Envelope] = []
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for env in inbox:
             self.offset += 1
             out += core.on_message(env, self.offset, now_ms).messages
         self.now_ms += self.config.watermark_announce_interval_ms
         out += core.tick(self.now_ms).messages
-        elapsed = time.perf_counter() - started
-        return elapsed, sum(isinstance(env.body, WatermarkAnnouncement) for env in out)
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        return elapsed, cpu, sum(isinstance(env.body, WatermarkAnnouncement) for env in out)
 
 
 def run_core(readers: int, rounds: int) -> CoreFigures:
     driver = CoreDriver(readers)
     gc.freeze()
-    register_s = driver.register_all()
+    register_s, register_cpu_s = driver.register_all()
     round_ms: list[float] = []
+    round_cpu_ms: list[float] = []
     announcements: list[int] = []
     for r in range(1, rounds + 1):
-        elapsed, count = driver.watermark_round(r)
+        elapsed, cpu, count = driver.watermark_round(r)
         round_ms.append(elapsed * 1000)
+        round_cpu_ms.append(cpu * 1000)
         announcements.append(count)
     gc.unfreeze()
-    return CoreFigures(readers, register_s, round_ms, announcements)
+    return CoreFigures(readers, register_s, register_cpu_s, round_ms, round_cpu_ms, announcements)
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def print_core(figures: list[CoreFigures]) -> None:
-    print("core only (CoordinatorCore, sequence source, one split per reader)")
-    print(f"{'readers':>8} {'register s':>11} {'round ms (median, max)':>24} {'announcements/round':>20}")
+    print("core only (CoordinatorCore, sequence source, one split per reader; wall / CPU of this process)")
+    header = ("readers", "register s", "round ms, median", "round ms, max", "announcements/round")
+    print(f"{header[0]:>8} {header[1]:>14} {header[2]:>18} {header[3]:>14} {header[4]:>20}")
     for f in figures:
-        ordered = sorted(f.round_ms)
-        median = ordered[len(ordered) // 2]
-        print(f"{f.readers:>8,} {f.register_s:>11.2f} {median:>14.1f} {max(ordered):>9.1f} {max(f.announcements):>20,}")
-    for f in figures:
-        ordered = sorted(f.round_ms)
-        median = ordered[len(ordered) // 2]
         print(
-            f"targets at {f.readers:,} readers: register <= {TARGET_REGISTER_S} s "
-            f"{'met' if f.register_s <= TARGET_REGISTER_S else 'NOT met'}; round <= {TARGET_ROUND_MS:.0f} ms "
-            f"{'met' if median <= TARGET_ROUND_MS else 'NOT met'}; <= 1 announcement per reader per interval "
+            f"{f.readers:>8,} {f.register_s:>6.2f} / {f.register_cpu_s:<5.2f} "
+            f"{_median(f.round_ms):>8.1f} / {_median(f.round_cpu_ms):<7.1f} {max(f.round_ms):>14.1f} "
+            f"{max(f.announcements):>20,}"
+        )
+    for f in figures:
+        print(
+            f"targets at {f.readers:,} readers (CPU): register <= {TARGET_REGISTER_S} s "
+            f"{'met' if f.register_cpu_s <= TARGET_REGISTER_S else 'NOT met'}; round <= {TARGET_ROUND_MS:.0f} ms "
+            f"{'met' if _median(f.round_cpu_ms) <= TARGET_ROUND_MS else 'NOT met'}; "
+            f"<= 1 announcement per reader per interval "
             f"{'met' if max(f.announcements) <= f.readers else 'NOT met'}"
         )
 

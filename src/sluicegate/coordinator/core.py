@@ -337,8 +337,7 @@ class CoordinatorCore(Generic[SplitT]):
             self.metrics.counter("enumerator_errors")
             log.exception("the enumerator of source %s raised; the step's other effects stand", self.config.source)
         self._loads.settle()
-        effects, self._effects = self._effects, Effects()
-        return effects
+        return self._effects  # the next step starts a new one
 
     def _reject(self, reason: str) -> Effects:
         self.metrics.counter("rejected_messages")

@@ -39,11 +39,13 @@ class WatermarkAggregator:
     def update(self, subtask: int, watermark: int | None, idle: bool) -> bool:
         """Record a reader's report; returns True when the low watermark advanced."""
         previous = self._latest.get(subtask)
-        if watermark is not None and previous is not None:
-            watermark = max(watermark, previous)  # a reader's own watermark never goes back either
-        latest = watermark if watermark is not None else previous
-        self._latest[subtask] = latest
-        self._set_counting(subtask, None if idle else latest)
+        if watermark is None or (previous is not None and watermark < previous):
+            watermark = previous  # a reader's own watermark never goes back either
+        self._latest[subtask] = watermark
+        counting = None if idle else watermark
+        if self._counting.get(subtask) == counting:
+            return False  # nothing that decides the minimum changed
+        self._set_counting(subtask, counting)
         return self._recompute()
 
     def remove(self, subtask: int) -> bool:
