@@ -3,7 +3,7 @@
 The core's state comes in parts (``meta``, ``enumerator``, ``slot/<subtask>``); a
 part is one record keyed ``<source>/<part>``, so a commit writes only the parts
 that changed and compaction keeps the latest of each. A part whose JSON is larger
-than ``INLINE_MAX_BYTES`` is cut into content-defined chunks (FastCDC), each a
+than ``INLINE_MAX_BYTES`` (64 KB) is cut into content-defined chunks (FastCDC), each a
 record keyed ``<source>/<part>#<hash of the chunk>`` (zlib-compressed), and the part's own record
 becomes a manifest naming its chunks in order. Chunk boundaries depend on the
 bytes around them, not on offsets, so a change in the middle of a part of 80 MB
@@ -37,8 +37,9 @@ STATE_RECORD_MAX_BYTES = 1_000_000
 """No state record is larger: Kafka's default max.message.bytes (1,048,588) holds it."""
 READ_RECORD_MAX_BYTES = 64 * 1024 * 1024
 """What a successor accepts when reading: states written before chunking had records of up to 64 MB."""
-INLINE_MAX_BYTES = 512 * 1024
-"""A part up to this size is one record; a larger one is chunked."""
+INLINE_MAX_BYTES = 64 * 1024
+"""A part up to this size is one record; a larger one is chunked (and so compressed: a
+re-registration of 6,250 splits writes a 70 KB state part instead of 484 KB)."""
 CHUNK_MIN_BYTES = 128 * 1024
 CHUNK_AVG_BYTES = 256 * 1024
 CHUNK_MAX_BYTES = 768 * 1024
