@@ -707,7 +707,7 @@ class _LiveLoads(ReaderLoads):
 
     def __iter__(self) -> Iterator[int]:
         self._refresh()
-        return iter(list(self._loads))
+        return iter(sorted(self._loads))  # subtask order, as registered_readers() always gave
 
     def __len__(self) -> int:
         self._refresh()
