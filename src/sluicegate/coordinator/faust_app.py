@@ -103,7 +103,9 @@ class SourceRunners:
         if self.runners.get(runner.source) is not runner:
             return
         del self.runners[runner.source]
-        if runner.state is RunnerState.FAILED and runner.source in self.assigned:
+        if runner.state is RunnerState.FAILED and runner.source not in self.assigned:
+            log.error("source %s: %s; not restarted here (the source moved)", runner.source, runner.failure)
+        elif runner.state is RunnerState.FAILED:
             backoff = self._backoff.setdefault(runner.source, RestartBackoff())
             served = time.monotonic() - runner.active_since if runner.active_since is not None else 0.0
             delay = backoff.failed(served)
