@@ -26,6 +26,8 @@ TARGET_ASSIGN_S = 20.0
 TARGET_RSS_MB = 1024.0
 TARGET_TAKEOVER_S = 10.0
 TARGET_AUDIT_S = 60.0
+GROUP_SETTLE_S = 12.0
+"""How long the standby gets to join the coordinators' group (Faust: rebalance up to 10 s)."""
 
 
 @dataclass
@@ -71,8 +73,8 @@ async def _phases(splits: int, readers_n: int, bootstrap: str, workdir: Path, fi
         "--max-parallelism", str(readers_n),
         "--bootstrap-servers", bootstrap,
     ]  # fmt: skip
-    active = Coordinator(cmd, workdir / "coordinator-1.log")
-    standby = Coordinator(cmd, workdir / "coordinator-2.log")
+    workers = [Coordinator(cmd, workdir / f"coordinator-{i}.log") for i in (1, 2)]
+    active, standby = workers
     readers = WatermarkReaders(bootstrap, source, readers_n, "fast")
     try:
         print(f"source {source}: {splits:,} splits, {readers_n} readers; logs in {workdir}", flush=True)
@@ -80,7 +82,13 @@ async def _phases(splits: int, readers_n: int, bootstrap: str, workdir: Path, fi
         await active.start()
         await active.wait_serving(timeout_s=300)
         figures.serving_s = time.monotonic() - started
+        # The standby joins the Faust group now, before any reader registers: the rebalance
+        # it causes may move the source to it, which must not happen during the measurement.
         await standby.start()
+        await asyncio.sleep(GROUP_SETTLE_S)
+        active, standby = sorted(workers, key=lambda w: not _serves(w))
+        if not _serves(active):
+            raise RuntimeError("no worker is serving the source after the standby joined")
         await readers.start()
         readers.phase1_target = splits
         readers.phase = 1
@@ -96,12 +104,16 @@ async def _phases(splits: int, readers_n: int, bootstrap: str, workdir: Path, fi
         figures.missing = len(expected - ids.keys())
         figures.rss_peak_mb = active.rss_peak / 2**20
         print(f"  all assigned in {figures.assign_s:.1f} s; RSS peak {figures.rss_peak_mb:.0f} MB", flush=True)
-        await asyncio.sleep(12.0)  # the standby joins the group, the readers heartbeat
+        await asyncio.sleep(5.0)  # the readers heartbeat; the state of the assignment is committed
         epoch = readers.epoch
         assert active.proc is not None
+        mark = _log_size(standby)
         killed = time.monotonic()
         active.proc.send_signal(signal.SIGKILL)
-        await standby.wait_serving(timeout_s=120)
+        while "is serving" not in _log_since(standby, mark):
+            if time.monotonic() - killed > 120:
+                raise RuntimeError("the standby did not take over within 120 s of the kill")
+            await asyncio.sleep(0.02)
         figures.takeover_serving_s = time.monotonic() - killed
         while readers.epoch <= epoch:
             if time.monotonic() - killed > 120:
@@ -114,6 +126,8 @@ async def _phases(splits: int, readers_n: int, bootstrap: str, workdir: Path, fi
         await readers.stop()
         await standby.stop(grace_s=10.0)
         await active.stop(grace_s=1.0)
+        for worker in workers:
+            await worker.stop(grace_s=1.0)
     started = time.monotonic()
     audit = await asyncio.create_subprocess_exec(
         sluicegate_executable(), "audit", "--source", source, "--bootstrap-servers", bootstrap,
@@ -123,6 +137,26 @@ async def _phases(splits: int, readers_n: int, bootstrap: str, workdir: Path, fi
     figures.audit_s = time.monotonic() - started
     figures.audit_exit = audit.returncode
     (workdir / "audit.log").write_bytes(output)
+
+
+def _serves(worker: Coordinator) -> bool:
+    """Whether the worker's log says it serves the source now (its last word on it)."""
+    try:
+        text = worker.log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    serving, moved = text.rfind("is serving"), text.rfind("moved to another worker")
+    return worker.alive() and serving > moved
+
+
+def _log_size(worker: Coordinator) -> int:
+    return worker.log_path.stat().st_size if worker.log_path.exists() else 0
+
+
+def _log_since(worker: Coordinator, offset: int) -> str:
+    with open(worker.log_path, "rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace")
 
 
 def _verdict(ok: bool) -> str:
