@@ -336,7 +336,8 @@ class CoordinatorCore(Generic[SplitT]):
         except Exception:  # an enumerator bug must not take the coordinator down
             self.metrics.counter("enumerator_errors")
             log.exception("the enumerator of source %s raised; the step's other effects stand", self.config.source)
-        self._loads.settle()
+        if self._loads.stale:
+            self._loads.settle()
         return self._effects  # the next step starts a new one
 
     def _reject(self, reason: str) -> Effects:
@@ -363,16 +364,16 @@ class CoordinatorCore(Generic[SplitT]):
 
     def _dispatch(self, slot: SubtaskSlot, body: Body, now_ms: int) -> None:
         s = slot.subtask
-        if not isinstance(body, Heartbeat):
-            self._touch(s)
-        if isinstance(body, RequestSplit | ReaderSourceEvent):  # the calls into the enumerator
-            self._enumerator_dirty = True
-        if isinstance(body, Heartbeat):
+        if isinstance(body, Heartbeat):  # the most frequent record: first, and nothing else to do
             idle = body.idle or self.tracker.owned_count(s) == 0
             # Semantics 5: announced on the next tick, not here; one advance per heartbeat
             # announced to every reader made a round of heartbeats quadratic in the readers.
             self.watermarks.update(s, body.watermark, idle)
-        elif isinstance(body, CheckpointAck):
+            return
+        self._touch(s)
+        if isinstance(body, RequestSplit | ReaderSourceEvent):  # the calls into the enumerator
+            self._enumerator_dirty = True
+        if isinstance(body, CheckpointAck):
             self._on_checkpoint(slot, body)
         elif isinstance(body, SplitsFinished):
             not_owned = self.tracker.finish(s, body.split_ids)
@@ -515,8 +516,9 @@ class CoordinatorCore(Generic[SplitT]):
             self.enumerator.add_splits_back([self._codec.from_wire(s) for s in released], slot.subtask)
 
     def _on_tick(self, now_ms: int) -> None:
+        live = SlotState.LIVE
         for slot in self.slots:
-            if slot.live and now_ms - slot.last_seen_ms > self.config.session_timeout_ms:
+            if slot.state is live and now_ms - slot.last_seen_ms > self.config.session_timeout_ms:
                 self._fail_attempt(slot, ReleaseReason.SESSION_TIMEOUT, now_ms)
             elif (
                 slot.state is SlotState.FAILED
