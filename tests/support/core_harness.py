@@ -324,6 +324,9 @@ class CoreHarness:
 
     def unassigned(self) -> list[str]:
         """Split ids the enumerator holds (enumerators whose state has ``unassigned``)."""
+        pending_ids = getattr(self.core.enumerator, "pending_split_ids", None)
+        if pending_ids is not None:  # the sequence enumerator's state abbreviates runs of fresh splits
+            return list(pending_ids())
         state = self.core.enumerator.snapshot_state(self.core.cseq)
         return [s["split_id"] for s in state["unassigned"]]
 

@@ -150,8 +150,8 @@ def kinds(messages: list[Envelope]) -> list[tuple[int, str]]:
 
 
 def enumerator_positions(h: CoreHarness) -> dict[str, int]:
-    state = h.core.enumerator.snapshot_state(0)
-    return {s["split_id"]: s["position"] for s in state["unassigned"]}
+    pending = h.core.enumerator._distributor.assigner.pending  # type: ignore[attr-defined]
+    return {s.split_id: s.position for s in pending}
 
 
 def split_ids(env: Envelope) -> list[str]:
@@ -763,27 +763,35 @@ def _announcements(msgs: list[Envelope]) -> list[tuple[int, int | None, int | No
     ]
 
 
-def test_watermark_announcements_go_to_every_live_reader_when_the_low_advances() -> None:
+def test_watermark_announcements_go_to_every_live_reader_on_the_next_tick() -> None:
     h = CoreHarness(sequence_source(splits=6), max_parallelism=4, max_watermark_drift_ms=1_000)
     h.register(0)
     h.register(1)
     h.register(2)
-    assert _announcements(h.heartbeat(0, watermark=100).messages) == [
-        (0, 100, 1_100),
-        (1, 100, 1_100),
-        (2, 100, 1_100),
-    ]
-    assert _announcements(h.heartbeat(1, watermark=50).messages) == []  # never backwards
-    assert _announcements(h.heartbeat(0, watermark=200).messages) == []
-    assert _announcements(h.heartbeat(2, watermark=150).messages) == []
-    assert _announcements(h.heartbeat(1, watermark=300).messages) == [
-        (0, 150, 1_150),
-        (1, 150, 1_150),
-        (2, 150, 1_150),
-    ]
+    assert _announcements(h.heartbeat(0, watermark=100).messages) == []  # heartbeats never announce
+    assert _announcements(h.tick().messages) == [(0, 100, 1_100), (1, 100, 1_100), (2, 100, 1_100)]
+    h.heartbeat(1, watermark=50)  # never backwards
+    h.heartbeat(0, watermark=200)
+    h.heartbeat(2, watermark=150)
+    h.heartbeat(1, watermark=300)
+    assert _announcements(h.advance(1_000).messages) == [(0, 150, 1_150), (1, 150, 1_150), (2, 150, 1_150)]
     assert all(m.attempt == 1 for m in h.of_type(WatermarkAnnouncement))
     assert h.to(3) == []
     assert h.reader(0).watermarks == [100, 150]
+
+
+def test_advances_within_an_interval_are_coalesced_into_one_announcement_per_reader() -> None:
+    h = CoreHarness(sequence_source(splits=2), max_parallelism=2, watermark_announce_interval_ms=1_000)
+    h.register(0)
+    h.register(1)
+    h.heartbeat(0, watermark=10)
+    h.heartbeat(1, watermark=20)
+    assert _announcements(h.tick().messages) == [(0, 10, None), (1, 10, None)]
+    for wm in range(30, 300, 10):  # the low watermark advances 27 times within the interval
+        h.heartbeat(0, watermark=wm)
+        h.heartbeat(1, watermark=wm + 5)
+        assert _announcements(h.advance(30).messages) == []
+    assert _announcements(h.advance(1_000).messages) == [(0, 290, None), (1, 290, None)]
 
 
 def test_watermark_is_reannounced_every_interval() -> None:
@@ -793,8 +801,9 @@ def test_watermark_is_reannounced_every_interval() -> None:
     assert _announcements(h.advance(1_000).messages) == []  # nothing known yet
     h.heartbeat(0, watermark=10)
     h.heartbeat(1, watermark=20)
+    assert _announcements(h.advance(100).messages) == [(0, 10, None), (1, 10, None)]  # the first tick that knows
     assert _announcements(h.advance(100).messages) == []
-    assert _announcements(h.advance(500).messages) == [(0, 10, None), (1, 10, None)]
+    assert _announcements(h.advance(400).messages) == [(0, 10, None), (1, 10, None)]
 
 
 def test_a_reader_without_splits_does_not_hold_the_watermark_back() -> None:
@@ -803,19 +812,14 @@ def test_a_reader_without_splits_does_not_hold_the_watermark_back() -> None:
     h.register(1)
     h.register(2)
     assert h.owned(2) == set()
-    assert _announcements(h.heartbeat(2, watermark=10).messages) == []  # idle: owns nothing
+    h.heartbeat(2, watermark=10)  # idle: owns nothing
+    assert _announcements(h.tick().messages) == []
     h.heartbeat(0, watermark=None)  # no event time yet: does not hold back
-    assert _announcements(h.heartbeat(1, watermark=600).messages) == [
-        (0, 600, None),
-        (1, 600, None),
-        (2, 600, None),
-    ]
+    h.heartbeat(1, watermark=600)
+    assert _announcements(h.tick().messages) == [(0, 600, None), (1, 600, None), (2, 600, None)]
     h.heartbeat(0, watermark=700)
-    assert _announcements(h.heartbeat(1, watermark=900).messages) == [
-        (0, 700, None),
-        (1, 700, None),
-        (2, 700, None),
-    ]
+    h.heartbeat(1, watermark=900)
+    assert _announcements(h.advance(1_000).messages) == [(0, 700, None), (1, 700, None), (2, 700, None)]
 
 
 def test_a_failed_readers_watermark_stops_counting_at_once() -> None:
@@ -826,8 +830,9 @@ def test_a_failed_readers_watermark_stops_counting_at_once() -> None:
     h.heartbeat(1, watermark=900)
     h.advance(600)
     h.heartbeat(1, watermark=950)
-    msgs = h.advance(600).messages  # subtask 0 times out
-    assert (0, "SplitsReleased") in kinds(msgs)
+    assert (0, "SplitsReleased") in kinds(h.advance(600).messages)  # subtask 0 times out
+    h.heartbeat(1, watermark=950)
+    msgs = h.advance(1_000).messages  # the next announcement: 0's watermark no longer counts
     assert (1, 950, None) in _announcements(msgs)
     assert all(m.subtask == 1 for m in h.of_type(WatermarkAnnouncement, messages=msgs))
 
@@ -838,8 +843,8 @@ def test_a_leaving_readers_watermark_stops_counting_at_once() -> None:
     h.register(1)
     h.heartbeat(0, watermark=100)
     h.heartbeat(1, watermark=900)
-    msgs = h.leave(0).messages
-    assert _announcements(msgs) == [(1, 900, None)]
+    h.leave(0)
+    assert _announcements(h.tick().messages) == [(1, 900, None)]
 
 
 def test_announced_watermarks_never_decrease_across_failures() -> None:

@@ -447,8 +447,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def protocol_holds(self) -> None:
         if self.audit is None:
             return
-        state = self.harness.core.enumerator.snapshot_state(0)
-        self.audit.check([s["split_id"] for s in state["unassigned"]], self.reassign_on_recovery)
+        self.audit.check(self.harness.unassigned(), self.reassign_on_recovery)
         assert self.harness.counters["enumerator_errors"] == 0
         # What was persisted incrementally, part by part, is the whole state
         # (a subtask never touched has no part: it restores as a fresh slot).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from types import SimpleNamespace
@@ -10,13 +11,15 @@ from typing import Any
 import pytest
 import sluicegate_connectors.sequence.source as sequence_module
 from core_harness import CoreHarness, sequence_source
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sluicegate_connectors.sequence import (
     SequenceOptions,
     SequenceReader,
     SequenceSource,
     SequenceSplit,
 )
-from sluicegate_connectors.sequence.source import UNBOUNDED_STRIDE
+from sluicegate_connectors.sequence.source import UNBOUNDED_STRIDE, FreshRuns
 
 from sluicegate.api import (
     Boundedness,
@@ -310,11 +313,19 @@ def test_enumerator_state_restores_its_unassigned_splits() -> None:
     h = CoreHarness(sequence_source(splits=10, records_per_split=10), max_parallelism=4)
     h.register(0)  # takes its fair share: 3 of 10
     state: Any = h.core.enumerator.snapshot_state(1)
-    assert [s["split_id"] for s in state["unassigned"]] == [f"seq-{k:05d}" for k in range(3, 10)]
-    restored = sequence_source(splits=10, records_per_split=10).restore_enumerator(
-        h.core._context, {"unassigned": state["unassigned"][:2]}
-    )
-    assert restored.snapshot_state(2) == {"unassigned": state["unassigned"][:2]}
+    assert state == {"unassigned": [[3, 10]]}  # never-read splits 3..9, abbreviated
+    restored = sequence_source(splits=10, records_per_split=10).restore_enumerator(h.core._context, state)
+    assert restored.pending_split_ids() == [f"seq-{k:05d}" for k in range(3, 10)]
+    assert restored.snapshot_state(2) == state
+
+
+def test_enumerator_state_keeps_read_splits_whole_and_the_order() -> None:
+    source = sequence_source(splits=10, records_per_split=10)
+    read = {"split_id": "seq-00001", "start": 10, "end": 20, "position": 14}
+    old_format = [source.split_codec.to_wire(s) for s in source.options.splits_range(5, 8)]
+    enumerator = source.restore_enumerator(CoreHarness(source).core._context, {"unassigned": [*old_format, read]})
+    assert enumerator.snapshot_state(1) == {"unassigned": [[5, 8], read]}
+    assert enumerator.pending_split_ids() == ["seq-00005", "seq-00006", "seq-00007", "seq-00001"]
 
 
 def test_enumerator_gives_every_split_once_over_readers() -> None:
@@ -354,3 +365,33 @@ def test_a_stalled_split_goes_quiet_at_its_stall_point_then_reads_on(monkeypatch
     assert reader.next_batch(100).records == []
     clock[0] += 0.001
     assert [r.value for r in reader.next_batch(100).records] == [4, 5, 6, 7, 8, 9]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 60), st.integers(1, 8)), max_size=40))
+def test_fresh_runs_hold_the_same_indices_as_a_set(ops: list[tuple[bool, int, int]]) -> None:
+    runs, model = FreshRuns(), set[int]()
+    for add, k, width in ops:
+        if add:
+            new = [i for i in range(k, k + width) if i not in model]
+            for i in new:  # add() takes indices not in the set yet, as new splits are
+                runs.add(i, i + 1)
+            model.update(new)
+        else:
+            runs.discard(k)
+            model.discard(k)
+        listed = runs.runs()
+        assert {i for first, stop in listed for i in range(first, stop)} == model
+        assert all(stop < after for (_, stop), (after, _) in itertools.pairwise(listed)), "runs not merged"
+
+
+def test_the_state_of_a_large_source_stays_small_while_readers_take_their_share() -> None:
+    h = CoreHarness(sequence_source(splits=100_000, records_per_split=10), max_parallelism=8)
+    for s in range(4):
+        h.register(s)
+    state: Any = h.core.enumerator.snapshot_state(1)
+    assert state == {"unassigned": [[50_000, 100_000]]}
+    h.leave(0)  # its 12,500 splits come back (never read): whole wire splits, after the run
+    state = h.core.enumerator.snapshot_state(2)
+    restored = sequence_source(splits=100_000, records_per_split=10).restore_enumerator(h.core._context, state)
+    assert sorted(restored.pending_split_ids()) == sorted(h.unassigned())

@@ -11,6 +11,7 @@ from sluicegate.api.assigners import (
 from sluicegate.api.enumerator import (
     EnumeratorMetrics,
     ReaderInfo,
+    ReaderLoads,
     SplitEnumerator,
     SplitEnumeratorContext,
     SplitsAssignment,
@@ -40,6 +41,7 @@ __all__ = [
     "RangeChunk",
     "ReadResult",
     "ReaderInfo",
+    "ReaderLoads",
     "Record",
     "RoundRobinAssigner",
     "Source",

@@ -43,6 +43,7 @@ Pure: no I/O and no clock of its own; the caller passes ``now_ms``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import zlib
 from abc import ABC, abstractmethod
@@ -50,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic
 
-from sluicegate.api.enumerator import SplitEnumeratorContext
+from sluicegate.api.enumerator import ReaderLoads, SplitEnumeratorContext
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.split import SplitT
 
@@ -119,6 +120,13 @@ class SplitAssigner(ABC, Generic[SplitT]):
         """Whether the distributor moves owned splits (option ``assignment_rebalance``)."""
         self._pending: dict[str, SplitT] = {}
         self._waiting_since: dict[str, int] = {}
+        """Insertion-ordered by time (the step clock only moves on), so the first entry
+        is the oldest: the next deadline without a scan of every waiting split."""
+        self._not_waiting: list[str] = []
+        """Ids added since the last round, which may not have a waiting time yet."""
+        self.on_removed: Callable[[SplitT], None] | None = None
+        """Called with each split that leaves the pending ones (assigned or removed), so an
+        enumerator can keep its own account of them instead of rescanning every pending split."""
 
     # -- the pending splits --------------------------------------------------------
 
@@ -126,6 +134,7 @@ class SplitAssigner(ABC, Generic[SplitT]):
         """New or returned splits; they wait here until assigned (a known id is replaced)."""
         for split in splits:
             self._pending[split.split_id] = split
+            self._not_waiting.append(split.split_id)
             self._on_added(split)
 
     def remove(self, split_ids: Sequence[str]) -> list[SplitT]:
@@ -133,6 +142,8 @@ class SplitAssigner(ABC, Generic[SplitT]):
         removed = [self._pending.pop(sid) for sid in split_ids if sid in self._pending]
         for split in removed:
             self._waiting_since.pop(split.split_id, None)
+            if self.on_removed is not None:
+                self.on_removed(split)
         return removed
 
     @property
@@ -167,7 +178,7 @@ class SplitAssigner(ABC, Generic[SplitT]):
         """When the grace delay of a waiting split runs out (None: nothing waits)."""
         if not self._waiting_since:
             return None
-        return min(self._waiting_since.values()) + self.grace_ms
+        return next(iter(self._waiting_since.values())) + self.grace_ms
 
     def _overdue(self, split_id: str, now_ms: int) -> bool:
         since = self._waiting_since.get(split_id)
@@ -175,11 +186,22 @@ class SplitAssigner(ABC, Generic[SplitT]):
 
     def _take(self, split_id: str) -> SplitT:
         self._waiting_since.pop(split_id, None)
-        return self._pending.pop(split_id)
+        split = self._pending.pop(split_id)
+        if self.on_removed is not None:
+            self.on_removed(split)
+        return split
 
     def _wait_rest(self, now_ms: int) -> None:
-        for split_id in self._pending:
-            self._waiting_since.setdefault(split_id, now_ms)
+        # Only the splits added since the last round can lack a waiting time: a round
+        # then costs what it assigns, not what is pending.
+        for split_id in self._not_waiting:
+            if split_id in self._pending:
+                self._waiting_since.setdefault(split_id, now_ms)
+        self._not_waiting.clear()
+
+    def _any_overdue(self, now_ms: int) -> bool:
+        deadline = self.next_deadline_ms()
+        return bool(self._pending) and (self.grace_ms == 0 or (deadline is not None and now_ms >= deadline))
 
     def _on_added(self, split: SplitT) -> None:
         """A split entered the pending set."""
@@ -301,17 +323,19 @@ class FairShareAssigner(SplitAssigner[SplitT]):
         if not self._pending or not live:
             self._wait_rest(round_.now_ms)
             return {}
-        overdue = any(self._overdue(sid, round_.now_ms) for sid in self._pending)
+        overdue = self._any_overdue(round_.now_ms)
         divisor = len(live) if overdue else round_.parallelism
         share = max(1, math.ceil((len(self._pending) + round_.outstanding) / divisor))
         out: dict[int, list[SplitT]] = {}
-        for subtask in sorted(live, key=lambda s: (live[s], s)):
+        order = live.fewest_first() if isinstance(live, ReaderLoads) else iter(sorted(live, key=lambda s: (live[s], s)))
+        for subtask in order:
             room = share - live[subtask]
             if subtask == round_.requester and live[subtask] == 0:
                 room = max(room, share)
-            ids = list(self._pending)[: max(0, room)]
-            if ids:
-                out[subtask] = [self._take(sid) for sid in ids]
+            if room <= 0 or not self._pending:
+                break  # fewest-owned first: every later subtask has no room either
+            ids = list(itertools.islice(self._pending, room))
+            out[subtask] = [self._take(sid) for sid in ids]
         self._wait_rest(round_.now_ms)
         return out
 
@@ -438,12 +462,12 @@ class SplitDistributor(Generic[SplitT]):
     def distribute(self, requester: int | None = None) -> int:
         """Assign what can be assigned now, or signal the bounded end; returns how many
         splits went out."""
-        readers = self.context.registered_readers()
+        readers = self.context.reader_loads()
         if not readers:
             return 0
-        if not self.assigner.pending:
+        if not len(self.assigner):
             if self._all_discovered() and self.context.outstanding_split_count() == 0:
-                for subtask in readers:
+                for subtask in list(readers):
                     self.context.signal_no_more_splits(subtask)
             elif requester is None:
                 self.rebalance()
@@ -451,11 +475,16 @@ class SplitDistributor(Generic[SplitT]):
         return self._assign_now(requester)
 
     def _assign_now(self, requester: int | None = None) -> int:
-        readers = self.context.registered_readers()
-        planned = self._take_planned(set(readers))
+        loads = self.context.reader_loads()
+        planned = self._take_planned(set(loads))
+        # Splits on their way to a planned receiver count as its own already (the common
+        # case has none: the coordinator's ordered loads are used as they are).
+        live: Mapping[int, int] = (
+            ReaderLoads({s: n + len(planned.get(s, ())) for s, n in loads.items()}) if planned else loads
+        )
         round_ = AssignmentRound(
             parallelism=self.context.current_parallelism(),
-            live={s: info.owned_split_count + len(planned.get(s, ())) for s, info in readers.items()},
+            live=live,
             outstanding=self.context.outstanding_split_count() + sum(len(v) for v in planned.values()),
             now_ms=self._clock(),
             requester=requester,

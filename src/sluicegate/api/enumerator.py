@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -23,6 +23,28 @@ class ReaderInfo(Generic[SplitT]):
     reported_splits: tuple[SplitT, ...] = ()
     owned_split_count: int = 0
     """Splits the coordinator currently attributes to this subtask (not finished)."""
+
+
+class ReaderLoads(Mapping[int, int]):
+    """Each live subtask and the number of splits it owns, also walkable fewest-owned
+    first. This one holds a copy; the coordinator's keeps the order up to date as
+    ownership changes, so an assignment round at 10,000 readers does not sort them."""
+
+    def __init__(self, loads: Mapping[int, int]) -> None:
+        self._loads = dict(loads)
+
+    def __getitem__(self, subtask: int) -> int:
+        return self._loads[subtask]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._loads)
+
+    def __len__(self) -> int:
+        return len(self._loads)
+
+    def fewest_first(self) -> Iterator[int]:
+        """The subtasks in (owned, subtask) order."""
+        return iter(sorted(self._loads, key=lambda s: (self._loads[s], s)))
 
 
 @dataclass
@@ -49,6 +71,11 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
 
     @abstractmethod
     def registered_readers(self) -> Mapping[int, ReaderInfo[SplitT]]: ...
+
+    def reader_loads(self) -> ReaderLoads:
+        """The live subtasks and how many splits each owns (what assigners need of
+        ``registered_readers``, without building a ReaderInfo per reader)."""
+        return ReaderLoads({s: info.owned_split_count for s, info in self.registered_readers().items()})
 
     def current_time_ms(self) -> int:
         """The coordinator's time for this step (wall clock ms). Enumerators use it

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,25 @@ log = logging.getLogger("sluicegate.coordinator")
 
 PROGRESS_INTERVAL_S = 5.0
 RESTART_DELAY_S = 1.0
+RESTART_DELAY_MAX_S = 60.0
+STABLE_AFTER_S = 60.0
+"""A runner that served this long before failing starts a new streak of restarts."""
+
+
+class RestartBackoff:
+    """Exponential, capped delays between restarts of a coordinator that keeps failing:
+    1, 2, 4 ... 60 s. A coordinator whose commit cannot succeed (a record the broker
+    refuses, a broker that refuses transactions) used to restart every second for ever."""
+
+    def __init__(self, first_s: float = RESTART_DELAY_S, max_s: float = RESTART_DELAY_MAX_S) -> None:
+        self.first_s = first_s
+        self.max_s = max_s
+        self.streak = 0
+
+    def failed(self, served_s: float) -> float:
+        """The delay before the next attempt, after one that served ``served_s`` seconds."""
+        self.streak = 1 if served_s >= STABLE_AFTER_S else self.streak + 1
+        return float(min(self.max_s, self.first_s * 2 ** (self.streak - 1)))
 
 
 class SourceRunners:
@@ -51,6 +71,7 @@ class SourceRunners:
         self.assigned: set[str] = set()
         self.leadership = leadership_topic_spec(settings.group_id, len(settings.sources))
         self._by_partition = dict(enumerate(sorted(s.source for s in settings.sources)))
+        self._backoff: dict[str, RestartBackoff] = {}
 
     async def on_assignment(self, assigned: set[TopicPartition]) -> None:
         sources = {
@@ -82,9 +103,20 @@ class SourceRunners:
         if self.runners.get(runner.source) is not runner:
             return
         del self.runners[runner.source]
-        if runner.state is RunnerState.FAILED and runner.source in self.assigned:
-            log.warning("restarting the coordinator of source %s from its last commit", runner.source)
-            asyncio.get_running_loop().call_later(RESTART_DELAY_S, self._restart_if_assigned, runner.source)
+        if runner.state is RunnerState.FAILED and runner.source not in self.assigned:
+            log.error("source %s: %s; not restarted here (the source moved)", runner.source, runner.failure)
+        elif runner.state is RunnerState.FAILED:
+            backoff = self._backoff.setdefault(runner.source, RestartBackoff())
+            served = time.monotonic() - runner.active_since if runner.active_since is not None else 0.0
+            delay = backoff.failed(served)
+            log.error(
+                "source %s: %s; restarting its coordinator from the last commit in %.0f s (failure %d in a row)",
+                runner.source,
+                runner.failure or "the coordinator failed",
+                delay,
+                backoff.streak,
+            )
+            asyncio.get_running_loop().call_later(delay, self._restart_if_assigned, runner.source)
 
     def _restart_if_assigned(self, name: str) -> None:
         if name in self.assigned and name not in self.runners:

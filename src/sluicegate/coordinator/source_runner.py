@@ -31,7 +31,12 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from sluicegate.connectors import load_source
 from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects
 from sluicegate.coordinator.settings import SourceSettings
-from sluicegate.coordinator.state_store import STATE_RECORD_MAX_BYTES, encode_parts, read_state
+from sluicegate.coordinator.state_store import (
+    READ_RECORD_MAX_BYTES,
+    StateTooLargeError,
+    StateWriter,
+    read_state,
+)
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.messages import Direction
@@ -40,10 +45,19 @@ from sluicegate.protocol.topics import ControlTopics
 log = logging.getLogger("sluicegate.coordinator")
 
 INBOX_BATCH = 500
+MAX_TICK_DEFERRAL_S = 60.0
+COMMIT_BYTES = 8 * 1024 * 1024
+"""Commit within a batch of inbox records once this much is waiting to go out: 64
+registrations that hand out 1,000,000 splits were one transaction of 160 MB, and
+the loop did not yield long enough for the Faust group to drop this worker."""
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class CommitFailedError(RuntimeError):
+    """A transaction of the coordinator failed; its message says why."""
 
 
 class RunnerState(enum.Enum):
@@ -99,12 +113,19 @@ class SourceRunner:
         self._consumer: AIOKafkaConsumer | None = None
         self._inbox = TopicPartition(self.topics.coordinator, 0)
         self._pending: list[OutgoingRecord] = []
+        self._pending_bytes = 0
         self._async_results: asyncio.Queue[tuple[int, Any, BaseException | None]] = asyncio.Queue()
         self._async_tasks: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._committed_offset: int | None = None
+        self._state_writer = StateWriter(settings.source, {})
+        self.failure: str | None = None
+        """Why the runner failed (state FAILED), in one sentence for the operator."""
+        self.active_since: float | None = None
+        """time.monotonic() when it started serving."""
         self._last_commit = 0.0
         self._next_tick = 0.0
+        self._behind_since: float | None = None
 
     @property
     def source(self) -> str:
@@ -139,8 +160,12 @@ class SourceRunner:
             )
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except CommitFailedError as exc:
             self.state = RunnerState.FAILED
+            self.failure = str(exc)  # the host logs it once, with its restart delay
+        except Exception as exc:
+            self.state = RunnerState.FAILED
+            self.failure = f"the coordinator loop failed: {exc!r}"
             log.exception("source %s: the coordinator loop failed", self.source)
         finally:
             await self._close()
@@ -153,14 +178,18 @@ class SourceRunner:
             bootstrap_servers=self.bootstrap,
             transactional_id=self.transactional_id,
             enable_idempotence=True,
-            max_request_size=STATE_RECORD_MAX_BYTES,
+            # The client does not refuse large records itself: the broker's limits decide
+            # (state records are at most STATE_RECORD_MAX_BYTES; AddSplits max_message_bytes).
+            max_request_size=READ_RECORD_MAX_BYTES,
             # No compression: aiokafka's gzip runs at level 9, ~60 ms per 500 KB AddSplits,
             # which was most of the registration-to-assignment latency.
             compression_type=None,
             linger_ms=0,
         )
         await self._producer.start()  # init_transactions: fences the previous incarnation
-        parts = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
+        stored = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
+        self._state_writer = StateWriter.restored(self.source, stored)
+        parts = stored.parts if stored is not None else None
         epoch = parts["meta"]["epoch"] + 1 if parts else 1
         core: CoordinatorCore[Any] = CoordinatorCore(source, self.settings.core_config(), epoch, snapshot=parts)
         self.core = core
@@ -182,6 +211,7 @@ class SourceRunner:
         await self._commit(force=True)  # the new epoch is durable before anything else happens
         gc.freeze()  # the restored state is long-lived: keep the collector from rescanning it
         self.state = RunnerState.ACTIVE
+        self.active_since = time.monotonic()
         log.info(
             "coordinator for source %s (connector %s, %d subtasks, epoch %d) is serving %s from offset %s",
             self.source,
@@ -214,13 +244,32 @@ class SourceRunner:
             batch = await self._consumer.getmany(self._inbox, timeout_ms=self.tick_interval_ms, max_records=INBOX_BATCH)
             for record in batch.get(self._inbox, []):
                 self._on_record(record.partition, record.offset, record.key, record.value)
+                if self._pending_bytes >= COMMIT_BYTES:
+                    await self._commit()
             while not self._async_results.empty():
                 call_id, result, error = self._async_results.get_nowait()
                 self._queue(core.on_async_result(call_id, result, error, now_ms()))
             if time.monotonic() >= self._next_tick:
                 self._next_tick = time.monotonic() + self.tick_interval_ms / 1000
-                self._queue(core.tick(now_ms()))
+                if await self._may_tick():
+                    self._queue(core.tick(now_ms()))
             await self._commit()
+
+    async def _may_tick(self) -> bool:
+        """Whether to let time pass in the core now. Not while the inbox holds records
+        not yet read: the heartbeats in it are the readers' proof of life, and a tick
+        would time out readers whose heartbeats wait behind a slow step (1,000,000 splits
+        handed out took 15 s and timed out every reader). A coordinator that stays behind
+        for MAX_TICK_DEFERRAL_S ticks anyway, so a dead reader is not kept for ever."""
+        assert self._consumer is not None
+        stable = self._consumer.last_stable_offset(self._inbox)
+        behind = stable is not None and await self._consumer.position(self._inbox) < stable
+        if not behind:
+            self._behind_since = None
+            return True
+        if self._behind_since is None:
+            self._behind_since = time.monotonic()
+        return time.monotonic() - self._behind_since >= MAX_TICK_DEFERRAL_S
 
     def _on_record(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
         assert self.core is not None
@@ -253,7 +302,9 @@ class SourceRunner:
 
     def _queue(self, effects: Effects) -> None:
         for env in effects.messages:
-            self._pending.append(OutgoingRecord(self.topics.readers, env.subtask, encode_key(env.subtask), encode(env)))
+            value = encode(env)
+            self._pending_bytes += len(value)
+            self._pending.append(OutgoingRecord(self.topics.readers, env.subtask, encode_key(env.subtask), value))
         for call in effects.async_calls:
             task = asyncio.get_running_loop().create_task(self._run_async_call(call))
             self._async_tasks.add(task)
@@ -269,7 +320,11 @@ class SourceRunner:
         if not (force or self._pending or core.has_state_changes or (offset_moved and due)):
             return
         records, self._pending = self._pending, []
-        parts = encode_parts(self.source, core.state_parts(only_changed=True))
+        self._pending_bytes = 0
+        try:
+            parts = self._state_writer.encode(core.state_parts(only_changed=True))
+        except StateTooLargeError as exc:
+            raise CommitFailedError(f"cannot commit: {exc}") from exc
         started = time.perf_counter()
         await self._know_partitions(records)
         try:
@@ -288,7 +343,10 @@ class SourceRunner:
                 raise
             # The transaction was aborted; nothing of it is visible. Failing the runner makes
             # the host restart it from the last commit, which is exactly where readers are.
-            raise RuntimeError(f"commit failed, restarting from the last commit: {exc!r}") from exc
+            size = sum(len(r.value or b"") for r in records) + sum(len(v or b"") for _, v in parts)
+            raise CommitFailedError(
+                f"the commit of {len(records)} records and {len(parts)} state records ({size:,} bytes) failed: {exc!r}"
+            ) from exc
         self._committed_offset = core.inbox_offset
         self._last_commit = time.monotonic()
         self.stats.commits += 1

@@ -1,41 +1,140 @@
 """The coordinator's durable state on the compacted NS.S.coordinator-state topic.
 
-The core's state comes in parts (``meta``, ``enumerator``, ``slot/<subtask>``);
-each part is one record keyed ``<source>/<part>``, so a commit writes only the
-parts that changed and compaction keeps the latest of each. The records are
-written in the same Kafka transaction as the coordinator's outgoing messages,
-and read back with read_committed: a successor sees exactly the last commit.
+The core's state comes in parts (``meta``, ``enumerator``, ``slot/<subtask>``); a
+part is one record keyed ``<source>/<part>``, so a commit writes only the parts
+that changed and compaction keeps the latest of each. A part whose JSON is larger
+than ``INLINE_MAX_BYTES`` (64 KB) is cut into content-defined chunks (FastCDC), each a
+record keyed ``<source>/<part>#<hash of the chunk>`` (zlib-compressed), and the part's own record
+becomes a manifest naming its chunks in order. Chunk boundaries depend on the
+bytes around them, not on offsets, so a change in the middle of a part of 80 MB
+rewrites the one or two chunks around it (and the small manifest), and no record
+is larger than ``STATE_RECORD_MAX_BYTES``: the broker's default limits suffice.
+Chunks a manifest no longer names are tombstoned in the same transaction.
+docs/state.md has the reasoning.
+
+The records are written in the same Kafka transaction as the coordinator's
+outgoing messages and read back with read_committed: a successor sees exactly the
+last commit, manifest and chunks together.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import zlib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from pyfastcdc import FastCDC
 
 from sluicegate.kafka.compacted import read_all
 
 log = logging.getLogger("sluicegate.coordinator")
 
-STATE_RECORD_MAX_BYTES = 64 * 1024 * 1024
-"""The state topic's max.message.bytes (topics.toml): an enumerator with 100,000
-unassigned splits is several MB of JSON."""
+STATE_RECORD_MAX_BYTES = 1_000_000
+"""No state record is larger: Kafka's default max.message.bytes (1,048,588) holds it."""
+READ_RECORD_MAX_BYTES = 64 * 1024 * 1024
+"""What a successor accepts when reading: states written before chunking had records of up to 64 MB."""
+INLINE_MAX_BYTES = 64 * 1024
+"""A part up to this size is one record; a larger one is chunked (and so compressed: a
+re-registration of 6,250 splits writes a 70 KB state part instead of 484 KB)."""
+CHUNK_MIN_BYTES = 128 * 1024
+CHUNK_AVG_BYTES = 256 * 1024
+CHUNK_MAX_BYTES = 768 * 1024
+MANIFEST_MAGIC = b"\x00sluicegate-chunked\x00"
+"""A manifest's value starts with this; a JSON part never starts with a NUL byte."""
+CHUNK_ZLIB_LEVEL = 1
+"""Chunks are compressed (JSON of splits shrinks ~7x at ~60 MB/s): a successor reads a
+seventh of the bytes. The digest is of the uncompressed chunk."""
+_CDC = FastCDC(avg_size=CHUNK_AVG_BYTES, min_size=CHUNK_MIN_BYTES, max_size=CHUNK_MAX_BYTES)
+
+
+class StateTooLargeError(RuntimeError):
+    """A state record would exceed STATE_RECORD_MAX_BYTES; no commit of this state can succeed."""
+
+
+class MissingChunkError(RuntimeError):
+    """A manifest names a chunk the topic does not hold: the state topic is damaged."""
 
 
 def state_key(source: str, part: str) -> bytes:
     return f"{source}/{part}".encode()
 
 
-def encode_parts(source: str, parts: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
-    return [(state_key(source, name), orjson.dumps(value)) for name, value in parts.items()]
+def chunk_key(source: str, part: str, digest: str) -> bytes:
+    return f"{source}/{part}#{digest}".encode()
 
 
-def merge_records(source: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[str, Any]:
-    """The latest value of each part of ``source`` (later records win)."""
+def chunk_digest(chunk: bytes) -> str:
+    return hashlib.blake2b(chunk, digest_size=16).hexdigest()
+
+
+@dataclass
+class StateWriter:
+    """Turns changed parts into state records, remembering which chunks each part's
+    committed manifest names so that unchanged chunks are not written again.
+
+    One writer per coordinator incarnation, seeded from the state it restored: a
+    failed commit fails the incarnation, and its successor starts from what the topic
+    holds.
+    """
+
+    source: str
+    chunks: dict[str, list[str]]
+    """Part -> the digests its last written manifest names (absent: written inline)."""
+
+    @classmethod
+    def restored(cls, source: str, stored: StoredState | None) -> StateWriter:
+        return cls(source, dict(stored.chunks) if stored is not None else {})
+
+    def encode(self, parts: Mapping[str, Any]) -> list[tuple[bytes, bytes | None]]:
+        """(key, value) records for ``parts``; value None is a tombstone."""
+        records: list[tuple[bytes, bytes | None]] = []
+        for name, value in parts.items():
+            records += self._encode_part(name, orjson.dumps(value))
+        for key, data in records:
+            if data is not None and len(data) > STATE_RECORD_MAX_BYTES:
+                raise StateTooLargeError(
+                    f"state record {key.decode()} is {len(data):,} bytes, above the limit of "
+                    f"{STATE_RECORD_MAX_BYTES:,}: this state cannot be committed"
+                )
+        return records
+
+    def _encode_part(self, name: str, data: bytes) -> list[tuple[bytes, bytes | None]]:
+        old = self.chunks.pop(name, [])
+        if len(data) <= INLINE_MAX_BYTES:
+            return [(state_key(self.source, name), data), *self._tombstones(name, old, set())]
+        pieces = [data[c.offset : c.offset + c.length] for c in _CDC.cut_buf(data)]
+        digests = [chunk_digest(piece) for piece in pieces]
+        known = set(old)
+        records: list[tuple[bytes, bytes | None]] = []
+        for digest, piece in zip(digests, pieces, strict=True):
+            if digest not in known:
+                known.add(digest)
+                records.append((chunk_key(self.source, name, digest), zlib.compress(piece, CHUNK_ZLIB_LEVEL)))
+        manifest = MANIFEST_MAGIC + orjson.dumps({"chunks": digests, "bytes": len(data), "codec": "zlib"})
+        records.append((state_key(self.source, name), manifest))
+        self.chunks[name] = digests
+        return records + self._tombstones(name, old, set(digests))
+
+    def _tombstones(self, name: str, old: Iterable[str], kept: set[str]) -> list[tuple[bytes, bytes | None]]:
+        return [(chunk_key(self.source, name, d), None) for d in dict.fromkeys(old) if d not in kept]
+
+
+@dataclass
+class StoredState:
+    parts: dict[str, Any]
+    chunks: dict[str, list[str]]
+    """Part -> digests named by its manifest, for the chunked parts."""
+
+
+def merge_records(source: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> StoredState:
+    """The latest value of each part of ``source`` (later records win), chunked parts
+    put back together."""
     prefix = f"{source}/"
-    parts: dict[str, Any] = {}
+    latest: dict[str, bytes] = {}
     for key, value in records:
         if key is None:
             continue
@@ -43,17 +142,51 @@ def merge_records(source: str, records: Iterable[tuple[bytes | None, bytes | Non
         if not name.startswith(prefix):
             continue
         if value is None:  # a tombstone
-            parts.pop(name[len(prefix) :], None)
+            latest.pop(name[len(prefix) :], None)
         else:
-            parts[name[len(prefix) :]] = orjson.loads(value)
-    return parts
+            latest[name[len(prefix) :]] = value
+    parts: dict[str, Any] = {}
+    chunks: dict[str, list[str]] = {}
+    for name, value in latest.items():
+        if "#" in name:
+            continue  # a chunk: read through its manifest
+        if value.startswith(MANIFEST_MAGIC):
+            manifest = orjson.loads(value[len(MANIFEST_MAGIC) :])
+            chunks[name] = manifest["chunks"]
+            value = _assemble(name, manifest, latest)
+        parts[name] = orjson.loads(value)
+    return StoredState(parts, chunks)
 
 
-async def read_state(bootstrap: str, topic: str, source: str) -> dict[str, Any] | None:
+def _assemble(name: str, manifest: Mapping[str, Any], latest: Mapping[str, bytes]) -> bytes:
+    pieces = []
+    for digest in manifest["chunks"]:
+        piece = latest.get(f"{name}#{digest}")
+        if piece is None:
+            raise MissingChunkError(f"state part {name!r} names chunk {digest}, which the state topic does not hold")
+        pieces.append(zlib.decompress(piece) if manifest.get("codec") == "zlib" else piece)
+    data = b"".join(pieces)
+    if len(data) != manifest["bytes"]:
+        raise MissingChunkError(f"state part {name!r} is {len(data)} bytes, its manifest says {manifest['bytes']}")
+    return data
+
+
+async def read_state(bootstrap: str, topic: str, source: str) -> StoredState | None:
     """The source's last committed state, or None if it never committed any."""
-    records = await read_all(bootstrap, topic, max_record_bytes=STATE_RECORD_MAX_BYTES)
-    parts = merge_records(source, records)
-    if "meta" not in parts:
+    records = await read_all(bootstrap, topic, max_record_bytes=READ_RECORD_MAX_BYTES)
+    stored = merge_records(source, records)
+    if "meta" not in stored.parts:
         return None
-    log.info("restored the state of source %s: epoch %d, %d parts", source, parts["meta"]["epoch"], len(parts))
-    return parts
+    log.info(
+        "restored the state of source %s: epoch %d, %d parts (%d chunked)",
+        source,
+        stored.parts["meta"]["epoch"],
+        len(stored.parts),
+        len(stored.chunks),
+    )
+    return stored
+
+
+def encode_parts(source: str, parts: Mapping[str, Any]) -> list[tuple[bytes, bytes | None]]:
+    """The records of ``parts`` as a writer with nothing written before would make them."""
+    return StateWriter(source, {}).encode(parts)
