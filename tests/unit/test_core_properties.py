@@ -44,7 +44,7 @@ from sluicegate.api import (
     SplitEnumeratorContext,
     WireSplit,
 )
-from sluicegate.coordinator.core import SubtaskSlot
+from sluicegate.coordinator.slots import SubtaskSlot
 from sluicegate.protocol import (
     AddSplits,
     CoordinatorSourceEvent,

@@ -14,7 +14,6 @@ numbers in comments below refer to its items.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,6 +35,7 @@ from sluicegate.api.errors import NoLiveReaderError
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import SplitT, WireSplit
 from sluicegate.coordinator.config import CoordinatorConfig
+from sluicegate.coordinator.slots import SlotState, SubtaskSlot, slot_for_request
 from sluicegate.coordinator.tracker import SplitAssignmentTracker
 from sluicegate.coordinator.watermarks import WatermarkAggregator
 from sluicegate.protocol.messages import (
@@ -66,79 +66,6 @@ from sluicegate.protocol.messages import (
 log = logging.getLogger("sluicegate.coordinator")
 
 _ENVELOPE_OVERHEAD_BYTES = 512
-
-
-class SlotState(enum.Enum):
-    NEVER_REGISTERED = "never-registered"
-    LIVE = "live"
-    FAILED = "failed"  # awaiting its next attempt; may still own checkpointed splits
-    LEFT = "left"
-
-
-@dataclass
-class SubtaskSlot:
-    """One reader subtask across its attempts."""
-
-    subtask: int
-    state: SlotState = SlotState.NEVER_REGISTERED
-    attempt: int = 0
-    """The current attempt if LIVE, else the last one (0: none yet)."""
-    incarnation: str = ""
-    location: str = ""
-    last_seen_ms: int = 0
-    """Not persisted: a successor gives every live attempt a fresh session window."""
-    failed_at_ms: int | None = None
-    seq: int = 0
-    """Last AddSplits/NoMoreSplits/ReleaseRequest seq sent to this subtask."""
-    checkpoint_id: int | None = None
-    no_more_splits: bool = False
-    reported_splits: list[WireSplit] = field(default_factory=list)
-    name: str | None = None
-    """The member name of the last SlotRequest granted this slot (Kafka's group.instance.id)."""
-    reserved_for: str | None = None
-    """The incarnation of a SlotRequest granted this slot, until it registers or ``reserved_until_ms``."""
-    reserved_until_ms: int = 0
-
-    @property
-    def live(self) -> bool:
-        return self.state is SlotState.LIVE
-
-    def reserved(self, now_ms: int) -> bool:
-        return self.reserved_for is not None and now_ms < self.reserved_until_ms
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "state": self.state.value,
-            "attempt": self.attempt,
-            "incarnation": self.incarnation,
-            "location": self.location,
-            "failed_at_ms": self.failed_at_ms,
-            "seq": self.seq,
-            "checkpoint_id": self.checkpoint_id,
-            "no_more_splits": self.no_more_splits,
-            "reported_splits": self.reported_splits,
-            "name": self.name,
-            "reserved_for": self.reserved_for,
-            "reserved_until_ms": self.reserved_until_ms,
-        }
-
-    @classmethod
-    def from_json(cls, subtask: int, data: Mapping[str, Any]) -> SubtaskSlot:
-        return cls(
-            subtask=subtask,
-            state=SlotState(data["state"]),
-            attempt=data["attempt"],
-            incarnation=data["incarnation"],
-            location=data["location"],
-            failed_at_ms=data["failed_at_ms"],
-            seq=data["seq"],
-            checkpoint_id=data["checkpoint_id"],
-            no_more_splits=data["no_more_splits"],
-            reported_splits=list(data["reported_splits"]),
-            name=data.get("name"),
-            reserved_for=data.get("reserved_for"),
-            reserved_until_ms=data.get("reserved_until_ms", 0),
-        )
 
 
 @dataclass(frozen=True)
@@ -399,7 +326,13 @@ class CoordinatorCore(Generic[SplitT]):
     def _grant_slot(self, body: SlotRequest, now_ms: int) -> None:
         """Hand out a slot as a consumer group hands out member ids. The slot is held for the
         requester for a session timeout; the requester then registers on it like any reader."""
-        slot = self._reserved_for(body.incarnation, now_ms) or self._slot_for(body.name, now_ms)
+        slot = slot_for_request(
+            self.slots,
+            body.incarnation,
+            body.name,
+            now_ms,
+            departed=lambda slot: self._departed(slot, now_ms),
+        )
         if slot is None:
             self.metrics.counter("slot_requests_refused")
             reason = (
@@ -419,29 +352,8 @@ class CoordinatorCore(Generic[SplitT]):
         )
         self._send(slot.subtask, None, SlotGranted(incarnation=body.incarnation, name=body.name))
 
-    def _reserved_for(self, incarnation: str, now_ms: int) -> SubtaskSlot | None:
-        """The slot already granted to this request (a request sent again gets the same one)."""
-        return next((s for s in self.slots if s.reserved_for == incarnation and s.reserved(now_ms)), None)
-
-    def _slot_for(self, name: str | None, now_ms: int) -> SubtaskSlot | None:
-        """The slot last granted to ``name`` (even if an attempt of it is live: a restart of
-        that member), else the first free one: never registered or left first, then one
-        whose reader failed and departed (its splits went back to the enumerator)."""
-        if name is not None:
-            for slot in self.slots:
-                if slot.name == name and not slot.reserved(now_ms):
-                    return slot
-        departed: SubtaskSlot | None = None
-        for slot in self.slots:
-            if slot.live or slot.reserved(now_ms):
-                continue
-            if slot.state in (SlotState.NEVER_REGISTERED, SlotState.LEFT):
-                return slot
-            if departed is None and self._departed(slot, now_ms):
-                departed = slot
-        return departed
-
     def _departed(self, slot: SubtaskSlot, now_ms: int) -> bool:
+        """Its reader failed longer ago than the departure timeout and its splits went back."""
         return (
             slot.state is SlotState.FAILED
             and self.tracker.owned_count(slot.subtask) == 0
