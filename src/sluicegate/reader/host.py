@@ -5,6 +5,7 @@ I/O) over a ``ControlChannel`` (reader/channel.py: topics, registration at the
 captured end offset, intake, sends with contact tracking) and does the rest of
 the I/O itself: the transactional checkpoints.
 
+0. with ``--subtask auto``, gets a subtask from the coordinator (reader/slot_claim.py);
 1. waits for the control topics (readers never create them);
 2. starts its transactional producer (``transactional_id`` = ``NS.S.reader-K``),
    which fences a zombie process of the same subtask and aborts its open
@@ -21,7 +22,9 @@ the I/O itself: the transactional checkpoints.
 6. ends: bounded sources after NoMoreSplits and every split finished (final
    checkpoint, ``ReaderLeaving([])``); on SIGTERM/SIGINT a final checkpoint and
    then, in one transaction, an empty state record and ``ReaderLeaving`` with
-   the positions.
+   the positions; with exit code 3 when another live process registered for the
+   subtask after this one (a duplicate stops, it does not fight: docs/protocol.md
+   "Slots and duplicates").
 """
 
 from __future__ import annotations
@@ -67,11 +70,13 @@ BUSY_BACKOFF_MS = 5
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
-MAX_PRODUCER_FENCES_PER_MINUTE = 5
-SUPERSEDED_WAIT_POLLS = 10
 EXIT_DUPLICATE = 3
 """Another live reader process took this subtask (or every slot is taken): starting this
 one again would not help, so a supervisor can tell it from a failure."""
+MAX_PRODUCER_FENCES_PER_MINUTE = 5
+"""Taking the transactional id back more often than this means a fight: give up."""
+SUPERSEDED_WAIT_POLLS = 10
+"""Control polls (of 2 x IDLE_POLL_MS) a fenced producer waits for the coordinator's word."""
 
 
 @dataclass(frozen=True)
