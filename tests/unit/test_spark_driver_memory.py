@@ -14,6 +14,7 @@ from core_harness import body
 from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.api.errors import SourceError
+from sluicegate.api.reader import LowWatermarkListener
 from sluicegate.protocol.codec import decode, encode, encode_key
 from sluicegate.protocol.messages import (
     AddSplits,
@@ -311,3 +312,34 @@ def test_split_idleness_splits_held_back_by_the_alignment_bound_are_not_idle(
     assert later and not any(hb.idle for hb in later)
     coordinator.send(0, WatermarkAnnouncement(START_MS + 90, None), attempt=1)  # resumed: idle after a timeout
     assert eventually(lambda: heartbeats(coordinator)[-1].idle)
+
+
+class ListeningSequence(SequenceSource, LowWatermarkListener):  # type: ignore[misc]
+    """A source that hears the low watermark on the Spark host (FLINK-4576's listener)."""
+
+    heard: list[int]
+
+    def notify_low_watermark(self, watermark: int) -> None:
+        self.heard.append(watermark)
+
+
+def test_the_source_hears_the_low_watermark_each_time_it_advances_on_the_spark_host() -> None:
+    broker = MemoryBroker()
+    broker.create_control_topics(TOPICS, 2)
+    source = ListeningSequence(SequenceSource.from_options({"splits": "4", "records_per_split": "100"}).options)
+    source.heard = []
+    settings = DriverSettings(
+        source=SOURCE, parallelism=2, bootstrap_servers="memory:0", heartbeat_interval_ms=50, session_timeout_ms=2_000
+    )
+    driver = SparkReaderDriver(settings, source, channel=MemoryControlChannel(broker, TOPICS))
+    driver.start(None)
+    try:
+        coordinator = Coordinator(broker, driver)
+        register_both(coordinator)
+        eventually(driver.all_active)
+        for low in (None, 1_000, 1_000, 2_000):
+            for subtask in (0, 1):  # every subtask of the query gets the announcement
+                coordinator.send(subtask, WatermarkAnnouncement(low_watermark=low, max_allowed_watermark=None), 1)
+        eventually(lambda: source.heard == [1_000, 2_000])
+    finally:
+        driver.close()

@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 
 from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.ranges import SupportsPositionRanges
-from sluicegate.api.reader import Record
+from sluicegate.api.reader import LowWatermarkListener, Record
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import WireSplit
 from sluicegate.kafka.control_channel import KafkaControlChannel
@@ -56,6 +56,7 @@ from sluicegate.protocol.messages import Body, Heartbeat, ReaderLeaving
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
 from sluicegate.reader.protocol import (
+    AlignmentBound,
     Fenced,
     NoMoreSplitsApplied,
     Phase,
@@ -168,6 +169,7 @@ class SparkReaderDriver:
         self._refused_since: dict[int, float] = {}
         """subtask -> when its exclusive registration was first refused (monotonic s)."""
         self._retry_at: dict[int, float] = {}
+        self._last_low_watermark: int | None = None
         self._fatal: SourceError | None = None
         """Set on the loop when the query cannot go on; raised to Spark by the next call."""
 
@@ -411,9 +413,22 @@ class SparkReaderDriver:
         elif isinstance(outcome, SplitsAdded):
             self._watermarks[subtask].add((s["split_id"] for s in outcome.splits), _monotonic_ms())
             self._notify()
+        elif isinstance(outcome, AlignmentBound):
+            self._notify_low_watermark(outcome.low_watermark)
         elif isinstance(outcome, NoMoreSplitsApplied | ReleaseRequested):
             self._notify()  # a batch plans them no further: the next offset may return them
         return True
+
+    def _notify_low_watermark(self, low_watermark: int | None) -> None:
+        """FLINK-4576's listener on the Spark host: no connector reader lives on the driver,
+        so the source itself hears the announced low watermark each time it advances (every
+        subtask of the query gets the same announcements, partition by partition)."""
+        last = self._last_low_watermark
+        if low_watermark is None or (last is not None and low_watermark <= last):
+            return
+        self._last_low_watermark = low_watermark
+        if isinstance(self.source, LowWatermarkListener):
+            self.source.notify_low_watermark(low_watermark)
 
     def _on_registered(self, subtask: int, outcome: Registered) -> None:
         self._stats["registrations"] += 1
