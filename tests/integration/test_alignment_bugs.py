@@ -282,9 +282,14 @@ async def test_flink_40505_a_failed_readers_watermark_stops_counting_once_its_at
     options = {"splits": "2", "records_per_split": "unbounded", "rate": "200", "split_time_offset_ms": str(offset)}
     session = ("--session-timeout-ms", "3000")
     coordinator = start_coordinator(procs, unique_source, 2, options, *session, drift_ms=1000)
-    readers, _ = start_readers(procs, unique_source, 2, options, tmp_path, *session)
-    for reader in readers:
-        await reader.wait_for_log_async("registered as attempt 1", timeout_s=30)
+    # The reader of split 0 starts first and reads before the other registers: a reader that
+    # has seen no event time yet does not hold the low watermark back (semantics 5), so
+    # started together the reader of split 1 could report first and lift it past split 0.
+    outs = [tmp_path / f"reader-{k}.jsonl" for k in range(2)]
+    readers = [procs.reader(unique_source, 0, options, outs[0], *READER_TIMING, *session)]
+    await readers[0].wait_for_log_async("checkpoint 2:", timeout_s=30)
+    readers.append(procs.reader(unique_source, 1, options, outs[1], *READER_TIMING, *session))
+    await readers[1].wait_for_log_async("registered as attempt 1", timeout_s=30)
     before = await low_past(kafka_bootstrap, unique_source, START + 1000, 20, "the low watermark advancing")
     assert before < START + offset, "split 0's reader did not hold the low watermark back"
     holder = owner_of(await readers_messages(kafka_bootstrap, unique_source), "seq-00000")
