@@ -19,7 +19,9 @@ many are released is part of the enumerator's checkpoint.
 With ``stall_split`` = K (>= 0) split K goes quiet once ``stall_at`` of its records
 are read: a reader gives nothing from it for ``stall_ms``, then reads on (a
 partition whose producer paused; the split idleness tests). The pause is the
-reader's, not part of any checkpoint.
+reader's, not part of any checkpoint. Spark's planning sees the same: the split
+has nothing available past its stall point for ``stall_ms`` after planning first
+reached it (kept by the source object, which lives for the query on the driver).
 """
 
 from __future__ import annotations
@@ -203,6 +205,8 @@ class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery,
     def __init__(self, options: SequenceOptions) -> None:
         self.options = options
         self._codec = SequenceSplitCodec()
+        self._stalled_since_ms: dict[str, int] = {}
+        """Split id -> when planning first found it at its stall point (``stall_split``)."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SequenceSource:
@@ -278,7 +282,17 @@ class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery,
             limit = split.end
         if split.end is not None:
             limit = min(limit, split.end)
-        return max(split.position, limit)
+        return max(split.position, self._before_stall(split, limit, now_ms))
+
+    def _before_stall(self, split: SequenceSplit, limit: int, now_ms: int) -> int:
+        """``limit``, or the stall point while the split is quiet there (``stall_split``)."""
+        stall = self.options.stall_position(split)
+        if stall is None or not split.position <= stall < limit:
+            return limit
+        if split.position < stall:
+            return stall  # planned up to the stall point, where the quiet starts
+        since = self._stalled_since_ms.setdefault(split.split_id, now_ms)
+        return stall if now_ms - since < self.options.stall_ms else limit
 
     def read_range(self, split: SequenceSplit, start: int, end: int, max_rows: int) -> Iterator[RangeChunk]:
         import pyarrow as pa

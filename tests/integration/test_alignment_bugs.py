@@ -419,3 +419,67 @@ def test_spark_flink_32414_35157_a_subtask_without_a_split_and_finished_subtasks
     result = asyncio.run(run_audit(kafka_bootstrap, unique_source))
     assert result.ok, result.first_violation
     print(f"Spark FLINK-32414/35157: {2 * records} rows over 3 subtasks in {took:.1f} s; low START+{low - START} ms")
+
+
+# -- Spark: FLINK-32496 with the Spark host ------------------------------------------------
+
+
+def test_spark_flink_32496_alignment_with_an_idle_split_goes_on_and_the_split_resumes(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
+) -> None:
+    """The Spark host, parallelism 2 over two splits at the same event times, alignment on;
+    split 0 has nothing past 300 records for 8 s. With splitIdleTimeoutMs 1000 the driver
+    counts split 0 idle once its planned position stops moving, so the low watermark
+    follows split 1 far past the stall point while split 0 is still quiet; then split 0
+    reads on and every row arrives once."""
+    pytest.importorskip("pyspark")
+    from sluicegate.spark.job import spark_session
+
+    records, stall_at, stall_ms = 1500, 300, 8000
+    options = {
+        "splits": "2",
+        "records_per_split": str(records),
+        "stall_split": "0",
+        "stall_at": str(stall_at),
+        "stall_ms": str(stall_ms),
+    }
+    start_coordinator(procs, unique_source, 2, options)
+    spark = spark_session("sluicegate-alignment-idleness", quiet=True)
+    try:
+        reader = spark.readStream.format("sluicegate").option("source", unique_source).option("parallelism", "2")
+        reader = reader.option("kafka.bootstrap.servers", kafka_bootstrap).option("maxRecordsPerTrigger", "200")
+        reader = reader.option("heartbeatIntervalMs", "200").option("splitIdleTimeoutMs", "1000")
+        for key, value in options.items():
+            reader = reader.option(f"option.{key}", value)
+        query = (
+            reader.load()
+            .writeStream.format("memory")
+            .queryName("alignment_idleness")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+        try:
+            stall_point = START + (stall_at - 1) * EVENT_MS
+            low = asyncio.run(
+                low_past(
+                    kafka_bootstrap, unique_source, stall_point + 3 * DRIFT_MS, 60, "the low watermark past the stall"
+                )
+            )
+            split0 = spark.sql(f"select count(*) from alignment_idleness where value < {records}").collect()[0][0]
+            assert split0 <= stall_at, f"split 0 read {split0} rows: past its stall point before the low watermark"
+            deadline = time.monotonic() + 60
+            while spark.sql("select count(*) from alignment_idleness").collect()[0][0] < 2 * records:
+                assert time.monotonic() < deadline, "not every row arrived"
+                assert query.exception() is None, query.exception()
+                time.sleep(0.5)
+        finally:
+            query.stop()
+        rows = spark.sql("select value, count(*) as n from alignment_idleness group by value").collect()
+    finally:
+        spark.stop()
+    counts = {int(row["value"]): int(row["n"]) for row in rows}
+    assert set(counts) == expected_values(2, records) and set(counts.values()) == {1}
+    result = asyncio.run(run_audit(kafka_bootstrap, unique_source))
+    assert result.ok, result.first_violation
+    print(f"Spark FLINK-32496: low START+{low - START} ms while split 0 was quiet at {split0} rows")

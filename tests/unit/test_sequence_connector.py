@@ -367,6 +367,18 @@ def test_a_stalled_split_goes_quiet_at_its_stall_point_then_reads_on(monkeypatch
     assert [r.value for r in reader.next_batch(100).records] == [4, 5, 6, 7, 8, 9]
 
 
+def test_spark_planning_sees_a_stalled_split_quiet_at_its_stall_point_then_available() -> None:
+    options = {"splits": "2", "records_per_split": "10", "stall_split": "0", "stall_at": "4", "stall_ms": "1000"}
+    source = SequenceSource.from_options(options)
+    first, second = source.options.all_splits()
+    assert source.available_end(first, 0) == 4  # planned up to the stall point
+    assert source.available_end(second, 0) == 20  # the other split is not stalled
+    at_stall = source.with_position(first, 4)
+    assert source.available_end(at_stall, 5_000) == 4  # quiet from the first time planning got there
+    assert source.available_end(at_stall, 5_999) == 4
+    assert source.available_end(at_stall, 6_000) == 10  # then the rest is available
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 60), st.integers(1, 8)), max_size=40))
 def test_fresh_runs_hold_the_same_indices_as_a_set(ops: list[tuple[bool, int, int]]) -> None:
