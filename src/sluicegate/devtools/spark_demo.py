@@ -48,6 +48,9 @@ class SparkDemoPlan:
     parallelism: int = 4
     max_records_per_trigger: int = 250_000
     event_interval_ms: int = 10
+    alignment_max_drift_ms: int = 60_000
+    """One window: the job plans no split further ahead and declares this watermark, so
+    Spark drops no row and evicts each window once closed (spark/job.py)."""
     namespace: str = "sluicegate"
 
     @property
@@ -168,6 +171,7 @@ def run_spark_demo(plan: SparkDemoPlan, keep_workdir: bool = False) -> int:
                 connector_options=plan.options(),
                 namespace=plan.namespace,
                 max_records_per_trigger=plan.max_records_per_trigger,
+                alignment_max_drift_ms=plan.alignment_max_drift_ms,
             )
             with Progress(
                 TextColumn("[bold]reading[/bold]"),
