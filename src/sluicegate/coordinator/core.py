@@ -66,6 +66,8 @@ from sluicegate.protocol.messages import (
 log = logging.getLogger("sluicegate.coordinator")
 
 _ENVELOPE_OVERHEAD_BYTES = 512
+_SPLITS_SHOWN = 5
+"""How many split ids a warning about odd splits names."""
 
 
 @dataclass(frozen=True)
@@ -507,34 +509,37 @@ class CoordinatorCore(Generic[SplitT]):
         if outcome.missing:
             # Keep them: a split leaves ownership only through SplitsFinished or a release.
             self.metrics.counter("splits_missing_from_checkpoint", len(outcome.missing))
-        if refused:
-            self.metrics.counter("releases_refused", len(refused))
-            log.warning(
-                "subtask %d kept %d splits it was asked to give back, e.g. %s", slot.subtask, len(refused), refused[:5]
-            )
+        self._odd_splits(
+            "releases_refused", "subtask %d kept %d splits it was asked to give back", slot.subtask, refused
+        )
         # Only now, with the checkpoint recorded: the enumerator may give them to another reader.
         self._release(slot, ReleaseReason.RETURNED, None, returned)
+
+    def _odd_splits(self, counter: str, message: str, subtask: int, split_ids: Sequence[str]) -> None:
+        """Splits a reader or an enumerator named that the protocol did not expect there:
+        counted and logged with a few of them, never fatal. ``message`` takes the subtask
+        and the number of splits."""
+        if not split_ids:
+            return
+        self.metrics.counter(counter, len(split_ids))
+        log.warning(message + ", e.g. %s", subtask, len(split_ids), list(split_ids[:_SPLITS_SHOWN]))
 
     def _take_returned(self, slot: SubtaskSlot, body: CheckpointAck) -> list[WireSplit]:
         """Cooperative rebalancing: the splits the ack gives back leave the subtask at the
         positions of that checkpoint. Anything odd is counted, never fatal."""
         outcome = self.tracker.take_returned(slot.subtask, body.returned)
-        if outcome.unrequested:
-            self.metrics.counter("returned_splits_not_requested", len(outcome.unrequested))
-            log.warning(
-                "subtask %d returned %d splits nobody asked for (taken back anyway), e.g. %s",
-                slot.subtask,
-                len(outcome.unrequested),
-                outcome.unrequested[:5],
-            )
-        if outcome.not_owned:
-            self.metrics.counter("returned_splits_not_owned", len(outcome.not_owned))
-            log.warning(
-                "subtask %d returned %d splits it does not own (ignored), e.g. %s",
-                slot.subtask,
-                len(outcome.not_owned),
-                outcome.not_owned[:5],
-            )
+        self._odd_splits(
+            "returned_splits_not_requested",
+            "subtask %d returned %d splits nobody asked for (taken back anyway)",
+            slot.subtask,
+            outcome.unrequested,
+        )
+        self._odd_splits(
+            "returned_splits_not_owned",
+            "subtask %d returned %d splits it does not own (ignored)",
+            slot.subtask,
+            outcome.not_owned,
+        )
         if outcome.taken:
             self.metrics.counter("splits_returned", len(outcome.taken))
             log.info("subtask %d gave %d splits back", slot.subtask, len(outcome.taken))
@@ -708,14 +713,12 @@ class CoordinatorCore(Generic[SplitT]):
         if slot is None or not slot.live:
             raise NoLiveReaderError(subtask)
         outcome = self.tracker.request_release(subtask, slot.seq + 1, split_ids)
-        if outcome.not_owned:
-            self.metrics.counter("release_requests_not_owned", len(outcome.not_owned))
-            log.warning(
-                "asked subtask %d for %d splits it does not own (skipped), e.g. %s",
-                subtask,
-                len(outcome.not_owned),
-                outcome.not_owned[:5],
-            )
+        self._odd_splits(
+            "release_requests_not_owned",
+            "asked subtask %d for %d splits it does not own (skipped)",
+            subtask,
+            outcome.not_owned,
+        )
         if not outcome.requested:
             return
         self._touch(subtask)
