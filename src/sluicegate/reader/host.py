@@ -315,11 +315,7 @@ class ReaderHost:
                 log.exception("closing the output failed")
         await self.channel.close()
         if self._txn is not None:
-            try:
-                await self._txn.stop()
-            except Exception as exc:  # stopping a fenced producer may raise
-                log.debug("stopping a Kafka client: %s", exc)
-            _retrieve_fatal_errors(self._txn)
+            await _stop_producer(self._txn)
 
     # -- restore ------------------------------------------------------------------
 
@@ -638,9 +634,7 @@ class ReaderHost:
         log.warning("%s; it did not register after this one, so this one takes the subtask back", exc)
         old, self._txn, self._in_txn = self._txn, None, False
         if old is not None:
-            with contextlib.suppress(Exception):
-                await old.stop()
-            _retrieve_fatal_errors(old)
+            await _stop_producer(old)
         self._txn = self._new_txn_producer()
         await self._txn.start()
         if self._session.phase is not Phase.CLOSED:
@@ -780,6 +774,15 @@ class ReaderHost:
     def _output_(self) -> Output:
         assert self._output is not None
         return self._output
+
+
+async def _stop_producer(producer: AIOKafkaProducer) -> None:
+    """Stop a transactional producer that may have been fenced (stopping one may raise)."""
+    try:
+        await producer.stop()
+    except Exception as exc:
+        log.debug("stopping a Kafka client: %s", exc)
+    _retrieve_fatal_errors(producer)
 
 
 def _retrieve_fatal_errors(producer: AIOKafkaProducer) -> None:
