@@ -201,12 +201,27 @@ class SequenceOptions:
         return k if 0 <= k < self.splits and self.split(k) == split else None
 
 
+class StallClock:
+    """The ``stall_split`` option for one reader or one query's planning: a split is quiet
+    from the first time it is seen at its stall point until ``stall_ms`` later."""
+
+    def __init__(self, options: SequenceOptions) -> None:
+        self._options = options
+        self._since_ms: dict[str, float] = {}
+
+    def quiet(self, split: SequenceSplit, now_ms: float) -> bool:
+        if split.position != self._options.stall_position(split):
+            return False
+        since = self._since_ms.setdefault(split.split_id, now_ms)
+        return now_ms - since < self._options.stall_ms
+
+
 class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery, SupportsPositionRanges[SequenceSplit]):
     def __init__(self, options: SequenceOptions) -> None:
         self.options = options
         self._codec = SequenceSplitCodec()
-        self._stalled_since_ms: dict[str, int] = {}
-        """Split id -> when planning first found it at its stall point (``stall_split``)."""
+        self._stall = StallClock(options)
+        """When planning first found a split at its stall point (``stall_split``)."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SequenceSource:
@@ -291,8 +306,7 @@ class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery,
             return limit
         if split.position < stall:
             return stall  # planned up to the stall point, where the quiet starts
-        since = self._stalled_since_ms.setdefault(split.split_id, now_ms)
-        return stall if now_ms - since < self.options.stall_ms else limit
+        return stall if self._stall.quiet(split, now_ms) else limit
 
     def read_range(self, split: SequenceSplit, start: int, end: int, max_rows: int) -> Iterator[RangeChunk]:
         import pyarrow as pa
@@ -481,8 +495,8 @@ class SequenceReader(SourceReader[SequenceSplit]):
         self._tokens = 0.0
         self._last_refill = time.monotonic()
         self._turn = 0
-        self._stalled_until: dict[str, float] = {}
-        """Split id -> monotonic time its stall ends (the ``stall_split`` option)."""
+        self._stall = StallClock(options)
+        """When a split first stood at its stall point (the ``stall_split`` option)."""
 
     def add_splits(self, splits: Sequence[SequenceSplit]) -> None:
         for split in splits:
@@ -524,11 +538,7 @@ class SequenceReader(SourceReader[SequenceSplit]):
         return result
 
     def _stalled(self, split: SequenceSplit) -> bool:
-        """Whether ``split`` is quiet now: it reached its stall point less than stall_ms ago."""
-        if split.position != self._options.stall_position(split):
-            return False
-        until = self._stalled_until.setdefault(split.split_id, time.monotonic() + self._options.stall_ms / 1000)
-        return time.monotonic() < until
+        return self._stall.quiet(split, time.monotonic() * 1000)
 
     def _budget(self, max_records: int) -> int:
         if self._options.rate <= 0:
