@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import gc
 import logging
 import time
@@ -29,7 +30,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from sluicegate.connectors import load_source
-from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects
+from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects, StepFailedError
 from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.state_store import (
     READ_RECORD_MAX_BYTES,
@@ -115,7 +116,7 @@ class SourceRunner:
         self._pending: list[OutgoingRecord] = []
         self._pending_bytes = 0
         self._async_results: asyncio.Queue[tuple[int, Any, BaseException | None]] = asyncio.Queue()
-        self._async_tasks: set[asyncio.Task[None]] = set()
+        self._async_tasks: dict[int, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._committed_offset: int | None = None
         self._state_writer = StateWriter(settings.source, {})
@@ -163,6 +164,12 @@ class SourceRunner:
         except CommitFailedError as exc:
             self.state = RunnerState.FAILED
             self.failure = str(exc)  # the host logs it once, with its restart delay
+        except StepFailedError as exc:
+            # Nothing since the last commit is kept (the open records are dropped with this
+            # runner); the host restarts the source from that commit, as after a crash.
+            self.state = RunnerState.FAILED
+            self.failure = f"{exc.detail}; nothing of that step was committed"
+            log.debug("source %s: the failed step", self.source, exc_info=exc.__cause__)
         except Exception as exc:
             self.state = RunnerState.FAILED
             self.failure = f"the coordinator loop failed: {exc!r}"
@@ -223,11 +230,10 @@ class SourceRunner:
         )
 
     async def _close(self) -> None:
-        for task in list(self._async_tasks):
-            task.cancel()
         if self.core is not None:
-            with contextlib.suppress(Exception):
-                self.core.enumerator.close()
+            self.core.close()  # periodic calls stop with the enumerator
+        for task in list(self._async_tasks.values()):
+            task.cancel()
         if self._consumer is not None:
             with contextlib.suppress(Exception):
                 await self._consumer.stop()
@@ -283,6 +289,8 @@ class SourceRunner:
             return
         try:
             effects = self.core.on_message(env, offset, now_ms())
+        except StepFailedError:
+            raise  # the record is good; the step is retried from the last commit
         except Exception as exc:  # a bug must cost one record, not the coordinator
             log.exception("internal error on %s[%d]@%d", topic, partition, offset)
             self.core.metrics.counter("internal_errors")
@@ -307,8 +315,16 @@ class SourceRunner:
             self._pending.append(OutgoingRecord(self.topics.readers, env.subtask, encode_key(env.subtask), value))
         for call in effects.async_calls:
             task = asyncio.get_running_loop().create_task(self._run_async_call(call))
-            self._async_tasks.add(task)
-            task.add_done_callback(self._async_tasks.discard)
+            self._async_tasks[call.call_id] = task
+            task.add_done_callback(functools.partial(self._forget_async_task, call.call_id))
+        for call_id in effects.cancelled_calls:
+            cancelled = self._async_tasks.pop(call_id, None)
+            if cancelled is not None:
+                cancelled.cancel()
+
+    def _forget_async_task(self, call_id: int, task: asyncio.Task[None]) -> None:
+        if self._async_tasks.get(call_id) is task:
+            del self._async_tasks[call_id]
 
     async def _commit(self, force: bool = False) -> None:
         """One transaction: pending records + changed state parts + inbox offset (in meta).
