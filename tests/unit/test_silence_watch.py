@@ -15,7 +15,7 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.coordinator.faust_app import SourceRunners
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings
 from sluicegate.coordinator.silence import SilenceWatch, Verdict, liveness_interval_ms
-from sluicegate.coordinator.source_runner import RunnerState
+from sluicegate.coordinator.source_runner import RunnerState, commit_due
 from sluicegate.coordinator.takeover import poll_interval_s
 
 
@@ -72,6 +72,15 @@ def test_the_active_commits_several_times_per_silence() -> None:
     assert liveness_interval_ms(2_000) == 500
     assert poll_interval_s(2_000) == pytest.approx(0.2)
     assert poll_interval_s(60_000) == 0.5 and poll_interval_s(500) == 0.05
+
+
+def test_an_idle_active_coordinator_commits_every_liveness_interval() -> None:
+    assert not commit_due(False, False, 499.0, 1_000, 500)
+    assert commit_due(False, False, 500.0, 1_000, 500)  # nothing to commit: a heartbeat commit
+    assert not commit_due(False, False, 10_000.0, 1_000, None)  # fast takeover off: none
+    assert not commit_due(False, True, 400.0, 1_000, 500)
+    assert commit_due(False, True, 1_000.0, 1_000, None)  # offset-only progress, as before
+    assert commit_due(True, False, 0.0, 1_000, None)  # records or state: at once
 
 
 def settings(**overrides: Any) -> CoordinatorSettings:

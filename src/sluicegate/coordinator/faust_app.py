@@ -81,6 +81,7 @@ class SourceRunners:
         self.leadership = leadership_topic_spec(settings.group_id, len(settings.sources))
         self._by_partition = dict(enumerate(sorted(s.source for s in settings.sources)))
         self._backoff: dict[str, RestartBackoff] = {}
+        self.closing = False
         self._not_before: dict[str, float] = {}
         """Source -> time.monotonic() before which this worker does not take it over
         again after its runner here failed (the restart backoff, for takeovers too)."""
@@ -105,7 +106,7 @@ class SourceRunners:
     def take_over(self, name: str, silent_for_s: float) -> None:
         """The coordinator of ``name`` fell silent: run it here. Starting the runner
         fences the silent one (init_transactions), then restores from the last commit."""
-        if name in self.runners or time.monotonic() < self._not_before.get(name, 0.0):
+        if self.closing or name in self.runners or time.monotonic() < self._not_before.get(name, 0.0):
             return
         log.warning(
             "source %s: no commit seen for %.1f s; taking over (fencing the silent coordinator)", name, silent_for_s
@@ -156,6 +157,7 @@ class SourceRunners:
             self._start(name)
 
     async def stop_all(self) -> None:
+        self.closing = True  # a worker shutting down takes nothing over
         for name in sorted(self.runners):
             await self.runners.pop(name).stop()
 

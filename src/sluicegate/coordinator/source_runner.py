@@ -56,6 +56,17 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def commit_due(
+    changed: bool, offset_moved: bool, since_ms: float, commit_interval_ms: int, liveness_interval_ms: int | None
+) -> bool:
+    """Whether to commit now, ``since_ms`` after the last commit: at once for records to
+    send or changed state, within commit_interval_ms for offset-only progress, and within
+    liveness_interval_ms for nothing at all (the heartbeat commit standbys watch for)."""
+    if changed or (offset_moved and since_ms >= commit_interval_ms):
+        return True
+    return liveness_interval_ms is not None and since_ms >= liveness_interval_ms
+
+
 class CommitFailedError(RuntimeError):
     """A transaction of the coordinator failed; its message says why."""
 
@@ -323,9 +334,10 @@ class SourceRunner:
         core = self.core
         offset_moved = core.inbox_offset != self._committed_offset
         since_ms = (time.monotonic() - self._last_commit) * 1000
-        due = since_ms >= self.commit_interval_ms
-        alive_due = self.liveness_interval_ms is not None and since_ms >= self.liveness_interval_ms
-        if not (force or alive_due or self._pending or core.has_state_changes or (offset_moved and due)):
+        changed = bool(self._pending) or core.has_state_changes
+        if not (
+            force or commit_due(changed, offset_moved, since_ms, self.commit_interval_ms, self.liveness_interval_ms)
+        ):
             return
         records, self._pending = self._pending, []
         self._pending_bytes = 0
