@@ -68,7 +68,7 @@ class TakeoverWatch:
                 while True:
                     await self._sample(consumer)
                     await asyncio.sleep(poll_interval_s(self.silence_ms))
-            except KafkaError as exc:
+            except Exception as exc:  # the watch only speeds takeover up: it must not take the worker down
                 log.warning("takeover watch: %r; starting it again in %.0f s", exc, RETRY_S)
             finally:
                 await consumer.stop()
