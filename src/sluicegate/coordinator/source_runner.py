@@ -57,6 +57,17 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def commit_due(
+    changed: bool, offset_moved: bool, since_ms: float, commit_interval_ms: int, liveness_interval_ms: int | None
+) -> bool:
+    """Whether to commit now, ``since_ms`` after the last commit: at once for records to
+    send or changed state, within commit_interval_ms for offset-only progress, and within
+    liveness_interval_ms for nothing at all (the heartbeat commit standbys watch for)."""
+    if changed or (offset_moved and since_ms >= commit_interval_ms):
+        return True
+    return liveness_interval_ms is not None and since_ms >= liveness_interval_ms
+
+
 class CommitFailedError(RuntimeError):
     """A transaction of the coordinator failed; its message says why."""
 
@@ -99,6 +110,7 @@ class SourceRunner:
         tick_interval_ms: int = 200,
         commit_interval_ms: int = 1_000,
         on_stop: Callable[[SourceRunner], None] | None = None,
+        liveness_interval_ms: int | None = None,
     ) -> None:
         self.settings = settings
         self.bootstrap = bootstrap
@@ -106,6 +118,10 @@ class SourceRunner:
         self.transactional_id = f"{namespace}.{settings.source}.coordinator"
         self.tick_interval_ms = tick_interval_ms
         self.commit_interval_ms = commit_interval_ms
+        self.liveness_interval_ms = liveness_interval_ms
+        """Commit at least this often, with nothing to commit too (a heartbeat commit of
+        ``meta``): standbys take a source whose state topic stands still for
+        takeover_silence_ms for dead (silence.py). None: no heartbeat commits."""
         self.state = RunnerState.STARTING
         self.stats = RunnerStats()
         self.core: CoordinatorCore[Any] | None = None
@@ -328,12 +344,16 @@ class SourceRunner:
 
     async def _commit(self, force: bool = False) -> None:
         """One transaction: pending records + changed state parts + inbox offset (in meta).
-        Offset-only progress (heartbeats) waits up to commit_interval_ms."""
+        Offset-only progress (heartbeats) waits up to commit_interval_ms; with nothing
+        to commit, ``meta`` alone is committed every liveness_interval_ms."""
         assert self._producer is not None and self.core is not None
         core = self.core
         offset_moved = core.inbox_offset != self._committed_offset
-        due = (time.monotonic() - self._last_commit) * 1000 >= self.commit_interval_ms
-        if not (force or self._pending or core.has_state_changes or (offset_moved and due)):
+        since_ms = (time.monotonic() - self._last_commit) * 1000
+        changed = bool(self._pending) or core.has_state_changes
+        if not (
+            force or commit_due(changed, offset_moved, since_ms, self.commit_interval_ms, self.liveness_interval_ms)
+        ):
             return
         records, self._pending = self._pending, []
         self._pending_bytes = 0
