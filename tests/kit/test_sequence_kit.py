@@ -32,3 +32,6 @@ class TestSequenceKit(ConnectorTestKit):
     def alignment_options(self, env: KitEnv) -> dict[str, str]:
         # split k's event times start k seconds later: the early splits run ahead
         return {"split_time_offset_ms": "1000", "event_interval_ms": "100", "release_interval_ms": "0"}
+
+    def real_run_options(self, env: KitEnv) -> dict[str, str]:
+        return {"rate": "40"}  # records per second per reader: the run lasts a few seconds

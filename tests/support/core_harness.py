@@ -3,9 +3,11 @@ the tests keep importing it from here, with ``sequence_source`` typed as the seq
 
 from sluicegate_connectors.sequence import SequenceSource
 
-from sluicegate.testing.core_harness import *  # noqa: F403
-from sluicegate.testing.core_harness import sequence_source as _sequence_source
+from sluicegate.testing import core_harness as _kit
+from sluicegate.testing.core_harness import SOURCE, START_MS, B, Checkpoint, CoreHarness, SimReader, body
+
+__all__ = ["SOURCE", "START_MS", "B", "Checkpoint", "CoreHarness", "SimReader", "body", "sequence_source"]
 
 
 def sequence_source(splits: int = 8, records_per_split: int | str = 10, **options: str) -> SequenceSource:
-    return _sequence_source(splits, records_per_split, **options)
+    return _kit.sequence_source(splits, records_per_split, **options)

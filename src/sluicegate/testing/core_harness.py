@@ -68,7 +68,8 @@ def sequence_source(splits: int = 8, records_per_split: int | str = 10, **option
     from sluicegate_connectors.sequence import SequenceSource  # shipped alongside, imported when used
 
     opts = {"splits": str(splits), "records_per_split": str(records_per_split), **options}
-    return SequenceSource.from_options(opts)
+    source: Source[Any] = SequenceSource.from_options(opts)
+    return source
 
 
 @dataclass

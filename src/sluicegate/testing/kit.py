@@ -116,6 +116,11 @@ class ConnectorTestKit(ABC):
     def create_source(self, options: Mapping[str, str]) -> Source[Any]:
         return load_source(self.connector, options)
 
+    def real_run_options(self, env: KitEnv) -> dict[str, str]:
+        """Options added for the real run, e.g. a rate that makes reading last a few
+        seconds, so that the kills land mid-way."""
+        return {}
+
     def real_run_env(self) -> dict[str, str]:
         """Environment variables the real run's processes need (e.g. PYTHONPATH for a
         connector named ``module:Class`` that is not installed)."""
@@ -252,8 +257,10 @@ class ConnectorTestKit(ABC):
         mark = len(run.sent)
         self.run_until(
             run,
-            lambda: held <= set().union(*(run.added_to(s, mark) for s in range(self.parallelism) if s != victim))
-            or run.is_finished(),
+            lambda: (
+                held <= set().union(*(run.added_to(s, mark) for s in range(self.parallelism) if s != victim))
+                or run.is_finished()
+            ),
             f"the splits of subtask {victim} ({len(held)}) assigned to the other readers",
             expected,
         )
@@ -399,7 +406,6 @@ class _Progress:
 
     def committed(self, subtask: int) -> int:
         return self.run.committed_by.get(subtask, 0)
-
 
 
 def _restart_due(run: MemoryRun, restarts: dict[int, int]) -> None:
