@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from sluicegate.testing.kit import ConnectorTestKit, KitEnv
 
 READER_TIMING = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300", "--session-timeout-ms", "3000")
+READER_STAYS = ("--no-exit-when-finished",)
+"""A bounded source's readers stay registered once done, so the SIGKILL always meets a
+live process (and the restarted one restores a finished checkpoint)."""
 COORDINATOR_TIMING = ("--session-timeout-ms", "3000", "--reader-departure-timeout-ms", "30000")
 OUTPUT_PARTITIONS = 2
 
@@ -49,13 +52,16 @@ def real_run(kit: ConnectorTestKit, env: KitEnv, bootstrap: str, log_dir: Path) 
 
     def reader(subtask: int) -> Proc:
         args = ["reader", "--source", source, "--subtask", str(subtask), *connector, "--output", f"kafka:{out}"]
-        return group.start(f"reader-{subtask}-{len(group.procs)}", [*args, *option_args, *READER_TIMING], env=extra_env)
+        return group.start(
+            f"reader-{subtask}-{len(group.procs)}", [*args, *option_args, *READER_TIMING, *READER_STAYS], env=extra_env
+        )
 
     output = _OutputTopic(bootstrap, out)
     try:
         coord = coordinator()
         readers = {s: reader(s) for s in range(kit.parallelism)}
         output.wait_for(1, kit.real_run_records_timeout_s, group)
+        assert readers[0].returncode is None, f"reader 0 exited with {readers[0].returncode} before the SIGKILL"
         readers[0].kill()  # SIGKILL: records read since its last checkpoint are aborted
         readers[0] = reader(0)
         readers[0].wait_for_log("registered as attempt", timeout_s=60)
