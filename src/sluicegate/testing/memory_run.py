@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +57,11 @@ class RunConfig:
     session_timeout_ms: int = 2_000
     departure_timeout_ms: int = 2_000
     max_watermark_drift_ms: int | None = None
+    split_idle_timeout_ms: int = 0
+    """Split idleness of the reader sessions (0: off); an unbounded source whose data runs
+    out needs it for alignment, or its drained splits hold the low watermark for ever."""
+    max_seconds: float = 60.0
+    """Wall-clock limit of ``run_until`` (a connector that polls real I/O makes rounds slow)."""
 
 
 @dataclass
@@ -184,6 +190,7 @@ class MemoryRun:
             self.make_source(),
             location=f"kit-{subtask}",
             restored=self.durable.get(subtask) if restore else None,
+            split_idle_timeout_ms=self.config.split_idle_timeout_ms,
             clock_ms=lambda: self.now_ms,
         )
         reader = KitReader(subtask, session)
@@ -284,13 +291,20 @@ class MemoryRun:
             self.round()
 
     def run_until(self, condition: Callable[[], bool], what: str, max_rounds: int = 5_000) -> None:
-        """Rounds until ``condition()``; AssertionError naming ``what`` after ``max_rounds``."""
+        """Rounds until ``condition()``; AssertionError naming ``what`` after ``max_rounds``
+        or ``config.max_seconds``."""
+        deadline = time.monotonic() + self.config.max_seconds
         for _ in range(max_rounds):
             if condition():
                 return
+            if time.monotonic() > deadline:
+                break
             self.round()
         if not condition():
-            raise AssertionError(f"{what} did not happen within {max_rounds} rounds\n{self.describe()}")
+            raise AssertionError(
+                f"{what} did not happen within {self.rounds} rounds or {self.config.max_seconds:.0f} s\n"
+                f"{self.describe()}"
+            )
 
     # -- observing ---------------------------------------------------------------------
 
