@@ -187,10 +187,9 @@ class ConnectorTestKit(ABC):
         """A reader dies with records read but no checkpoint of any progress: its splits
         go back to the enumerator, and the records it read are read again, once."""
         run, expected = self.open_run(kit_env)
-        tracker = _Progress(run)
         self.run_until(
             run,
-            lambda: tracker.committed(0) == 0 and bool(run.readers[0].pending),
+            lambda: run.committed_by[0] == 0 and bool(run.readers[0].pending),
             "reader 0 reading before its first checkpoint with records",
             expected,
         )
@@ -202,10 +201,9 @@ class ConnectorTestKit(ABC):
         """A reader dies after a checkpoint, with records read since: it restarts from
         that checkpoint's positions."""
         run, expected = self.open_run(kit_env)
-        tracker = _Progress(run)
         self.run_until(
             run,
-            lambda: tracker.committed(0) > 0 and bool(run.readers[0].pending),
+            lambda: run.committed_by[0] > 0 and bool(run.readers[0].pending),
             "reader 0 with a checkpoint and records read since",
             expected,
         )
@@ -231,10 +229,9 @@ class ConnectorTestKit(ABC):
         coordinator die; the readers restart from their checkpoints and report their
         splits (kept, or redistributed by the enumerator with reassignment on recovery)."""
         run, expected = self.open_run(kit_env)
-        tracker = _Progress(run)
         self.run_until(
             run,
-            lambda: all(tracker.committed(s) > 0 and run.durable[s].splits for s in range(self.parallelism)),
+            lambda: all(run.committed_by[s] > 0 and run.durable[s].splits for s in range(self.parallelism)),
             "every reader with a checkpoint holding splits",
             expected,
         )
@@ -391,26 +388,15 @@ class ConnectorTestKit(ABC):
 
     def _kill_holding_reader(self, run: MemoryRun, victim: int, expected: list[Hashable]) -> set[str]:
         """Run until ``victim`` has a checkpoint with unfinished splits, kill it; the splits it held."""
-        tracker = _Progress(run)
         self.run_until(
             run,
-            lambda: tracker.committed(victim) > 0 and bool(run.core.tracker.owned_ids(victim)),
+            lambda: run.committed_by[victim] > 0 and bool(run.core.tracker.owned_ids(victim)),
             f"reader {victim} with a checkpoint and splits to read",
             expected,
         )
         held = set(run.core.tracker.owned_ids(victim))
         run.kill_reader(victim)
         return held
-
-
-class _Progress:
-    """Records each subtask committed, counted from the checkpoints' records."""
-
-    def __init__(self, run: MemoryRun) -> None:
-        self.run = run
-
-    def committed(self, subtask: int) -> int:
-        return self.run.committed_by.get(subtask, 0)
 
 
 def _restart_due(run: MemoryRun, restarts: dict[int, int]) -> None:
