@@ -129,7 +129,11 @@ def free_port(exclude: frozenset[int] = frozenset()) -> int:
 
 
 def _port_is_free(port: int) -> bool:
+    """True if a server could listen on ``port`` now. Binds with SO_REUSEADDR, as Kafka's
+    own acceptor does: connections of a killed broker linger in TIME_WAIT for about a
+    minute, and without it the check refused a port Kafka itself would take."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
