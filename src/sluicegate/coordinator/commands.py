@@ -12,6 +12,7 @@ import typer
 from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import parse_options
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings, resolve_bootstrap
+from sluicegate.kafka.access import KafkaAccessError, require_access
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -60,6 +61,11 @@ def coordinator_command(
     except ConfigError as exc:
         typer.echo(f"sluicegate coordinator: {exc}", err=True)
         raise typer.Exit(2) from None
+    try:
+        require_access(settings.bootstrap_servers)
+    except KafkaAccessError as exc:
+        typer.echo(f"sluicegate coordinator: {exc}", err=True)
+        raise typer.Exit(1) from None
     run_coordinator(settings)
 
 
