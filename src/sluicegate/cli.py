@@ -12,6 +12,7 @@ from rich.logging import RichHandler
 from sluicegate.audit.commands import audit_command
 from sluicegate.coordinator.commands import coordinator_command
 from sluicegate.devtools.broker.commands import broker_app
+from sluicegate.kafka.acls_commands import acls_command
 from sluicegate.kafka.security_options import kafka_security_callback
 from sluicegate.kafka.topics_commands import topics_app
 from sluicegate.reader.commands import reader_command
@@ -26,6 +27,7 @@ app = typer.Typer(
 app.command("coordinator")(coordinator_command)
 app.command("reader")(reader_command)
 app.command("audit")(audit_command)
+app.command("acls")(acls_command)
 
 
 @app.command("demo")
