@@ -120,7 +120,13 @@ def run_coordinator(settings: CoordinatorSettings) -> None:
 
     from sluicegate.coordinator.faust_app import build_app, prepare_topics
 
-    asyncio.run(prepare_topics(settings))
+    from sluicegate.kafka.topics import TopicApplyError
+
+    try:
+        asyncio.run(prepare_topics(settings))
+    except TopicApplyError as exc:  # e.g. not authorized to create a missing topic: one line
+        typer.echo(f"sluicegate coordinator: {exc}", err=True)
+        raise typer.Exit(1) from None
     app = build_app(settings)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)
     worker.execute_from_commandline()
