@@ -159,3 +159,42 @@ async def test_the_access_check_names_the_refusal(secured: tuple[str, SecureSetu
     wrong = replace(secure.security("audit"), sasl_password=Secret("wrong"))
     with pytest.raises(KafkaAccessError, match="invalid credentials"):
         await asyncio.wait_for(check_access(bootstrap, wrong), 30)
+
+
+def test_a_spark_query_reads_with_credentials_given_as_spark_kafka_options(
+    secured: tuple[str, SecureSetup], secured_procs: ProcessGroup, unique_source: str, tmp_path: Path
+) -> None:
+    """The Spark driver logs in as the reader principal through `kafka.security.protocol`,
+    `kafka.sasl.jaas.config`, `kafka.ssl.truststore.location` (type PEM) options."""
+    from sluicegate.spark.job import JobConfig, expected_sequence_windows, run_job, spark_session
+
+    bootstrap, secure = secured
+    admin = login(secure, "admin")
+    code, log = run(
+        secured_procs, "topics", ["topics", "apply", "--source", unique_source, "--max-parallelism", "2"], admin
+    )
+    assert code == 0, log
+    code, log = run(secured_procs, "acls", ["acls", "--source", unique_source, "--apply"], admin)
+    assert code == 0, log
+    options = {"splits": "4", "records_per_split": "500"}
+    coordinator = secured_procs.start(
+        "coordinator", ProcessGroup.coordinator_args(unique_source, 2, options), env=login(secure, "coordinator")
+    )
+    coordinator.wait_for_log("is serving", timeout_s=90)
+    config = JobConfig(
+        source=unique_source,
+        output_dir=tmp_path / "out",
+        checkpoint_dir=tmp_path / "checkpoint",
+        bootstrap_servers=bootstrap,
+        parallelism=2,
+        connector_options=options,
+        kafka_options=secure.security("reader").spark_options(),
+    )
+    spark = spark_session("sluicegate-secured", quiet=True)
+    try:
+        table = run_job(config, spark, timeout_s=180)
+    finally:
+        spark.stop()
+    assert table == expected_sequence_windows(options)
+    code, log = run(secured_procs, "audit", ["audit", "--source", unique_source], login(secure, "audit"))
+    assert code == 0, log

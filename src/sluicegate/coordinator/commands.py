@@ -119,7 +119,6 @@ def run_coordinator(settings: CoordinatorSettings) -> None:
     import faust
 
     from sluicegate.coordinator.faust_app import build_app, prepare_topics
-
     from sluicegate.kafka.topics import TopicApplyError
 
     try:
