@@ -104,3 +104,23 @@ def test_the_reader_may_write_only_the_coordinators_inbox() -> None:
     assert not [e for e in plan if e.role == "audit" and e.operation != "READ"]
     lines = kafka_acls_commands(plan)
     assert any("--transactional-id ns.s.reader- --resource-pattern-type prefixed" in line for line in lines)
+
+
+def test_the_cli_names_a_bad_flag_and_prints_acls(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from sluicegate import cli
+    from sluicegate.kafka import security
+
+    for name in list(__import__("os").environ):
+        if name.startswith("SLUICEGATE_KAFKA_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setattr(security, "_current", None)
+    monkeypatch.setenv("SLUICEGATE_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT")  # restored afterwards
+    runner = CliRunner()
+    bad = runner.invoke(cli.app, ["--kafka-security-protocol", "TLS", "acls", "--source", "s"])
+    assert bad.exit_code == 2
+    assert "--kafka-security-protocol / SLUICEGATE_KAFKA_SECURITY_PROTOCOL" in bad.output
+    good = runner.invoke(cli.app, ["acls", "--source", "s", "--reader-principal", "User:r"])
+    assert good.exit_code == 0, good.output
+    assert "--allow-principal User:r --operation Write --topic sluicegate.s.coordinator" in good.output

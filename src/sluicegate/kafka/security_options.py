@@ -71,15 +71,21 @@ def kafka_security_callback(
         "kafka_ssl_key": kafka_ssl_key,
         "kafka_ssl_key_password_file": kafka_ssl_key_password_file,
     }
+    env = dict(os.environ)
     for flag, value in given.items():
         if value is not None:
-            os.environ[ENV_PREFIX + _FLAG_TO_ENV[flag]] = str(value)
+            env[ENV_PREFIX + _FLAG_TO_ENV[flag]] = str(value)
     if kafka_password_file is not None:
-        os.environ.pop(ENV_PREFIX + "SASL_PASSWORD", None)  # the file wins over an inherited password
+        env.pop(ENV_PREFIX + "SASL_PASSWORD", None)  # the file wins over an inherited password
     try:
-        use_security(KafkaSecurity.from_env())
+        use_security(KafkaSecurity.from_env(env))
     except ConfigError as exc:
         flags = [f"--{f.replace('_', '-')}" for f, e in _FLAG_TO_ENV.items() if exc.setting == ENV_PREFIX + e]
         where = " / ".join([*flags, exc.setting])
         typer.echo(f"sluicegate: invalid setting {where!r}: {exc.problem}", err=True)
         raise typer.Exit(2) from None
+    # Valid: the environment now holds them, for the processes this one starts.
+    changed = {k: v for k, v in env.items() if k.startswith(ENV_PREFIX) and os.environ.get(k) != v}
+    os.environ.update(changed)
+    if kafka_password_file is not None:
+        os.environ.pop(ENV_PREFIX + "SASL_PASSWORD", None)
