@@ -31,7 +31,10 @@ class SparkSourceConfig:
     ``kafka.bootstrap.servers`` (default ``$KAFKA_BOOTSTRAP_SERVERS``),
     ``namespace``; ``maxRecordsPerTrigger``; ``heartbeatIntervalMs``,
     ``sessionTimeoutMs``, ``topicWaitTimeoutS``; ``arrowBatchRows``;
-    ``alignmentMaxDriftMs``; ``splitIdleTimeoutMs`` (0, the default: off).
+    ``alignmentMaxDriftMs``; ``splitIdleTimeoutMs`` (0, the default: off);
+    ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``,
+    ``kafka.ssl.truststore.location`` ... as Spark's Kafka source names them
+    (docs/deploy.md, "Security"; default: the driver's SLUICEGATE_KAFKA_* environment).
     """
 
     source: str
