@@ -124,3 +124,14 @@ def test_the_cli_names_a_bad_flag_and_prints_acls(monkeypatch: pytest.MonkeyPatc
     good = runner.invoke(cli.app, ["acls", "--source", "s", "--reader-principal", "User:r"])
     assert good.exit_code == 0, good.output
     assert "--allow-principal User:r --operation Write --topic sluicegate.s.coordinator" in good.output
+
+
+def test_a_spark_password_may_stay_out_of_the_options(tmp_path: Path) -> None:
+    secret_file = tmp_path / "pw"
+    secret_file.write_text("from-file\n")
+    options = {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN", "kafka.sasl.username": "u"}
+    security = KafkaSecurity.from_spark_options(options, env={"SLUICEGATE_KAFKA_SASL_PASSWORD_FILE": str(secret_file)})
+    assert security.sasl_password == Secret("from-file")
+    with pytest.raises(ConfigError) as raised:
+        KafkaSecurity.from_spark_options(options, env={})
+    assert raised.value.setting == "kafka.sasl.password"

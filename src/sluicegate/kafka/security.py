@@ -157,7 +157,8 @@ class KafkaSecurity:
         holding the certificate and key, ``kafka.ssl.key.password``; the librdkafka-style
         ``kafka.ssl.ca.location``, ``kafka.ssl.certificate.location``,
         ``kafka.ssl.key.location``, ``kafka.sasl.username``, ``kafka.sasl.password`` too).
-        Without ``kafka.security.protocol``, the driver's SLUICEGATE_KAFKA_* environment."""
+        Without ``kafka.security.protocol``, the driver's SLUICEGATE_KAFKA_* environment; without
+        a password in the options, the driver's SLUICEGATE_KAFKA_SASL_PASSWORD(_FILE)."""
         opts = {k.lower(): v for k, v in options.items()}
         if "kafka.security.protocol" not in opts:
             return cls.from_env(env)
@@ -173,12 +174,20 @@ class KafkaSecurity:
                     "e.g. converted with `openssl pkcs12 -nodes`",
                 )
         key_password = opts.get("kafka.ssl.key.password")
+        sasl_password = Secret(password) if password is not None else None
+        if sasl_password is None:  # kept out of the options (Spark shows them): the driver's env
+            env = os.environ if env is None else env
+            sasl_password = _secret(
+                env.get(ENV_PREFIX + "SASL_PASSWORD"),
+                env.get(ENV_PREFIX + "SASL_PASSWORD_FILE"),
+                ENV_PREFIX + "SASL_PASSWORD_FILE",
+            )
         return _checked(
             "kafka.",
             protocol=opts["kafka.security.protocol"],
             sasl_mechanism=opts.get("kafka.sasl.mechanism"),
             sasl_username=username,
-            sasl_password=Secret(password) if password is not None else None,
+            sasl_password=sasl_password,
             ssl_ca_location=_path(opts.get("kafka.ssl.truststore.location") or opts.get("kafka.ssl.ca.location")),
             ssl_cert_location=_path(
                 opts.get("kafka.ssl.keystore.location") or opts.get("kafka.ssl.certificate.location")
