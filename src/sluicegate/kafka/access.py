@@ -26,13 +26,18 @@ async def check_access(
 ) -> None:
     """Connect (and log in) to the first bootstrap server that answers; raise KafkaAccessError
     if Kafka refuses the credentials or (unless ``unreachable_ok``: callers that wait for a
-    broker to come up) no server can be reached with these settings."""
+    broker to come up) no server can be reached. A server that takes the connection but
+    fails the handshake is a refusal even then: it is up, and wants other settings."""
     security = security or current_security()
     who = security.describe()
     settings = security.aiokafka_settings()
     problems: list[str] = []
+    mismatched = False
+    """A server took the TCP connection, then the Kafka handshake failed: not a broker that
+    is down, but a listener that wants other settings (e.g. PLAINTEXT at a SASL_SSL port)."""
     for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
         host, _, port = address.rpartition(":")
+        listening = await _accepts_tcp(host, int(port), timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
                 conn = await create_conn(host, int(port), client_id="sluicegate-access-check", **settings)
@@ -41,16 +46,28 @@ async def check_access(
         except UnsupportedSaslMechanismError as exc:
             raise KafkaAccessError(f"Kafka at {address} does not accept {security.sasl_mechanism}: {exc}") from None
         except ssl.SSLError as exc:
+            mismatched = mismatched or listening
             problems.append(f"{address}: TLS handshake failed ({exc.reason or exc}); check the CA and the protocol")
         except (OSError, TimeoutError, KafkaError) as exc:
+            mismatched = mismatched or (listening and isinstance(exc, KafkaError))
             problems.append(f"{address}: {_reason(exc)}")
         else:
             conn.close()
             return
-    if unreachable_ok:
+    if unreachable_ok and not mismatched:
         return
     hint = "" if security.protocol != "PLAINTEXT" else " (a secured listener needs --kafka-security-protocol)"
     raise KafkaAccessError(f"cannot connect to Kafka as {who}{hint}: {'; '.join(problems)}")
+
+
+async def _accepts_tcp(host: str, port: int, timeout_s: float) -> bool:
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, writer = await asyncio.open_connection(host, port)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
 
 
 def _reason(exc: BaseException) -> str:
