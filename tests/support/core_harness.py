@@ -178,6 +178,17 @@ class CoreHarness:
         self.core = CoordinatorCore(self.source, self.config, epoch=self.core.epoch + 1, snapshot=snapshot)
         return self.start()
 
+    def restart_after_failure(self) -> Effects:
+        """What the host does when a step raised StepFailedError: nothing of that step (or
+        of any step after the last commit; here every step commits) is kept, a successor
+        restores the last commit and is offered the inbox records after its offset again."""
+        effects = self.restart_coordinator()
+        committed = self.persisted["meta"]["inbox_offset"]
+        for offset, env in self.inbox:
+            if committed is None or offset > committed:
+                effects = self._collect(self.core.on_message(env, offset, self.now_ms))
+        return effects
+
     def tick(self) -> Effects:
         return self._collect(self.core.tick(self.now_ms))
 

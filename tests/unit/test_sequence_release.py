@@ -13,7 +13,7 @@ from core_harness import CoreHarness, body, sequence_source
 from sluicegate_connectors.sequence import SequenceEnumerator, SequenceOptions, SequenceSource, SequenceSplit
 
 from sluicegate.api import ConfigError
-from sluicegate.api.enumerator import EnumeratorMetrics, ReaderInfo, SplitEnumeratorContext
+from sluicegate.api.enumerator import AsyncCallHandle, EnumeratorMetrics, ReaderInfo, SplitEnumeratorContext
 from sluicegate.coordinator.core import AsyncCall, Effects
 from sluicegate.protocol.messages import AddSplits, NoMoreSplits
 
@@ -44,8 +44,11 @@ class NoReaders(SplitEnumeratorContext[SequenceSplit]):
     def send_event_to_source_reader(self, subtask: int, event: Any, attempt: int | None = None) -> None:
         raise AssertionError("no reader to send to")
 
-    def call_async(self, callable_: Any, handler: Any, initial_delay_ms: int = 0, period_ms: int = 0) -> None:
+    def call_async(
+        self, callable_: Any, handler: Any, initial_delay_ms: int = 0, period_ms: int = 0
+    ) -> AsyncCallHandle:
         self.calls.append((initial_delay_ms, period_ms))
+        return AsyncCallHandle()
 
     @property
     def metrics(self) -> EnumeratorMetrics:

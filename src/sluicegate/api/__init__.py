@@ -9,6 +9,7 @@ from sluicegate.api.assigners import (
     StickyHashAssigner,
 )
 from sluicegate.api.enumerator import (
+    AsyncCallHandle,
     EnumeratorMetrics,
     ReaderInfo,
     ReaderLoads,
@@ -31,6 +32,7 @@ from sluicegate.api.split import SourceSplit, SplitCodec, WireSplit
 
 __all__ = [
     "AssignmentRound",
+    "AsyncCallHandle",
     "Boundedness",
     "ConfigError",
     "EnumeratorMetrics",
