@@ -246,6 +246,7 @@ def test_broker_restarts_on_its_port_right_after_a_crash(tmp_path: Path) -> None
     import json
     import signal
     import socket
+    import struct
 
     from sluicegate.devtools.broker.local import free_port
 
@@ -255,10 +256,16 @@ def test_broker_restarts_on_its_port_right_after_a_crash(tmp_path: Path) -> None
     try:
         res = runner.invoke(broker_app, ["start", "--dir", run_dir, "--port", str(port)])
         assert res.exit_code == 0, res.output
-        client = socket.create_connection(("127.0.0.1", port))
+        client = socket.create_connection(("127.0.0.1", port), timeout=30)
+        # An ApiVersions v0 request answered: the broker has accepted the connection (one
+        # still in the accept queue would be reset, leaving no TIME_WAIT behind).
+        request = struct.pack(">hhih", 18, 0, 1, -1)
+        client.sendall(struct.pack(">i", len(request)) + request)
+        (size,) = struct.unpack(">i", client.recv(4, socket.MSG_WAITALL))
+        assert len(client.recv(size, socket.MSG_WAITALL)) == size
         pid = json.loads((tmp_path / "broker" / "broker.json").read_text())["pid"]
         os.kill(pid, signal.SIGKILL)
-        client.recv(1)  # the killed broker's end closes first and stays in TIME_WAIT
+        assert client.recv(1) == b""  # the killed broker's end closed first: it is in TIME_WAIT
         client.close()
         res = runner.invoke(broker_app, ["start", "--dir", run_dir, "--port", str(port)])
         assert res.exit_code == 0, res.output
