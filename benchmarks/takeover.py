@@ -72,6 +72,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from rich.console import Console
 from rich.table import Table
 
+from sluicegate.kafka.clients import security_settings
+
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 NAMESPACE = "sluicegate"
 TARGET_S = 10.0
@@ -200,6 +202,7 @@ class EpochWatch:
 async def watch_readers_topic(bootstrap: str, topic: str, partitions: int, watch: EpochWatch) -> None:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        **security_settings(),
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
@@ -333,7 +336,7 @@ class Bench:
         watch = EpochWatch()
         topic = f"{NAMESPACE}.{self.source}.readers"
         watcher = asyncio.create_task(watch_readers_topic(self.bootstrap, topic, self.args.readers, watch))
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **security_settings())
         await admin.start()
         samples: list[Sample] = []
         try:

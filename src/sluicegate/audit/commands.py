@@ -25,6 +25,7 @@ from sluicegate.audit.kafka_source import (
     read_control_topics_full,
 )
 from sluicegate.audit.report import print_report, to_json_bytes
+from sluicegate.kafka.access import KafkaAccessError, require_access
 from sluicegate.protocol.names import validate_source
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -74,8 +75,9 @@ def audit_command(
         )
     try:
         validate_source(source, "--source")
+        require_access(bootstrap)
         result = asyncio.run(run_audit(bootstrap, source, namespace))
-    except (ConfigError, MissingTopicsError, ReadTimeoutError) as exc:
+    except (ConfigError, MissingTopicsError, ReadTimeoutError, KafkaAccessError) as exc:
         raise _fail(str(exc), json_output) from None
     except Exception as exc:  # broker unreachable and the like: say so, no traceback
         raise _fail(

@@ -13,6 +13,7 @@ import typer
 from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import parse_options
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings, resolve_bootstrap
+from sluicegate.kafka.access import KafkaAccessError, require_access
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -67,6 +68,11 @@ def coordinator_command(
     except ConfigError as exc:
         typer.echo(f"sluicegate coordinator: {exc}", err=True)
         raise typer.Exit(2) from None
+    try:
+        require_access(settings.bootstrap_servers)
+    except KafkaAccessError as exc:
+        typer.echo(f"sluicegate coordinator: {exc}", err=True)
+        raise typer.Exit(1) from None
     run_coordinator(settings)
 
 
@@ -120,8 +126,13 @@ def run_coordinator(settings: CoordinatorSettings) -> None:
     import faust
 
     from sluicegate.coordinator.faust_app import build_app, prepare_topics
+    from sluicegate.kafka.topics import TopicApplyError
 
-    asyncio.run(prepare_topics(settings))
+    try:
+        asyncio.run(prepare_topics(settings))
+    except TopicApplyError as exc:  # e.g. not authorized to create a missing topic: one line
+        typer.echo(f"sluicegate coordinator: {exc}", err=True)
+        raise typer.Exit(1) from None
     app = build_app(settings)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)
     worker.execute_from_commandline()

@@ -146,6 +146,8 @@ class CoordinatorCore(Generic[SplitT]):
         self.config = config
         self.epoch = epoch
         self.metrics = CoreMetrics()
+        self._foreign_incarnations: set[str] = set()
+        """Incarnations whose messages were dropped for naming another incarnation's attempt (logged once)."""
         self._codec = source.split_codec
         self._reassign_on_recovery = isinstance(source, SupportsSplitReassignmentOnRecovery)
         self._effects = Effects()
@@ -209,8 +211,28 @@ class CoordinatorCore(Generic[SplitT]):
                 slot.attempt if slot.live else None,
             )
             return Effects()
+        if env.incarnation is not None and slot.incarnation and env.incarnation != slot.incarnation:
+            return self._drop_foreign_incarnation(env, slot.incarnation)
         slot.last_seen_ms = now_ms
         return self._step(now_ms, lambda: self._dispatch(slot, body, now_ms), _describe(env, offset))
+
+    def _drop_foreign_incarnation(self, env: Envelope, live: str) -> Effects:
+        """A v4 message naming the live attempt's number but another incarnation: a reader
+        configured with another subtask's number, most likely. Dropped, counted, and logged
+        once per sender (it repeats with every heartbeat)."""
+        self.metrics.counter("foreign_incarnation_messages")
+        if env.incarnation not in self._foreign_incarnations:
+            self._foreign_incarnations.add(str(env.incarnation))
+            log.warning(
+                "dropped %s for subtask %d attempt %s from incarnation %s: the attempt is incarnation %s's "
+                "(is a reader configured with the wrong --subtask?)",
+                env.type,
+                env.subtask,
+                env.attempt,
+                env.incarnation,
+                live,
+            )
+        return Effects()
 
     def tick(self, now_ms: int) -> Effects:
         """Time passes: session timeouts (3), departures (3), watermark announcements (5)."""

@@ -43,6 +43,7 @@ from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.coordinator.silence import liveness_interval_ms
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 from sluicegate.coordinator.takeover import TakeoverWatch
+from sluicegate.kafka.security import current_security
 from sluicegate.protocol.topics import leadership_topic_spec
 
 log = logging.getLogger("sluicegate.coordinator")
@@ -172,6 +173,7 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
         app_id,
         # sluicegate:// is Faust's aiokafka transport reading read_committed (faust_transport.py).
         broker=[f"sluicegate://{b.strip()}" for b in settings.bootstrap_servers.split(",")],
+        broker_credentials=current_security().faust_credentials(),
         datadir=str(datadir),
         web_enabled=settings.web_port is not None,
         web_port=settings.web_port or 6066,

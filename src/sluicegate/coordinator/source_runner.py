@@ -38,6 +38,7 @@ from sluicegate.coordinator.state_store import (
     StateWriter,
     read_state,
 )
+from sluicegate.kafka.clients import security_settings
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.messages import Direction
@@ -208,6 +209,7 @@ class SourceRunner:
             # which was most of the registration-to-assignment latency.
             compression_type=None,
             linger_ms=0,
+            **security_settings(),
         )
         await self._producer.start()  # init_transactions: fences the previous incarnation
         stored = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
@@ -222,6 +224,7 @@ class SourceRunner:
             enable_auto_commit=False,
             isolation_level="read_committed",
             fetch_max_wait_ms=50,
+            **security_settings(),
         )
         await self._consumer.start()
         self._consumer.assign([self._inbox])

@@ -12,6 +12,7 @@ import typer
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import load_source, parse_options
+from sluicegate.kafka.access import KafkaAccessError, require_access
 from sluicegate.reader.host import EXIT_CONFIG, ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
 
@@ -109,6 +110,12 @@ def reader_command(
         )
         source_impl = load_source(settings.connector, settings.options)
     except ConfigError as exc:
+        typer.echo(f"sluicegate reader: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    try:
+        # A broker not up yet is waited for (topic_wait_timeout); refused credentials end it now.
+        require_access(settings.bootstrap_servers, unreachable_ok=True)
+    except KafkaAccessError as exc:
         typer.echo(f"sluicegate reader: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
     code = asyncio.run(run_reader(settings, source_impl))

@@ -52,6 +52,7 @@ from sluicegate.api.reader import LowWatermarkListener, Record
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import WireSplit
 from sluicegate.kafka.control_channel import KafkaControlChannel
+from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.protocol.messages import Body, Heartbeat, ReaderLeaving
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
@@ -95,6 +96,8 @@ class DriverSettings:
     """A split whose planned position did not advance for this long stops holding its
     subtask's watermark back (split idleness, reader/watermark.py); 0: off."""
     location: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}/spark")
+    security: KafkaSecurity | None = None
+    """The control-plane client settings (None: the process's, from SLUICEGATE_KAFKA_*)."""
 
     def __post_init__(self) -> None:
         if self.parallelism < 1:
@@ -154,6 +157,7 @@ class SparkReaderDriver:
             settings.bootstrap_servers,
             f"{settings.namespace}.{settings.source}.spark-{os.getpid()}",
             settings.topic_wait_timeout_s,
+            settings.security,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
