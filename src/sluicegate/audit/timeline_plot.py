@@ -1,0 +1,159 @@
+"""Draw a ``Timeline`` (timeline.py) with matplotlib: one lane per subtask.
+
+In each lane the splits the subtask owned are bars over time, stacked in rows so
+that splits held at once never overlap, coloured by split (the same split keeps its
+colour when it moves to another subtask). Markers show registrations, fenced
+messages, failed attempts, releases and leaves; dashed verticals new coordinator
+epochs; the low watermark is a step line on a second axis. The format follows the
+file's extension (.png, .svg, .pdf).
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Any
+
+from sluicegate.audit.timeline import Mark, MarkKind, Ownership, Timeline
+
+SUPPORTED = (".png", ".svg", ".pdf")
+_LANE = 0.8
+"""Height of a lane's bar area (lanes are 1 apart)."""
+_LABEL_SPLITS_UP_TO = 24
+"""With at most this many splits, bars carry their split id where there is room."""
+_MARKERS: dict[MarkKind, tuple[str, str, float, str]] = {
+    # kind: (marker, colour, size, where in the lane: top / bottom)
+    MarkKind.REGISTERED: ("^", "#1a9850", 90, "bottom"),
+    MarkKind.FENCED: ("x", "#f46d43", 50, "top"),
+    MarkKind.FAILED: ("X", "#d73027", 140, "top"),
+    MarkKind.RELEASED: ("v", "#4575b4", 70, "top"),
+    MarkKind.LEFT: ("s", "#542788", 70, "bottom"),
+}
+
+
+class UnsupportedFormat(ValueError):
+    pass
+
+
+def _rows(ownerships: list[Ownership], end_ms: int) -> dict[int, int]:
+    """Row of each ownership (by index) inside its lane: the first row free at its start."""
+    free_at: list[int] = []
+    rows: dict[int, int] = {}
+    for i, o in sorted(enumerate(ownerships), key=lambda item: (item[1].start_ms, item[1].split_id)):
+        end = o.end_ms if o.end_ms is not None else end_ms
+        for row, free in enumerate(free_at):
+            if free <= o.start_ms:
+                free_at[row] = max(end, o.start_ms + 1)
+                rows[i] = row
+                break
+        else:
+            rows[i] = len(free_at)
+            free_at.append(max(end, o.start_ms + 1))
+    return rows
+
+
+def _colour(split_id: str, palette: Any) -> Any:
+    return palette(zlib.crc32(split_id.encode()) % palette.N)
+
+
+def draw_timeline(timeline: Timeline, path: Path, *, title: str = "") -> None:
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED:
+        raise UnsupportedFormat(f"--timeline {path}: the file must end in {', '.join(SUPPORTED)}")
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    lanes = timeline.subtasks or [0]
+    t0 = timeline.start_ms
+    end_ms = max(timeline.end_ms, t0 + 1)
+
+    def x(ms: int) -> float:
+        return (ms - t0) / 1000
+
+    fig, ax = plt.subplots(figsize=(14, 1.2 + 0.9 * len(lanes)), dpi=110)
+    palette = plt.get_cmap("tab20")
+    many = len(timeline.split_ids) > _LABEL_SPLITS_UP_TO
+    by_lane: dict[int, list[Ownership]] = {}
+    for o in timeline.ownerships:
+        by_lane.setdefault(o.subtask, []).append(o)
+    span = x(end_ms)
+    for lane, owned in by_lane.items():
+        rows = _rows(owned, end_ms)
+        n_rows = max(rows.values()) + 1
+        height = _LANE / n_rows
+        for i, o in enumerate(owned):
+            start, end = x(o.start_ms), x(o.end_ms if o.end_ms is not None else end_ms)
+            bottom = lane - _LANE / 2 + rows[i] * height
+            ax.broken_barh(
+                [(start, max(end - start, span / 2000))],
+                (bottom, height * 0.9),
+                facecolors=_colour(o.split_id, palette),
+                edgecolor="white" if n_rows < 12 else "none",
+                linewidth=0.4,
+            )
+            if not many and (end - start) > span / 25 and height > 0.12:
+                ax.text(start + span / 400, bottom + height * 0.45, o.split_id, va="center", fontsize=7, clip_on=True)
+    _draw_marks(ax, timeline.marks, x)
+    for mark in timeline.marks:
+        if mark.kind is MarkKind.EPOCH:
+            ax.axvline(x(mark.ts_ms), color="0.3", linestyle="--", linewidth=1)
+            ax.text(x(mark.ts_ms), len(lanes) - 0.45, f" {mark.detail}", fontsize=8, color="0.2", va="bottom")
+    ax.set_yticks(lanes, [f"subtask {s}" for s in lanes])
+    ax.set_ylim(min(lanes) - 0.6, max(lanes) + 0.75)
+    ax.invert_yaxis()
+    ax.set_xlim(0, span * 1.01)
+    ax.set_xlabel("seconds since the first control record")
+    ax.grid(axis="x", color="0.9")
+    handles: list[Any] = [
+        Line2D([], [], marker=m, color=c, linestyle="none", markersize=8, label=kind.value)
+        for kind, (m, c, _, _) in _MARKERS.items()
+        if any(mark.kind is kind for mark in timeline.marks)
+    ]
+    if any(m.kind is MarkKind.EPOCH for m in timeline.marks):
+        handles.append(Line2D([], [], color="0.3", linestyle="--", label="new coordinator epoch"))
+    if timeline.low_watermarks:
+        wm = ax.twinx()
+        xs = [x(t) for t, _ in timeline.low_watermarks] + [span]
+        first = timeline.low_watermarks[0][1]
+        ys = [(w - first) / 1000 for _, w in timeline.low_watermarks]
+        wm.step(xs, [*ys, ys[-1]], where="post", color="#762a83", linewidth=1.6, alpha=0.8)
+        wm.set_ylabel(f"low watermark (s after {first} ms)", color="#762a83")
+        wm.tick_params(axis="y", colors="#762a83")
+        handles.append(Line2D([], [], color="#762a83", label="low watermark"))
+    count = f"{len(timeline.split_ids)} splits, {len(timeline.ownerships)} ownerships"
+    ax.set_title(f"{title}  ({count}; bars: splits owned, one colour per split)".strip(), fontsize=10, loc="left")
+    if handles:
+        ax.legend(
+            handles=handles,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.5 / len(lanes) - 0.08),
+            ncol=7,
+            fontsize=8,
+            frameon=False,
+        )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _draw_marks(ax: Any, marks: list[Mark], x: Any) -> None:
+    for kind, (marker, colour, size, where) in _MARKERS.items():
+        chosen = [m for m in marks if m.kind is kind and m.subtask is not None]
+        if not chosen:
+            continue
+        offset = -_LANE / 2 - 0.06 if where == "top" else _LANE / 2 + 0.06
+        # the y axis is inverted: "top" is the smaller y
+        ax.scatter(
+            [x(m.ts_ms) for m in chosen],
+            [m.subtask + offset for m in chosen],  # type: ignore[operator]
+            marker=marker,
+            color=colour,
+            s=size,
+            zorder=5,
+            linewidths=1.5 if marker == "x" else 0.5,
+            edgecolors="white" if marker not in ("x",) else None,
+            clip_on=False,
+        )
