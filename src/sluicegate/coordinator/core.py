@@ -119,6 +119,8 @@ class CoordinatorCore(Generic[SplitT]):
         self.config = config
         self.epoch = epoch
         self.metrics = CoreMetrics()
+        self.enumerator_metrics = CoreMetrics()
+        """The enumerator's own group (context.metrics), exported apart from the coordinator's."""
         self._codec = source.split_codec
         self._reassign_on_recovery = isinstance(source, SupportsSplitReassignmentOnRecovery)
         self._effects = Effects()
@@ -798,7 +800,7 @@ class _CoreContext(SplitEnumeratorContext[SplitT]):
 
     @property
     def metrics(self) -> EnumeratorMetrics:
-        return self._core.metrics
+        return self._core.enumerator_metrics
 
 
 class _LiveLoads(ReaderLoads):
