@@ -143,6 +143,7 @@ def _explain(bootstrap: str, source: str, namespace: str, path: Path | None, spl
             f"timeline of {source}: {len(history.subtasks)} subtasks, {len(history.split_ids)} splits, "
             f"{len(history.marks)} events -> {escape(str(path))}",
             highlight=False,
+            soft_wrap=True,
         )
     if split is not None:
         found = split_history(history, split)

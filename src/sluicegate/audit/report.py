@@ -143,7 +143,7 @@ def split_history_tables(history: SplitHistory, timeline: Timeline) -> list[Tabl
     t0 = timeline.start_ms
     owners = Table(title=f"split {escape(history.split_id)}: owners", title_justify="left")
     for name in ("subtask", "attempt", "from (UTC)", "until (UTC)", "ended by"):
-        owners.add_column(name)
+        owners.add_column(name, no_wrap=True)
     for o in history.ownerships:
         owners.add_row(
             str(o.subtask),
@@ -153,8 +153,9 @@ def split_history_tables(history: SplitHistory, timeline: Timeline) -> list[Tabl
             o.ended_by or "-",
         )
     acks = Table(title=f"split {escape(history.split_id)}: acknowledged positions", title_justify="left")
-    for name in ("at (UTC)", "subtask", "attempt", "checkpoint", "position"):
-        acks.add_column(name)
+    for name in ("at (UTC)", "subtask", "attempt", "checkpoint"):
+        acks.add_column(name, no_wrap=True)
+    acks.add_column("position", overflow="fold")
     previous: dict[str, Any] | None = None
     for a in history.acks:
         if a.state == previous:
@@ -171,7 +172,7 @@ def split_history_tables(history: SplitHistory, timeline: Timeline) -> list[Tabl
 
 
 def ownership_at_table(owned: dict[int, list[str]], when: str, ts_ms: int, timeline: Timeline) -> Table:
-    table = Table(title=f"ownership at {escape(when)}: {_when(ts_ms, timeline.start_ms)}", title_justify="left")
+    table = Table(title=f"ownership at {escape(when)}: {_when(ts_ms, timeline.start_ms)} UTC", title_justify="left")
     table.add_column("subtask", justify="right")
     table.add_column("splits", justify="right")
     table.add_column("split ids", overflow="fold")
