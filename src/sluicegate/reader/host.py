@@ -553,7 +553,7 @@ class ReaderHost:
                 session.self_fence("a checkpoint failed, so the records read since the last one were not committed")
                 await self._recover_after_fence("checkpoint failed")
             return False
-        self.metrics.checkpoint_seconds.observe(time.monotonic() - started_s)
+        self.metrics.observe_checkpoint(self.settings.source, self.subtask, time.monotonic() - started_s)
         self._committed(plan)
         return True
 

@@ -113,10 +113,14 @@ class ReaderMetrics:
         self.checkpoint_seconds = Histogram(
             "sluicegate_reader_checkpoint_seconds",
             "Duration of one checkpoint transaction (flush, state, ack, commit)",
+            labelnames=["source", "subtask"],
             buckets=CHECKPOINT_BUCKETS,
             registry=self.registry,
         )
         self._runner: web.AppRunner | None = None
+
+    def observe_checkpoint(self, source: str, subtask: int, seconds: float) -> None:
+        self.checkpoint_seconds.labels(source, str(subtask)).observe(seconds)
 
     async def serve(self, port: int, host: str = "0.0.0.0") -> None:
         """Serve /metrics on ``port``."""
