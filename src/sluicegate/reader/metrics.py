@@ -2,7 +2,7 @@
 
 Everything but the checkpoint latency is read from the host at scrape time (a
 collector, as the coordinator's), so the read loop updates nothing. The server runs
-on the reader's own event loop (aiohttp), so a scrape never races the loop.
+on the reader's own event loop (metrics_server.py), so a scrape never races the loop.
 
 Labels: ``source`` and ``subtask`` on every series. Per-split series (records left to
 each split's end) only with ``split_labels`` (``--metrics-split-labels``): a reader
@@ -12,17 +12,15 @@ total over the reader's splits is always there.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-log = logging.getLogger("sluicegate.reader.metrics")
+from sluicegate.metrics_server import MetricsServer
 
 CHECKPOINT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -117,26 +115,14 @@ class ReaderMetrics:
             buckets=CHECKPOINT_BUCKETS,
             registry=self.registry,
         )
-        self._runner: web.AppRunner | None = None
+        self._server = MetricsServer(self.registry)
 
     def observe_checkpoint(self, source: str, subtask: int, seconds: float) -> None:
         self.checkpoint_seconds.labels(source, str(subtask)).observe(seconds)
 
-    async def serve(self, port: int, host: str = "0.0.0.0") -> None:
-        """Serve /metrics on ``port``."""
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
-        log.info("metrics on http://%s:%d/metrics", host, port)
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        body = generate_latest(self.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    async def serve(self, port: int) -> None:
+        """Serve /metrics on ``port`` (on the caller's loop)."""
+        await self._server.start(port)
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._server.close()

@@ -30,7 +30,8 @@ class SparkSourceConfig:
     ``kafka.bootstrap.servers`` (default ``$KAFKA_BOOTSTRAP_SERVERS``),
     ``namespace``; ``maxRecordsPerTrigger``; ``heartbeatIntervalMs``,
     ``sessionTimeoutMs``, ``topicWaitTimeoutS``; ``arrowBatchRows``;
-    ``alignmentMaxDriftMs``; ``splitIdleTimeoutMs`` (0, the default: off).
+    ``alignmentMaxDriftMs``; ``splitIdleTimeoutMs`` (0, the default: off);
+    ``metricsPort`` (Prometheus metrics served from the driver; 0, the default: off).
     """
 
     source: str
@@ -51,6 +52,7 @@ class SparkSourceConfig:
     """A split whose planned position did not advance for this long stops holding its
     subtask's watermark back (split idleness); 0: off. Positions move once per micro-batch,
     so keep it well above the trigger interval."""
+    metrics_port: int = 0
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @classmethod
@@ -92,6 +94,7 @@ class SparkSourceConfig:
                 int_option(opts, "alignmentmaxdriftms", None, 0) if "alignmentmaxdriftms" in opts else None
             ),
             split_idle_timeout_ms=int_option(opts, "splitidletimeoutms", 0, 0),
+            metrics_port=_port_option(opts, "metricsport"),
         )
 
     @property
@@ -108,4 +111,12 @@ class SparkSourceConfig:
             session_timeout_ms=self.session_timeout_ms,
             topic_wait_timeout_s=self.topic_wait_timeout_s,
             split_idle_timeout_ms=self.split_idle_timeout_ms,
+            metrics_port=self.metrics_port,
         )
+
+
+def _port_option(opts: Mapping[str, str], key: str) -> int:
+    port = int_option(opts, key, 0, 0)
+    if port > 65535:
+        raise ConfigError("metricsPort", f"must be a TCP port (1..65535) or 0 for off, got {port}")
+    return port
