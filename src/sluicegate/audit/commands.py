@@ -95,7 +95,8 @@ def audit_command(
     ] = None,
 ) -> None:
     """Replay NS.S.coordinator and NS.S.readers and check ownership, seq, epoch and watermark
-    invariants. Exit 1 at a violation (naming the first record that breaks one), 0 otherwise."""
+    invariants. Exit 1 at a violation (naming the first record that breaks one), 0 otherwise.
+    With --timeline, --split or --at: draw or question the history instead (docs/audit.md)."""
     bootstrap = bootstrap_servers or os.environ.get(BOOTSTRAP_ENV)
     if not bootstrap:
         raise _fail(
