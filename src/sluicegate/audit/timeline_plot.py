@@ -77,7 +77,8 @@ def draw_timeline(timeline: Timeline, path: Path, *, title: str = "") -> None:
     def x(ms: int) -> float:
         return (ms - t0) / 1000
 
-    fig, ax = plt.subplots(figsize=(14, 1.2 + 0.9 * len(lanes)), dpi=110)
+    height = 2.4 + 0.9 * len(lanes)  # inches: title, axis and legend, then the lanes
+    fig, ax = plt.subplots(figsize=(14, height), dpi=110)
     by_lane: dict[int, list[Ownership]] = {}
     for o in timeline.ownerships:
         by_lane.setdefault(o.subtask, []).append(o)
@@ -124,9 +125,11 @@ def draw_timeline(timeline: Timeline, path: Path, *, title: str = "") -> None:
         scale, unit = (1000, "s") if timeline.low_watermarks[-1][1] - first > 5_000 else (1, "ms")
         ys = [(w - first) / scale for _, w in timeline.low_watermarks]
         wm.step(xs, [*ys, ys[-1]], where="post", color="#762a83", linewidth=1.6, alpha=0.8)
-        wm.set_ylabel(f"low watermark: event time, {unit} after the first", color="#762a83")
+        wm.set_ylabel(f"low watermark (+{unit})", color="#762a83")
         wm.tick_params(axis="y", colors="#762a83")
-        handles.append(Line2D([], [], color="#762a83", label="low watermark"))
+        handles.append(
+            Line2D([], [], color="#762a83", label=f"low watermark (event time, {unit} after the first announced)")
+        )
     count = f"{len(timeline.split_ids)} splits, {len(timeline.ownerships)} ownerships"
     ax.set_title(
         f"{title}  ({count}; {what}; shaded: each attempt of a subtask, from registration to failure or leave)".strip(),
@@ -134,16 +137,10 @@ def draw_timeline(timeline: Timeline, path: Path, *, title: str = "") -> None:
         loc="left",
         pad=28,
     )
+    legend_in = 0.35  # inches kept free at the bottom for the legend
     if handles:
-        ax.legend(
-            handles=handles,
-            loc="upper center",
-            bbox_to_anchor=(0.5, -0.5 / len(lanes) - 0.08),
-            ncol=7,
-            fontsize=8,
-            frameon=False,
-        )
-    fig.tight_layout()
+        fig.legend(handles=handles, loc="lower center", ncol=7, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, legend_in / height, 1, 1))
     fig.savefig(path)
     plt.close(fig)
 
