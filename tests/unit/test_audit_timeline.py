@@ -13,6 +13,7 @@ from test_audit import SOURCE, Run, full_run
 from sluicegate.audit import OwnershipModel, replay
 from sluicegate.audit.timeline import (
     MarkKind,
+    Ownership,
     PointNotFound,
     Timeline,
     build_timeline,
@@ -20,7 +21,7 @@ from sluicegate.audit.timeline import (
     position_at,
     split_history,
 )
-from sluicegate.audit.timeline_plot import UnsupportedFormat, draw_timeline
+from sluicegate.audit.timeline_plot import UnsupportedFormat, draw_timeline, owned_counts
 from sluicegate.protocol import ReaderRegistered
 
 
@@ -100,3 +101,17 @@ def test_the_drawing_is_a_png(timeline: Timeline, tmp_path: Path) -> None:
     assert path.stat().st_size > 10_000
     with pytest.raises(UnsupportedFormat, match=r"\.png"):
         draw_timeline(timeline, tmp_path / "timeline.html")
+
+
+def test_many_splits_are_drawn_as_counts_per_lane(tmp_path: Path) -> None:
+    # 100 splits on two subtasks, each owned for 10 s, staggered by 100 ms
+    ownerships = [
+        Ownership(f"s-{i:03d}", i % 2, 1, 1_000 + i * 100, i, 11_000 + i * 100, 200 + i, "finished") for i in range(100)
+    ]
+    timeline = Timeline(ownerships=ownerships, ts_by_position=[1_000, 21_000], subtasks=[0, 1])
+    lane0 = owned_counts([o for o in ownerships if o.subtask == 0], timeline.end_ms)
+    assert lane0[0] == (1_000, 1) and lane0[-1][1] == 0
+    assert max(n for _, n in lane0) == 50  # every split of the lane is owned from 5.9 s to 11 s
+    path = tmp_path / "many.png"
+    draw_timeline(timeline, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
