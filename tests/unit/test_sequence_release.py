@@ -14,7 +14,7 @@ from sluicegate_connectors.sequence import SequenceEnumerator, SequenceOptions, 
 
 from sluicegate.api import ConfigError
 from sluicegate.api.enumerator import AsyncCallHandle, EnumeratorMetrics, ReaderInfo, SplitEnumeratorContext
-from sluicegate.coordinator.core import AsyncCall, Effects
+from sluicegate.coordinator.core import AsyncCall, CoreMetrics, Effects
 from sluicegate.protocol.messages import AddSplits, NoMoreSplits
 
 SPLITS = 10
@@ -25,6 +25,7 @@ class NoReaders(SplitEnumeratorContext[SequenceSplit]):
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, int]] = []
+        self._metrics = CoreMetrics()
 
     def current_parallelism(self) -> int:
         return 1
@@ -52,7 +53,7 @@ class NoReaders(SplitEnumeratorContext[SequenceSplit]):
 
     @property
     def metrics(self) -> EnumeratorMetrics:
-        raise AssertionError("unused")
+        return self._metrics
 
 
 def released_source(splits: int = SPLITS, per_release: int = 3, interval_ms: int = 500) -> SequenceSource:

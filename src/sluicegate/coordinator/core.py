@@ -148,6 +148,8 @@ class CoordinatorCore(Generic[SplitT]):
         self.metrics = CoreMetrics()
         self._foreign_incarnations: set[str] = set()
         """Incarnations whose messages were dropped for naming another incarnation's attempt (logged once)."""
+        self.enumerator_metrics = CoreMetrics()
+        """The enumerator's own group (context.metrics), exported apart from the coordinator's."""
         self._codec = source.split_codec
         self._reassign_on_recovery = isinstance(source, SupportsSplitReassignmentOnRecovery)
         self._effects = Effects()
@@ -905,7 +907,7 @@ class _CoreContext(SplitEnumeratorContext[SplitT]):
     @property
     def metrics(self) -> EnumeratorMetrics:
         self._core._on_loop("metrics")
-        return self._core.metrics
+        return self._core.enumerator_metrics
 
 
 class _LiveLoads(ReaderLoads):

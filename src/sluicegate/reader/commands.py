@@ -87,6 +87,21 @@ def reader_command(
             "until its next record; when every split is idle the reader reports itself idle. 0: off.",
         ),
     ] = 0,
+    metrics_port: Annotated[
+        int,
+        typer.Option(
+            "--metrics-port",
+            envvar="SLUICEGATE_READER_METRICS_PORT",
+            help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: off).",
+        ),
+    ] = 0,
+    metrics_split_labels: Annotated[
+        bool,
+        typer.Option(
+            "--metrics-split-labels/--no-metrics-split-labels",
+            help="Also one series per owned split (records left to its end); one series per split id.",
+        ),
+    ] = False,
 ) -> None:
     """Read splits of a source as subtask K, as the source's coordinator assigns them."""
     try:
@@ -107,6 +122,8 @@ def reader_command(
             exit_when_finished=exit_when_finished,
             session_timeout_ms=session_timeout_ms,
             split_idle_timeout_ms=split_idle_timeout_ms,
+            metrics_port=metrics_port,
+            metrics_split_labels=metrics_split_labels,
         )
         source_impl = load_source(settings.connector, settings.options)
     except ConfigError as exc:

@@ -35,6 +35,7 @@ class SparkSourceConfig:
     ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``,
     ``kafka.ssl.truststore.location`` ... as Spark's Kafka source names them
     (docs/deploy.md, "Security"; default: the driver's SLUICEGATE_KAFKA_* environment).
+    ``metricsPort`` (Prometheus metrics served from the driver; 0, the default: off).
     """
 
     source: str
@@ -58,6 +59,7 @@ class SparkSourceConfig:
     security: KafkaSecurity = field(default_factory=KafkaSecurity, compare=False)
     """kafka.security.protocol, kafka.sasl.*, kafka.ssl.* as Spark's Kafka source names them
     (security.KafkaSecurity.from_spark_options)."""
+    metrics_port: int = 0
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @classmethod
@@ -100,6 +102,7 @@ class SparkSourceConfig:
             ),
             split_idle_timeout_ms=int_option(opts, "splitidletimeoutms", 0, 0),
             security=KafkaSecurity.from_spark_options(opts),
+            metrics_port=_port_option(opts, "metricsport"),
         )
 
     @property
@@ -117,4 +120,12 @@ class SparkSourceConfig:
             topic_wait_timeout_s=self.topic_wait_timeout_s,
             split_idle_timeout_ms=self.split_idle_timeout_ms,
             security=self.security,
+            metrics_port=self.metrics_port,
         )
+
+
+def _port_option(opts: Mapping[str, str], key: str) -> int:
+    port = int_option(opts, key, 0, 0)
+    if port > 65535:
+        raise ConfigError("metricsPort", f"must be a TCP port (1..65535) or 0 for off, got {port}")
+    return port

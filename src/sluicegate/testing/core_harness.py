@@ -20,6 +20,7 @@ restoring its state would.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -347,7 +348,10 @@ class CoreHarness:
 
     @property
     def counters(self) -> Mapping[str, int]:
-        return self.core.metrics.counters
+        """The coordinator's counters and the enumerator's own group, together."""
+        both = Counter(self.core.metrics.counters)
+        both.update(self.core.enumerator_metrics.counters)
+        return both
 
     def _collect(self, effects: Effects) -> Effects:
         self.persisted.update(self.core.state_parts(only_changed=True))
