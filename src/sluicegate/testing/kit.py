@@ -39,6 +39,7 @@ from sluicegate.api.reader import Record
 from sluicegate.api.source import Boundedness, Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.connectors import load_source
 from sluicegate.testing.checks import assert_exactly_once, exactly_once_problems
+from sluicegate.testing.faults import FAULT_POINTS, EnumeratorFault
 from sluicegate.testing.memory_run import MemoryRun, RunConfig
 
 
@@ -134,13 +135,23 @@ class ConnectorTestKit(ABC):
     # -- running ----------------------------------------------------------------------
 
     def open_run(
-        self, env: KitEnv, extra_options: Mapping[str, str] | None = None, **config: Any
+        self,
+        env: KitEnv,
+        extra_options: Mapping[str, str] | None = None,
+        fault: EnumeratorFault | None = None,
+        **config: Any,
     ) -> tuple[MemoryRun, list[Hashable]]:
-        """Write batch 0, start the source in memory and a reader for every subtask."""
+        """Write batch 0, start the source in memory (its enumerator carrying ``fault``)
+        and a reader for every subtask."""
         options = {**self.source_options(env), **(extra_options or {})}
         expected = list(self.write_data(env, 0))
         run_config = replace(self.run_config, parallelism=self.parallelism, **config)
-        run = MemoryRun(lambda: self.create_source(options), run_config, source_name=env.name)
+
+        def make_source() -> Source[Any]:
+            source = self.create_source(options)
+            return source if fault is None else fault.install(source)
+
+        run = MemoryRun(make_source, run_config, source_name=env.name)
         for subtask in range(self.parallelism):
             run.start_reader(subtask)
         return run, expected
@@ -159,9 +170,11 @@ class ConnectorTestKit(ABC):
             problems = exactly_once_problems(self.keys(run), expected)
             raise AssertionError(f"{self.connector}: {exc}\n  output so far: " + "; ".join(problems)) from None
 
-    def finish(self, run: MemoryRun, expected: list[Hashable], scenario: str) -> None:
+    def finish(self, run: MemoryRun, expected: list[Hashable], scenario: str, failed_steps: int = 0) -> None:
         """Run to the bounded end (or, unbounded, until everything is committed and a few
-        checkpoints more), then check the output is exactly the input."""
+        checkpoints more), then check the output is exactly the input, and that the
+        coordinator's steps failed ``failed_steps`` times (an enumerator that raises is a
+        bug even though the coordinator recovers from it)."""
         if self.bounded(run):
             self.run_until(run, run.is_finished, f"{scenario}: the bounded end", expected)
         else:
@@ -175,6 +188,11 @@ class ConnectorTestKit(ABC):
             run.run_rounds(3 * run.config.checkpoint_every)  # duplicates would come now
         assert not run.violations, f"{self.connector}, {scenario}: " + "; ".join(run.violations)
         assert_exactly_once(self.keys(run), expected, f"{self.connector}, {scenario}")
+        assert len(run.step_failures) == failed_steps, (
+            f"{self.connector}, {scenario}: {len(run.step_failures)} coordinator steps raised "
+            f"(each restarted the coordinator from its last commit), not {failed_steps}: "
+            + "; ".join(run.step_failures)
+        )
 
     # -- scenarios ----------------------------------------------------------------------
 
@@ -210,6 +228,24 @@ class ConnectorTestKit(ABC):
         assert run.kill_reader(0) > 0
         run.start_reader(0)
         self.finish(run, expected, "reader 0 killed after a checkpoint")
+
+    @pytest.mark.parametrize("point", FAULT_POINTS)
+    def test_an_enumerator_step_that_raises_is_all_or_nothing(self, kit_env: KitEnv, point: str) -> None:
+        """The enumerator raises once, right after ``point`` did its work (assigned splits,
+        changed its state): nothing of that step may survive, the coordinator restarts
+        from its last commit and is offered the same input again, and the output is still
+        exactly the input."""
+        fault = EnumeratorFault(point)
+        run, expected = self.open_run(kit_env, fault=fault)
+        if point == "add_splits_back":  # only a reader failure gives splits back
+            self.run_until(run, lambda: bool(run.readers[0].pending), "reader 0 reading", expected)
+            run.kill_reader(0)
+            run.start_reader(0)
+        self.run_until(run, lambda: fault.injected or run.is_finished(), f"a call of {point}", expected)
+        if not fault.injected:
+            pytest.skip(f"{self.connector} did not call {point} in this run")
+        self.finish(run, expected, f"the enumerator raised once after {point}", failed_steps=1)
+        assert f"injected by the kit after {point}" in run.step_failures[0]
 
     def test_coordinator_restart(self, kit_env: KitEnv) -> None:
         """The coordinator dies twice while readers read; its successors restore its state."""

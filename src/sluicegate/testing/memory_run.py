@@ -5,7 +5,8 @@ The coordinator's ``CoordinatorCore`` and one ``ReaderSession`` per live reader
 separate processes) exchange the protocol's envelopes directly, in the order the
 control topics would deliver them. Time is virtual: every round moves the clock by
 ``round_ms``, so session timeouts, departures and grace delays cost rounds, not
-seconds. ``call_async`` work runs when its virtual time is due, synchronously.
+seconds. ``call_async`` work runs when its virtual time is due, in a worker thread
+(as the runner does: a callable that touches the context fails there too).
 
 Output is transactional, as a reader host's ``kafka:`` output: the records a reader
 reads wait in ``pending`` and join ``output`` only with the checkpoint that holds
@@ -13,18 +14,23 @@ their positions; a killed reader loses its pending records, and its next incarna
 restores the last checkpoint (``durable``, the reader-state topic). A restarted
 coordinator restores the state parts persisted after every step.
 
-What the run saw that breaks the reader contract (records of a split the host paused
-for alignment, an enumerator that raised) is collected in ``violations``.
+A step that raises (``StepFailedError``) is handled as the coordinator's host does:
+nothing of it is kept, a successor restores the last commit and is offered the same
+input again; each such failure is kept in ``step_failures``. What the run saw that
+breaks the reader contract (records of a split the host paused for alignment) is
+collected in ``violations``.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +39,7 @@ import orjson
 from sluicegate.api.reader import Record
 from sluicegate.api.source import Source
 from sluicegate.coordinator.config import CoordinatorConfig
-from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects
+from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects, StepFailedError
 from sluicegate.protocol.messages import Body, Envelope
 from sluicegate.reader.protocol import Disposition
 from sluicegate.reader.session import ReaderSession
@@ -42,6 +48,8 @@ from sluicegate.reader.state import ReaderCheckpoint
 log = logging.getLogger("sluicegate.testing")
 
 START_MS = 1_700_000_000_000
+MAX_FAILED_STEPS_IN_A_ROW = 5
+"""The real host retries for ever (with backoff); a run gives up on an input after this."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,10 @@ class MemoryRun:
         self.paused_seen = 0
         """Splits the hosts paused for alignment, summed over rounds."""
         self.violations: list[str] = []
+        self.step_failures: list[str] = []
+        """Every StepFailedError, in order: the coordinator restarted from its last commit."""
+        self._failed_in_a_row = 0
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kit-call-async")
         self.persisted: dict[str, Any] = {}
         self._timers: list[_Timer] = []
         self._timer_order = itertools.count()
@@ -125,7 +137,7 @@ class MemoryRun:
         self._offset = 0
         self._to_restart: set[int] = set()
         self.core: CoordinatorCore[Any] = CoordinatorCore(make_source(), self.core_config)
-        self._carry_out(self.core.start(self.now_ms))
+        self._step(lambda: self.core.start(self.now_ms))
 
     # -- the coordinator -----------------------------------------------------------
 
@@ -133,18 +145,46 @@ class MemoryRun:
         """The coordinator process dies after its last step; a successor at the next epoch
         restores the persisted state (through JSON, as from the state topic) and starts.
         Its timers (``call_async``) die with it; the readers keep running."""
-        snapshot = orjson.loads(orjson.dumps(self.persisted))
-        self._timers.clear()
-        self.core = CoordinatorCore(self.make_source(), self.core_config, epoch=self.core.epoch + 1, snapshot=snapshot)
-        self._carry_out(self.core.start(self.now_ms))
+        self._restore_coordinator()
         self._pump()
+
+    def _restore_coordinator(self) -> None:
+        self._timers.clear()
+        if not self.persisted:  # nothing was ever committed (the first start failed): start afresh
+            self.core = CoordinatorCore(self.make_source(), self.core_config)
+        else:
+            snapshot = orjson.loads(orjson.dumps(self.persisted))
+            epoch = self.core.epoch + 1
+            self.core = CoordinatorCore(self.make_source(), self.core_config, epoch=epoch, snapshot=snapshot)
+        self._step(lambda: self.core.start(self.now_ms))
+
+    def _step(self, step: Callable[[], Effects]) -> bool:
+        """Run one coordinator step and carry out its effects; if it raised StepFailedError,
+        restart the coordinator from the last commit as its host would (the caller offers
+        the input again) and return False."""
+        try:
+            effects = step()
+        except StepFailedError as exc:
+            self.step_failures.append(str(exc))
+            self._failed_in_a_row += 1
+            if self._failed_in_a_row >= MAX_FAILED_STEPS_IN_A_ROW:
+                raise AssertionError(
+                    f"the coordinator failed {self._failed_in_a_row} times in a row (it would restart for ever): {exc}"
+                ) from exc
+            self._restore_coordinator()
+            return False
+        self._failed_in_a_row = 0
+        self._carry_out(effects)
+        return True
 
     def _carry_out(self, effects: Effects) -> None:
         self.persisted.update(self.core.state_parts(only_changed=True))
-        if self.core.metrics.counters.get("enumerator_errors"):
-            self._violation("the enumerator raised (see the log): a step of the coordinator failed")
         for call in effects.async_calls:
             heapq.heappush(self._timers, _Timer(self.now_ms + call.initial_delay_ms, next(self._timer_order), call))
+        if effects.cancelled_calls:
+            stopped = set(effects.cancelled_calls)
+            self._timers = [t for t in self._timers if t.call.call_id not in stopped]
+            heapq.heapify(self._timers)
         for env in effects.messages:
             self.sent.append(env)
             reader = self.readers.get(env.subtask)
@@ -158,10 +198,11 @@ class MemoryRun:
             result: Any = None
             error: BaseException | None = None
             try:
-                result = call.fn()
+                result = self._worker.submit(call.fn).result()
             except Exception as exc:  # handed to the enumerator's handler, as the runner does
                 error = exc
-            self._carry_out(self.core.on_async_result(call.call_id, result, error, self.now_ms))
+            if not self._step(functools.partial(self.core.on_async_result, call.call_id, result, error, self.now_ms)):
+                return  # a successor: its own timers replace these
             if call.period_ms > 0:
                 timer.due_ms += call.period_ms
                 heapq.heappush(self._timers, timer)
@@ -172,10 +213,13 @@ class MemoryRun:
     def _pump(self) -> None:
         """Deliver every reader record to the coordinator (and its answers to the readers)."""
         while self._inbox:
-            env = self._inbox.popleft()
+            env = self._inbox[0]
+            offset = self._offset
+            if not self._step(functools.partial(self.core.on_message, env, offset, self.now_ms)):
+                continue  # the successor is offered the same record
+            self._inbox.popleft()
             self.received.append(env)
-            offset, self._offset = self._offset, self._offset + 1
-            self._carry_out(self.core.on_message(env, offset, self.now_ms))
+            self._offset += 1
 
     # -- reader processes ------------------------------------------------------------
 
@@ -282,7 +326,7 @@ class MemoryRun:
             if reader is not None:
                 self._step_reader(reader)
         self.now_ms += self.config.round_ms
-        self._carry_out(self.core.tick(self.now_ms))
+        self._step(lambda: self.core.tick(self.now_ms))
         self._fire_timers()
         self._pump()
 
