@@ -3,6 +3,7 @@
 from sluicegate.api.assigners import (
     AssignmentRound,
     FairShareAssigner,
+    PullAssigner,
     RoundRobinAssigner,
     SplitAssigner,
     SplitDistributor,
@@ -38,6 +39,7 @@ __all__ = [
     "InputStatus",
     "LowWatermarkListener",
     "NoLiveReaderError",
+    "PullAssigner",
     "RangeChunk",
     "ReadResult",
     "ReaderInfo",
