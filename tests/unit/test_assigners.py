@@ -202,8 +202,8 @@ def test_pull_gives_splits_only_to_a_requester_its_share_and_never_moves_them() 
     assigner.add_splits(splits(*range(5)))
     assert assigner.assign(round_({0: 0, 1: 0}, T0, parallelism=2)) == {}, "nothing is pushed"
     assert ids(assigner.assign(round_({0: 0, 1: 0}, T0, parallelism=2, requester=1))) == {1: ["s-0", "s-1", "s-2"]}
-    # 2 pending + 3 owned over 2 live: share 3; the requester owns 2: at least one
-    assert ids(assigner.assign(round_({0: 2, 1: 3}, T0, parallelism=2, requester=0))) == {0: ["s-3"]}
+    # 2 pending + 5 owned over 2 live: share 4; the requester owns 3: one more
+    assert ids(assigner.assign(round_({0: 3, 1: 2}, T0, parallelism=2, requester=0))) == {0: ["s-3"]}
     assert assigner.next_deadline_ms() is None
     assert assigner.rebalance(RebalanceRound(2, {0: splits(7, 8, 9), 1: []})).move_count == 0
 
