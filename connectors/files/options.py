@@ -65,7 +65,7 @@ class FileOptions:
     split_size_bytes: int = DEFAULT_SPLIT_SIZE
     on_bad_file: BadFilePolicy = "fail"
     storage: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
-    """fsspec keyword arguments (may hold secrets: never in a repr or a log)."""
+    """``storage.*`` options without the prefix (may hold secrets: never in a repr or a log)."""
     assigner: Callable[[], SplitAssigner[Any]] = field(default=PullAssigner, compare=False, repr=False)
 
     @classmethod
@@ -119,10 +119,21 @@ class FileOptions:
         from fsspec.core import url_to_fs
 
         try:
-            fs, root = url_to_fs(self.path, **dict(self.storage))
+            fs, root = url_to_fs(self.path, **self.storage_kwargs())
         except (ImportError, ValueError, TypeError) as exc:
             raise ConfigError("path", f"cannot open {self.path!r}: {exc}") from None
         return fs, str(root).rstrip("/") or "/"
+
+    def storage_kwargs(self) -> dict[str, Any]:
+        """The fsspec keyword arguments; a dotted name nests (``storage.client_kwargs.region_name``)."""
+        out: dict[str, Any] = {}
+        for name, value in self.storage:
+            *parents, leaf = name.split(".")
+            target = out
+            for parent in parents:
+                target = target.setdefault(parent, {})
+            target[leaf] = value
+        return out
 
     def format_of(self, path: str) -> str | None:
         """The format a file is read as (None: not a file of this source)."""

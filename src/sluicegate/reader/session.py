@@ -229,7 +229,7 @@ class ReaderSession(Generic[SplitT]):
             attempt=attempt,
             location=self.location,
             emit=self._emit_source_event,
-            reject=self._dead_letters.append,
+            reject=self._reject,
         )
         self.reader = self.source.create_reader(context)
         self.reader.start()
@@ -305,6 +305,9 @@ class ReaderSession(Generic[SplitT]):
     def _notify_low_watermark(self, low_watermark: int | None) -> None:
         if low_watermark is not None and isinstance(self.reader, LowWatermarkListener):
             self.reader.notify_low_watermark(low_watermark)
+
+    def _reject(self, letter: DeadLetter) -> None:
+        self._dead_letters.append(letter)
 
     def take_dead_letters(self) -> list[DeadLetter]:
         """Bad input the connector reader skipped since the last call, for the dead-letter topic."""
