@@ -119,13 +119,16 @@ def test_a_growing_directory_is_read_exactly_once_by_a_running_query(
             assert time.monotonic() - started < timeout_s, f"fewer than {rows} rows after {timeout_s} s"
             time.sleep(0.5)
 
+    started = time.monotonic()
     try:
         wait_for_rows(ROWS, 120)
+        print(f"{time.monotonic() - started:5.1f} s  the first rows")
         for k in range(FIRST_FILES, FIRST_FILES + LATER_FILES):
             write_file(root, k)
             time.sleep(0.2)
         files = FIRST_FILES + LATER_FILES
         wait_for_rows(files * ROWS, 120)
+        print(f"{time.monotonic() - started:5.1f} s  every row")
         time.sleep(2.0)  # a batch or two more: nothing is read twice
     finally:
         query.stop()
