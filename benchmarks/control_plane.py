@@ -70,6 +70,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from sluicegate.kafka.clients import security_settings
 from sluicegate.protocol import (
     AddSplits,
     DecodeError,
@@ -325,11 +326,12 @@ class Readers:
 
     async def start(self) -> None:
         self.producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, linger_ms=0, client_id="bench-readers-producer"
+            bootstrap_servers=self.bootstrap, **security_settings(), linger_ms=0, client_id="bench-readers-producer"
         )
         await self.producer.start()
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
+            **security_settings(),
             group_id=None,
             enable_auto_commit=False,
             isolation_level="read_committed",

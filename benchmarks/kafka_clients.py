@@ -47,6 +47,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluicegate.kafka.clients import security_settings
+from sluicegate.kafka.security import current_security
+
 KEY_BYTES = 10
 VALUE_BYTES = 100
 #: 2026-01-01T00:00:00Z; record i has CreateTime BASE_TS_MS + i // RECORDS_PER_MS.
@@ -89,7 +92,7 @@ def default_topic(records: int, partitions: int) -> str:
 def _admin(bootstrap: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap})
+    return AdminClient({"bootstrap.servers": bootstrap, **current_security().librdkafka_config()})
 
 
 def topic_counts(bootstrap: str, topic: str) -> dict[int, tuple[int, int]] | None:
@@ -100,7 +103,9 @@ def topic_counts(bootstrap: str, topic: str) -> dict[int, tuple[int, int]] | Non
     info = metadata.topics.get(topic)
     if info is None or info.error is not None:
         return None
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sluicegate-bench-probe"})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, **current_security().librdkafka_config(), "group.id": "sluicegate-bench-probe"}
+    )
     try:
         return {
             p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(info.partitions)
@@ -142,6 +147,7 @@ def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) -> Non
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
+            **current_security().librdkafka_config(),
             "linger.ms": 20,
             "batch.size": 1_000_000,
             "batch.num.messages": 100_000,
@@ -302,6 +308,7 @@ async def _aiokafka_run(bootstrap: str, topic: str, args: argparse.Namespace) ->
     ends = _end_offsets(bootstrap, topic)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        **security_settings(),
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
@@ -353,6 +360,7 @@ def run_confluent(bootstrap: str, topic: str, args: argparse.Namespace, extra: d
     ends = _end_offsets(bootstrap, topic)
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
+        **current_security().librdkafka_config(),
         "group.id": f"sluicegate-bench-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,

@@ -28,6 +28,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from sluicegate.kafka.clients import security_settings
+
 READERS = 16
 WARM_UP = 10
 """Transactions not measured: the broker's JIT and the first AddPartitionsToTxn per partition."""
@@ -53,7 +55,7 @@ def payloads(splits_per_reader: int) -> tuple[bytes, bytes, bytes]:
 async def run(bootstrap: str, splits_per_reader: int, transactions: int) -> None:
     tag = uuid.uuid4().hex[:8]
     readers_topic, state_topic = f"bench-txn-{tag}.readers", f"bench-txn-{tag}.state"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **security_settings())
     await admin.start()
     try:
         await admin.create_topics(
@@ -66,6 +68,7 @@ async def run(bootstrap: str, splits_per_reader: int, transactions: int) -> None
         await admin.close()
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
+        **security_settings(),
         transactional_id=f"bench-txn-{tag}",
         enable_idempotence=True,
         max_request_size=64 << 20,
@@ -74,6 +77,7 @@ async def run(bootstrap: str, splits_per_reader: int, transactions: int) -> None
     )
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        **security_settings(),
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",

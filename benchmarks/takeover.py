@@ -1,8 +1,14 @@
 #!/usr/bin/env python
 """Takeover benchmark: how long a source has no coordinator after its active worker is SIGKILLed.
 
-    python benchmarks/takeover.py [--repetitions 5] [--readers 3]
-                                  [--bootstrap-servers HOST:PORT] [--keep-logs]
+    python benchmarks/takeover.py [--repetitions 5] [--readers 3] [--modes off,on]
+                                  [--silence-ms 2000] [--bootstrap-servers HOST:PORT] [--keep-logs]
+
+Each mode runs the repetitions below on a fresh source, one mode after the other on the
+same broker: ``off`` = ``--takeover-silence-ms 0`` (the standby waits for the Faust
+group to rebalance: the behaviour before fast takeover), ``on`` = ``--takeover-silence-ms
+S`` (the standby takes over after S ms without a commit). It prints each mode's table,
+then p50/p90 of both and their ratio.
 
 What runs:
 
@@ -24,10 +30,13 @@ The killed worker is then started again, as the new standby.
 
 Components, from the successor's log (wall-clock, ms; same machine as the kill):
 
-- detect: kill -> the successor learns of the rebalance ("Heartbeat failed ... rebalancing");
-  this is the group session timeout (``broker_session_timeout``) counted from the dead
-  worker's last heartbeat, plus up to one heartbeat interval of the successor;
-- rebalance: -> Faust assigns the inbox partition ("is now the active coordinator");
+- detect: kill -> the successor learns of the death. Off: the rebalance ("Heartbeat
+  failed ... rebalancing"), the group session timeout (``broker_session_timeout``)
+  counted from the dead worker's last heartbeat, plus up to one heartbeat interval of
+  the successor. On: "no commit seen for ...; taking over", the silence counted from
+  the last commit the successor saw, plus up to one sample interval;
+- rebalance: -> "is now the active coordinator" (off: Faust assigns the leadership
+  partition; on: about 0, the runner starts at once);
 - restore: -> the runner fenced the old producer, read the state and committed the new
   epoch ("epoch N) is serving");
 - first record: -> the first committed record with the new epoch was fetched (the next
@@ -63,9 +72,15 @@ from aiokafka.admin import AIOKafkaAdminClient
 from rich.console import Console
 from rich.table import Table
 
+from sluicegate.kafka.clients import security_settings
+
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 NAMESPACE = "sluicegate"
 TARGET_S = 10.0
+"""Every takeover, either mode (issue 11)."""
+TARGET_P50_ON_S = 3.0
+"""Median takeover with fast takeover on and default broker settings (issue 13, item 4)."""
+DETECTED = r"rebalanc|no commit seen for"
 
 
 def log(message: str) -> None:
@@ -187,6 +202,7 @@ class EpochWatch:
 async def watch_readers_topic(bootstrap: str, topic: str, partitions: int, watch: EpochWatch) -> None:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        **security_settings(),
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
@@ -223,8 +239,9 @@ async def group_members(admin: AIOKafkaAdminClient, group_id: str) -> tuple[str,
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, bootstrap: str, workdir: Path) -> None:
+    def __init__(self, args: argparse.Namespace, bootstrap: str, workdir: Path, silence_ms: int) -> None:
         self.args = args
+        self.silence_ms = silence_ms
         self.bootstrap = bootstrap
         self.workdir = workdir
         self.source = f"tko-{uuid.uuid4().hex[:10]}"
@@ -236,6 +253,7 @@ class Bench:
     def coordinator_args(self, port: int) -> list[str]:
         args = ["coordinator", "--source", self.source, "--connector", "sequence"]
         args += ["--max-parallelism", str(self.args.readers), "--web-port", str(port)]
+        args += ["--takeover-silence-ms", str(self.silence_ms)]
         for key, value in self.options.items():
             args += ["--option", f"{key}={value}"]
         return args
@@ -318,7 +336,7 @@ class Bench:
         watch = EpochWatch()
         topic = f"{NAMESPACE}.{self.source}.readers"
         watcher = asyncio.create_task(watch_readers_topic(self.bootstrap, topic, self.args.readers, watch))
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **security_settings())
         await admin.start()
         samples: list[Sample] = []
         try:
@@ -341,7 +359,7 @@ class Bench:
                 seen_at, first_type = watch.first_seen[new_epoch]
                 successor = next(w for w in self.live() if f"epoch {new_epoch}) is serving" in w.log())
                 events = log_events(successor)
-                detected = first_after(events, killed_at, r"rebalanc")
+                detected = first_after(events, killed_at, DETECTED)
                 assigned = first_after(events, killed_at, r"is now the active coordinator")
                 serving = first_after(events, killed_at, rf"epoch {new_epoch}\) is serving")
                 if assigned is None or serving is None:
@@ -378,8 +396,8 @@ class Bench:
             proc.stop()
 
 
-def report(samples: list[Sample], args: argparse.Namespace) -> None:
-    table = Table(title=f"takeover after SIGKILL of the active worker ({len(samples)} repetitions)")
+def report(samples: list[Sample], title: str) -> None:
+    table = Table(title=f"{title}: takeover after SIGKILL of the active worker ({len(samples)} repetitions)")
     table.add_column("rep", justify="right")
     table.add_column("epoch", justify="right")
     for name in ("total s", "detect s", "rebalance s", "restore s", "first record s"):
@@ -403,12 +421,45 @@ def report(samples: list[Sample], args: argparse.Namespace) -> None:
         "restore": [s.restore_s for s in samples],
         "first record": [s.first_record_s for s in samples],
     }
-    for label, pick in (("p50", lambda v: percentile(v, 0.5)), ("max", max)):
+    for label, pick in (
+        ("p50", lambda v: percentile(v, 0.5)),
+        ("p90", lambda v: percentile(v, 0.9)),
+        ("max", max),
+    ):
         table.add_row(label, "", *(f"{pick(v):.2f}" if v else "-" for v in columns.values()), "", style="bold")
     console.print(table)
-    worst = max(columns["total"]) if samples else math.nan
-    verdict = "met" if worst <= TARGET_S else "NOT met"
-    console.print(f"target: takeover <= {TARGET_S:.0f} s: {verdict} (max {worst:.2f} s)")
+
+
+def compare(results: dict[str, list[Sample]], silence_ms: int) -> None:
+    """Both modes side by side, the ratio, and the targets."""
+    table = Table(title="takeover s, SIGKILL -> first record of the new epoch")
+    for name in ("mode", "runs", "p50", "p90", "max"):
+        table.add_column(name, justify="right" if name != "mode" else "left")
+    totals = {mode: [s.total_s for s in samples] for mode, samples in results.items() if samples}
+    for mode, values in totals.items():
+        label = "off (group rebalance)" if mode == "off" else f"on (silence {silence_ms} ms)"
+        table.add_row(
+            label,
+            str(len(values)),
+            f"{percentile(values, 0.5):.2f}",
+            f"{percentile(values, 0.9):.2f}",
+            f"{max(values):.2f}",
+        )
+    console.print(table)
+    if "off" in totals and "on" in totals:
+        off50, on50 = percentile(totals["off"], 0.5), percentile(totals["on"], 0.5)
+        off90, on90 = percentile(totals["off"], 0.9), percentile(totals["on"], 0.9)
+        console.print(f"ratio off/on: p50 {off50 / on50:.1f}x, p90 {off90 / on90:.1f}x")
+    worst = max(v for values in totals.values() for v in values)
+    console.print(
+        f"target: every takeover <= {TARGET_S:.0f} s: {'met' if worst <= TARGET_S else 'NOT met'} (max {worst:.2f} s)"
+    )
+    if "on" in totals:
+        on50 = percentile(totals["on"], 0.5)
+        verdict = "met" if on50 <= TARGET_P50_ON_S else "NOT met"
+        console.print(
+            f"target: takeover p50 <= {TARGET_P50_ON_S:.0f} s with fast takeover on: {verdict} ({on50:.2f} s)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -422,9 +473,16 @@ def main(argv: list[str] | None = None) -> int:
         "--bootstrap-servers", default=None, help="default: $KAFKA_BOOTSTRAP_SERVERS, else a local broker"
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary directory (worker logs)")
+    parser.add_argument(
+        "--modes", default="off,on", help="off (no fast takeover), on (fast takeover), or both, in this order"
+    )
+    parser.add_argument("--silence-ms", type=int, default=2000, help="--takeover-silence-ms of the workers in mode on")
     args = parser.parse_args(argv)
     if args.repetitions < 1 or args.readers < 1:
         parser.error("--repetitions and --readers must be >= 1")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in ("off", "on") for m in modes):
+        parser.error("--modes: a comma-separated list of off and on")
 
     def on_sigterm(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # so the finally below stops every process it started
@@ -434,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     bootstrap = args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() or None
     broker = None
     bench: Bench | None = None
-    samples: list[Sample] = []
+    results: dict[str, list[Sample]] = {}
     failed: BaseException | None = None
     try:
         if bootstrap is None:
@@ -444,8 +502,13 @@ def main(argv: list[str] | None = None) -> int:
             log(f"starting a local Kafka broker in {broker.run_dir}")
             bootstrap = broker.start()
         log(f"broker at {bootstrap}")
-        bench = Bench(args, bootstrap, workdir)
-        samples = asyncio.run(bench.run())
+        for mode in modes:
+            log(f"[bold]mode {mode}[/bold]: --takeover-silence-ms {args.silence_ms if mode == 'on' else 0}")
+            (workdir / mode).mkdir()
+            bench = Bench(args, bootstrap, workdir / mode, args.silence_ms if mode == "on" else 0)
+            results[mode] = asyncio.run(bench.run())
+            bench.stop_all()
+            bench = None
     except (KeyboardInterrupt, asyncio.CancelledError) as exc:
         failed = exc
         log("[red]interrupted[/red]")
@@ -457,8 +520,10 @@ def main(argv: list[str] | None = None) -> int:
             bench.stop_all()
         if broker is not None:
             broker.stop()
-    if samples:
-        report(samples, args)
+    for mode, samples in results.items():
+        report(samples, f"fast takeover {mode}")
+    if any(results.values()):
+        compare(results, args.silence_ms)
     if failed is None and not args.keep_logs:
         shutil.rmtree(workdir, ignore_errors=True)
     else:

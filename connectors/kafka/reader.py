@@ -189,6 +189,21 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit]):
         if resume:
             consumer.resume(resume)
 
+    def records_to_end(self) -> dict[str, int]:
+        """A bounded split: to its stop offset; an unbounded one: to the partition's high
+        watermark as the last fetch response reported it (cached: no request), if one came."""
+        out: dict[str, int] = {}
+        for split in self._splits.values():
+            if split.stop is not None:
+                out[split.split_id] = max(0, split.stop - split.position)
+            elif self._consumer is not None:
+                _, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(split.topic, split.partition), cached=True
+                )
+                if high is not None and high >= 0:
+                    out[split.split_id] = max(0, high - split.position)
+        return out
+
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()

@@ -434,6 +434,7 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
             # to release, so the handler (on the loop) decides which from the state.
             count = self._options.splits_per_release
             self._context.call_async(lambda: count, self._on_discovered, initial_delay_ms=interval, period_ms=interval)
+        self._context.metrics.gauge("splits_released", self._released)
         self._distribute()
 
     def _on_discovered(self, count: int | None, error: BaseException | None) -> None:
@@ -442,6 +443,7 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
         stop = min(self._options.splits, self._released + count)
         self._add_fresh(self._released, stop)
         self._released = stop
+        self._context.metrics.gauge("splits_released", stop)
         self._distribute()
 
     def add_reader(self, subtask: int) -> None:
@@ -536,6 +538,9 @@ class SequenceReader(SourceReader[SequenceSplit]):
         self._tokens -= len(result.records)
         result.status = InputStatus.MORE_AVAILABLE if self._splits else InputStatus.NOTHING_AVAILABLE
         return result
+
+    def records_to_end(self) -> dict[str, int]:
+        return {s.split_id: s.end - s.position for s in self._splits.values() if s.end is not None}
 
     def _stalled(self, split: SequenceSplit) -> bool:
         return self._stall.quiet(split, time.monotonic() * 1000)

@@ -12,6 +12,8 @@ from rich.logging import RichHandler
 from sluicegate.audit.commands import audit_command
 from sluicegate.coordinator.commands import coordinator_command
 from sluicegate.devtools.broker.commands import broker_app
+from sluicegate.kafka.acls_commands import acls_command
+from sluicegate.kafka.security_options import kafka_security_callback
 from sluicegate.kafka.topics_commands import topics_app
 from sluicegate.reader.commands import reader_command
 
@@ -20,10 +22,12 @@ app = typer.Typer(
     help="Flink-style split coordination (FLIP-27) over Kafka.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
+    callback=kafka_security_callback,
 )
 app.command("coordinator")(coordinator_command)
 app.command("reader")(reader_command)
 app.command("audit")(audit_command)
+app.command("acls")(acls_command)
 
 
 @app.command("demo")

@@ -1,8 +1,11 @@
 """Finding connectors: every connector is a Source class registered under the
-``sluicegate.connectors`` entry-point group (see pyproject.toml)."""
+``sluicegate.connectors`` entry-point group (see pyproject.toml), or named directly
+as ``package.module:SourceClass`` (a connector that is importable but not installed
+as a distribution: one under development, or docs/examples/sqltable)."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any
@@ -18,16 +21,30 @@ def available_connectors() -> list[str]:
 
 
 def load_source(connector: str, options: Mapping[str, str]) -> Source[Any]:
-    """Build the connector's Source from its options; ConfigError names what is wrong."""
+    """Build the connector's Source from its options; ConfigError names what is wrong.
+    ``connector`` is an entry-point name, or ``package.module:SourceClass``."""
+    source_cls = _source_class(connector)
+    if not (isinstance(source_cls, type) and issubclass(source_cls, Source)):
+        raise ConfigError("connector", f"{connector!r} does not name a sluicegate Source class")
+    source: Source[Any] = source_cls.from_options(options)
+    return source
+
+
+def _source_class(connector: str) -> Any:
+    module_name, colon, class_name = connector.partition(":")
+    if colon:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigError("connector", f"cannot import {module_name!r} (from {connector!r}): {exc}") from None
+        if not hasattr(module, class_name):
+            raise ConfigError("connector", f"module {module_name!r} has no {class_name!r}")
+        return getattr(module, class_name)
     matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == connector]
     if not matches:
         known = ", ".join(available_connectors()) or "none installed"
-        raise ConfigError("connector", f"no connector named {connector!r} (known: {known})")
-    source_cls = matches[0].load()
-    if not (isinstance(source_cls, type) and issubclass(source_cls, Source)):
-        raise ConfigError("connector", f"entry point {connector!r} does not name a sluicegate Source class")
-    source: Source[Any] = source_cls.from_options(options)
-    return source
+        raise ConfigError("connector", f"no connector named {connector!r} (known: {known}, or package.module:Class)")
+    return matches[0].load()
 
 
 def parse_options(pairs: Sequence[str]) -> dict[str, str]:

@@ -237,3 +237,38 @@ def test_cluster_ids_never_start_with_a_dash() -> None:
 
     ids = [new_cluster_id() for _ in range(5000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+@pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is None, reason="needs java and mvn")
+def test_broker_restarts_on_its_port_right_after_a_crash(tmp_path: Path) -> None:
+    """SIGKILL leaves the broker's connections in TIME_WAIT; `broker start --port P` at
+    once must still take P (Kafka binds with SO_REUSEADDR, and so must our check)."""
+    import json
+    import signal
+    import socket
+    import struct
+
+    from sluicegate.devtools.broker.local import free_port
+
+    runner = CliRunner()
+    run_dir = str(tmp_path / "broker")
+    port = free_port()
+    try:
+        res = runner.invoke(broker_app, ["start", "--dir", run_dir, "--port", str(port)])
+        assert res.exit_code == 0, res.output
+        client = socket.create_connection(("127.0.0.1", port), timeout=30)
+        # An ApiVersions v0 request answered: the broker has accepted the connection (one
+        # still in the accept queue would be reset, leaving no TIME_WAIT behind).
+        request = struct.pack(">hhih", 18, 0, 1, -1)
+        client.sendall(struct.pack(">i", len(request)) + request)
+        (size,) = struct.unpack(">i", client.recv(4, socket.MSG_WAITALL))
+        assert len(client.recv(size, socket.MSG_WAITALL)) == size
+        pid = json.loads((tmp_path / "broker" / "broker.json").read_text())["pid"]
+        os.kill(pid, signal.SIGKILL)
+        assert client.recv(1) == b""  # the killed broker's end closed first: it is in TIME_WAIT
+        client.close()
+        res = runner.invoke(broker_app, ["start", "--dir", run_dir, "--port", str(port)])
+        assert res.exit_code == 0, res.output
+        assert res.stdout.strip().splitlines()[-1] == f"127.0.0.1:{port}"
+    finally:
+        runner.invoke(broker_app, ["stop", "--dir", run_dir])

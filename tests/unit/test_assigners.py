@@ -29,7 +29,7 @@ from sluicegate.api.assigners import (
     StickyHashAssigner,
     assigner_from_options,
 )
-from sluicegate.api.enumerator import EnumeratorMetrics, SplitsAssignment
+from sluicegate.api.enumerator import AsyncCallHandle, EnumeratorMetrics, SplitsAssignment
 
 GRACE = 2_000
 T0 = 1_000_000
@@ -553,8 +553,9 @@ class FakeContext(SplitEnumeratorContext[Split]):
         handler: Callable[[Any, BaseException | None], None],
         initial_delay_ms: int = 0,
         period_ms: int = 0,
-    ) -> None:
+    ) -> AsyncCallHandle:
         self.timers.append((callable_, handler, initial_delay_ms, period_ms))
+        return AsyncCallHandle()
 
     def fire(self, index: int = -1) -> None:
         """Run a timer as the host does: the callable off the loop, then its handler."""

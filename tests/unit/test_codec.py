@@ -117,14 +117,14 @@ def test_round_trip_of_every_message_type(body: Body) -> None:
     decoded = decode(encode(env), body.DIRECTION)
     assert decoded == env
     assert type(decoded.body) is type(body)
-    assert decoded.v == PROTOCOL_VERSION == 3
+    assert decoded.v == PROTOCOL_VERSION == 4
 
 
 def test_encoded_record_is_the_documented_envelope() -> None:
     env = _env(AddSplits(seq=1, splits=[SPLIT]), inbox_offset=7, cseq=8)
     data = orjson.loads(encode(env))
     assert data == {
-        "v": 3,
+        "v": 4,
         "type": "AddSplits",
         "source": "orders",
         "subtask": 3,
@@ -162,7 +162,7 @@ def test_a_json_value_that_is_not_an_object_is_malformed(data: Any) -> None:
     assert "object" in error.detail
 
 
-@pytest.mark.parametrize("v", [4, 0, -1, "2", 2.0, True, None])
+@pytest.mark.parametrize("v", [5, 0, -1, "2", 2.0, True, None])
 def test_unknown_version(v: Any) -> None:
     error = _decode_error(_raw(Heartbeat(watermark=1, idle=False), v=v))
     assert error.kind is DecodeErrorKind.UNKNOWN_VERSION

@@ -6,15 +6,17 @@ their order, seq and cseq), who owns what, and its counters.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import pytest
 from core_harness import CoreHarness, sequence_source
 
 from sluicegate.api import (
+    AsyncCallHandle,
     Boundedness,
     NoLiveReaderError,
     Source,
@@ -24,7 +26,7 @@ from sluicegate.api import (
     SplitEnumeratorContext,
     WireSplit,
 )
-from sluicegate.coordinator.core import CoordinatorCore
+from sluicegate.coordinator.core import CoordinatorCore, StepFailedError
 from sluicegate.protocol import (
     AddSplits,
     CheckpointAck,
@@ -62,14 +64,20 @@ class ItemCodec:
 class ScriptedEnumerator(SplitEnumerator[Item]):
     """Runs the commands a reader sends it as a SourceEvent payload, inside a core step:
     ``["assign", {"0": ["a"]}]``, ``["event", subtask, payload, attempt]``,
-    ``["no_more", subtask]``, ``["release", subtask, ["a"]]``, ``["raise", message]``. Errors of assign/no_more are
-    kept in ``errors`` (like an enumerator that keeps its splits on NoLiveReaderError)."""
+    ``["no_more", subtask]``, ``["release", subtask, ["a"]]``, ``["raise", message]``, ``["raise_once", token]``
+    (raises the first time a token is seen, in any incarnation), ``["periodic", period_ms]``, ``["cancel"]``
+    (the newest periodic call). Errors of assign/no_more are kept in ``errors`` (like an enumerator that keeps
+    its splits on NoLiveReaderError)."""
+
+    raised_tokens: ClassVar[set[str]] = set()
 
     def __init__(self, context: SplitEnumeratorContext[Item], returned: list[Item] | None = None) -> None:
         self.context = context
         self.returned: list[Item] = returned or []
         self.readers_added: list[int] = []
         self.errors: list[Exception] = []
+        self.handles: list[AsyncCallHandle] = []
+        self.results: list[Any] = []
 
     def handle_split_request(self, subtask: int, hostname: str | None) -> None:
         pass
@@ -104,6 +112,17 @@ class ScriptedEnumerator(SplitEnumerator[Item]):
                     self.errors.append(exc)
             elif command == "raise":
                 raise RuntimeError(args[0])
+            elif command == "raise_once" and args[0] not in self.raised_tokens:
+                self.raised_tokens.add(args[0])
+                raise RuntimeError(f"once: {args[0]}")
+            elif command == "periodic":
+                handle = self.context.call_async(lambda: "tick", self._on_result, args[0], args[0])
+                self.handles.append(handle)
+            elif command == "cancel":
+                self.handles[-1].cancel()
+
+    def _on_result(self, result: Any, error: BaseException | None) -> None:
+        self.results.append(result)
 
 
 class ScriptedSource(Source[Item]):
@@ -538,19 +557,30 @@ def test_source_events_reach_live_readers_and_dead_ones_are_dropped() -> None:
     assert h.counters["source_events_dropped"] == 3
 
 
-def test_an_enumerator_that_raises_does_not_crash_the_core() -> None:
+def test_a_step_whose_enumerator_raises_keeps_nothing_and_the_restart_offers_its_input_again() -> None:
     h = scripted(max_parallelism=2)
-    h.register(0)
-    msgs = run(h, 0, ["event", 0, "before", None], ["raise", "boom"], ["event", 0, "after", None])
-    assert [m.body for m in msgs] == [CoordinatorSourceEvent(payload="before")]  # effects so far stand
-    assert h.counters["enumerator_errors"] == 1
-    # the core keeps working
-    assert [m.body for m in run(h, 0, ["event", 0, "later", None])] == [CoordinatorSourceEvent(payload="later")]
-    h.register(1)
-    assert h.last.messages[0].body.attempt == 1  # type: ignore[attr-defined]
+    r0 = h.register(0)
+    sent_before, persisted_before = len(h.sent), orjson.dumps(h.persisted)
+    with pytest.raises(StepFailedError) as failed:
+        run(h, 0, ["assign", {"0": ["a"]}], ["event", 0, "before", None], ["raise_once", "step-1"])
+    message = str(failed.value)
+    assert "RuntimeError: once: step-1 at test_core.py:" in message
+    assert "in handle_source_event while handling SourceEvent from subtask 0 (inbox offset 1)" in message
+    # nothing of the step: no AddSplits, no event, no state
+    assert len(h.sent) == sent_before
+    assert orjson.dumps(h.persisted) == persisted_before
+    assert r0.splits == {} and r0.events == []
+    with pytest.raises(StepFailedError, match="a step after a failed one"):
+        h.tick()  # a failed core takes no further step
+    # the host restarts from the last commit, which offers the record again
+    h.restart_after_failure()
+    assert r0.events == ["before"]
+    assert set(r0.splits) == {"a"}
+    assert h.owned(0) == {"a"}
+    assert [split_ids(m) for m in h.of_type(AddSplits)] == [["a"]]
 
 
-def test_an_enumerator_raising_in_start_is_counted() -> None:
+def test_an_enumerator_raising_in_start_fails_the_start() -> None:
     class Broken(ScriptedEnumerator):
         def start(self) -> None:
             raise ValueError("no")
@@ -559,10 +589,64 @@ def test_an_enumerator_raising_in_start_is_counted() -> None:
         def create_enumerator(self, context: SplitEnumeratorContext[Item]) -> ScriptedEnumerator:
             return Broken(context)
 
-    h = CoreHarness(BrokenSource(), max_parallelism=1)
-    assert h.counters["enumerator_errors"] == 1
+    with pytest.raises(StepFailedError, match=r"ValueError: no .*while handling the enumerator's start"):
+        CoreHarness(BrokenSource(), max_parallelism=1)
+
+
+def test_a_cancelled_periodic_call_is_stopped_and_its_late_result_dropped() -> None:
+    h = scripted(max_parallelism=1)
     h.register(0)
-    assert kinds(h.last.messages) == [(0, "ReaderRegistered")]
+    run(h, 0, ["periodic", 500])
+    (call,) = h.last.async_calls
+    assert (call.initial_delay_ms, call.period_ms) == (500, 500)
+    h.core.on_async_result(call.call_id, "tick", None, h.now_ms)
+    assert enumerator(h).results == ["tick"]
+    run(h, 0, ["cancel"])
+    assert h.last.cancelled_calls == [call.call_id]  # the host stops the timer
+    assert not h.core.on_async_result(call.call_id, "late", None, h.now_ms)
+    assert enumerator(h).results == ["tick"]
+    assert enumerator(h).handles[-1].cancelled
+
+
+def test_a_call_cancelled_in_the_step_that_made_it_never_reaches_the_host() -> None:
+    h = scripted(max_parallelism=1)
+    h.register(0)
+    run(h, 0, ["periodic", 100], ["cancel"])
+    assert h.last.async_calls == [] and h.last.cancelled_calls == []
+
+
+def test_closing_the_core_stops_every_periodic_call() -> None:
+    h = scripted(max_parallelism=1)
+    h.register(0)
+    ids = []
+    for period_ms in (100, 200):
+        run(h, 0, ["periodic", period_ms])
+        ids += [call.call_id for call in h.last.async_calls]
+    assert h.core.close() == sorted(ids)
+    assert all(not h.core.on_async_result(i, "late", None, h.now_ms) for i in ids)
+    assert enumerator(h).results == []
+
+
+def test_the_context_refuses_calls_from_another_thread() -> None:
+    h = scripted(max_parallelism=1)
+    h.register(0)
+    context = enumerator(h).context
+    errors: list[BaseException] = []
+
+    def from_a_worker() -> None:
+        try:
+            context.assign_splits({0: [Item("a")]})
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=from_a_worker)
+    worker.start()
+    worker.join()
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+    assert "assign_splits was called from a thread other than the coordinator's loop" in str(errors[0])
+    assert h.owned(0) == set()
+    run(h, 0, ["assign", {"0": ["a"]}])  # the loop itself may
+    assert h.owned(0) == {"a"}
 
 
 # -- invalid input ---------------------------------------------------------------------

@@ -172,6 +172,16 @@ def test_reader_starts_at_the_split_position() -> None:
     assert finished == ["seq-00002"]
 
 
+def test_the_reader_knows_how_many_records_are_left_to_each_splits_end() -> None:
+    reader = reader_for()
+    reader.add_splits([SequenceSplit("seq-00002", 20, 30, 27), SequenceSplit("seq-00003", 30, 40, 30)])
+    assert reader.records_to_end() == {"seq-00002": 3, "seq-00003": 10}
+    reader.next_batch(4)
+    assert sum(reader.records_to_end().values()) == 9
+    drain(reader)
+    assert reader.records_to_end() == {}
+
+
 def test_a_split_already_at_its_end_reports_finished_without_records() -> None:
     reader = reader_for()
     reader.add_splits([SequenceSplit("seq-00002", 20, 30, 30)])

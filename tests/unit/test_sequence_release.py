@@ -13,8 +13,8 @@ from core_harness import CoreHarness, body, sequence_source
 from sluicegate_connectors.sequence import SequenceEnumerator, SequenceOptions, SequenceSource, SequenceSplit
 
 from sluicegate.api import ConfigError
-from sluicegate.api.enumerator import EnumeratorMetrics, ReaderInfo, SplitEnumeratorContext
-from sluicegate.coordinator.core import AsyncCall, Effects
+from sluicegate.api.enumerator import AsyncCallHandle, EnumeratorMetrics, ReaderInfo, SplitEnumeratorContext
+from sluicegate.coordinator.core import AsyncCall, CoreMetrics, Effects
 from sluicegate.protocol.messages import AddSplits, NoMoreSplits
 
 SPLITS = 10
@@ -25,6 +25,7 @@ class NoReaders(SplitEnumeratorContext[SequenceSplit]):
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, int]] = []
+        self._metrics = CoreMetrics()
 
     def current_parallelism(self) -> int:
         return 1
@@ -44,12 +45,15 @@ class NoReaders(SplitEnumeratorContext[SequenceSplit]):
     def send_event_to_source_reader(self, subtask: int, event: Any, attempt: int | None = None) -> None:
         raise AssertionError("no reader to send to")
 
-    def call_async(self, callable_: Any, handler: Any, initial_delay_ms: int = 0, period_ms: int = 0) -> None:
+    def call_async(
+        self, callable_: Any, handler: Any, initial_delay_ms: int = 0, period_ms: int = 0
+    ) -> AsyncCallHandle:
         self.calls.append((initial_delay_ms, period_ms))
+        return AsyncCallHandle()
 
     @property
     def metrics(self) -> EnumeratorMetrics:
-        raise AssertionError("unused")
+        return self._metrics
 
 
 def released_source(splits: int = SPLITS, per_release: int = 3, interval_ms: int = 500) -> SequenceSource:

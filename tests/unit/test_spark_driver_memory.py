@@ -5,7 +5,9 @@ planning, acknowledgement and fencing, in well under a second."""
 from __future__ import annotations
 
 import dataclasses
+import socket
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -343,3 +345,55 @@ def test_the_source_hears_the_low_watermark_each_time_it_advances_on_the_spark_h
         eventually(lambda: source.heard == [1_000, 2_000])
     finally:
         driver.close()
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text: str = response.read().decode()
+        return text
+
+
+def series(text: str, line_start: str) -> float | None:
+    found = [line for line in text.splitlines() if line.startswith(line_start)]
+    return float(found[0].rsplit(" ", 1)[1]) if found else None
+
+
+def test_the_driver_serves_its_metrics_splits_owned_and_acknowledged_rows() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    broker = MemoryBroker()
+    broker.create_control_topics(TOPICS, 2)
+    source = SequenceSource.from_options({"splits": "4", "records_per_split": "100"})
+    settings = DriverSettings(
+        source=SOURCE, parallelism=2, bootstrap_servers="memory:0", heartbeat_interval_ms=50, metrics_port=port
+    )
+    driver = SparkReaderDriver(settings, source, channel=MemoryControlChannel(broker, TOPICS))
+    driver.start(None)
+    try:
+        coordinator = Coordinator(broker, driver)
+        register_both(coordinator)
+        eventually(driver.all_active)
+        coordinator.send(0, AddSplits(seq=1, splits=[wire(0), wire(1)]), attempt=1)
+        coordinator.send(1, AddSplits(seq=1, splits=[wire(2)]), attempt=1)
+        state = eventually(
+            lambda: (s := driver.planning_state()) and sum(len(v.splits) for v in s.views.values()) == 3 and s
+        )
+        text = scrape(port)
+        assert series(text, f'sluicegate_spark_splits_owned{{source="{SOURCE}",subtask="0"}}') == 2
+        assert series(text, f'sluicegate_spark_splits_owned{{source="{SOURCE}",subtask="1"}}') == 1
+        assert series(text, f'sluicegate_spark_registered{{source="{SOURCE}",subtask="1"}}') == 1
+        assert series(text, "sluicegate_spark_records_acknowledged_total") == 0
+
+        first = plan_next(SourceOffset(1), state.views, None, lambda o, base: int(o.split["end"]))
+        second = plan_next(first, state.views, None, lambda o, base: int(o.split["end"]))
+        assert driver.acknowledge(first) and driver.acknowledge(second)
+        text = scrape(port)
+        assert second.rows == 300  # the batch between the two offsets reads every split to its end
+        assert series(text, "sluicegate_spark_records_acknowledged_total") == 300
+        assert series(text, f'sluicegate_spark_checkpoint_ack_seconds_count{{source="{SOURCE}"}}') == 2
+        assert series(text, "sluicegate_spark_splits_finished_total") == 3
+    finally:
+        driver.close()
+    with pytest.raises(OSError):
+        scrape(port)  # closed with the driver

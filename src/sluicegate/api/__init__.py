@@ -10,6 +10,7 @@ from sluicegate.api.assigners import (
     StickyHashAssigner,
 )
 from sluicegate.api.enumerator import (
+    AsyncCallHandle,
     EnumeratorMetrics,
     ReaderInfo,
     ReaderLoads,
@@ -32,6 +33,7 @@ from sluicegate.api.split import SourceSplit, SplitCodec, WireSplit
 
 __all__ = [
     "AssignmentRound",
+    "AsyncCallHandle",
     "Boundedness",
     "ConfigError",
     "EnumeratorMetrics",

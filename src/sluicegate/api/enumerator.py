@@ -62,8 +62,32 @@ class EnumeratorMetrics(ABC):
     def gauge(self, name: str, value: float) -> None: ...
 
 
+class AsyncCallHandle:
+    """What ``call_async`` returns: a periodic call runs until it is cancelled or the
+    enumerator closes; a one-shot call may be cancelled before its handler runs."""
+
+    def __init__(self, on_cancel: Callable[[], None] | None = None) -> None:
+        self._on_cancel = on_cancel
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        """No further runs, and a result still on its way is dropped (the handler is not
+        called again). Calling it twice is harmless."""
+        if not self._cancelled:
+            self._cancelled = True
+            if self._on_cancel is not None:
+                self._on_cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+
 class SplitEnumeratorContext(ABC, Generic[SplitT]):
-    """What an enumerator may do. Every call runs on the coordinator's single loop."""
+    """What an enumerator may do. Every call runs on the coordinator's single loop: a
+    method called from another thread (a ``call_async`` callable, a thread of the
+    connector's own) raises ``RuntimeError`` instead of racing the loop. The callable
+    returns its result; the handler, which runs on the loop, acts on it."""
 
     @abstractmethod
     def current_parallelism(self) -> int:
@@ -129,9 +153,11 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
         handler: Callable[[R | None, BaseException | None], None],
         initial_delay_ms: int = 0,
         period_ms: int = 0,
-    ) -> None:
+    ) -> AsyncCallHandle:
         """Run ``callable_`` off the coordinator loop (a worker thread) and then
-        ``handler(result, error)`` on it. With ``period_ms`` > 0 it repeats."""
+        ``handler(result, error)`` on it. With ``period_ms`` > 0 it repeats until the
+        returned handle is cancelled or the enumerator closes. ``callable_`` must not
+        touch the context (see the class docstring)."""
 
     @property
     @abstractmethod
@@ -139,7 +165,15 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
 
 
 class SplitEnumerator(ABC, Generic[SplitT]):
-    """Discovers splits and decides which reader gets which (FLIP-27)."""
+    """Discovers splits and decides which reader gets which (FLIP-27).
+
+    Failure contract: each call of a method (and of a ``call_async`` handler) is one
+    step of the coordinator, and a step is all or nothing. If a method raises, nothing
+    the step did is kept (no split it assigned, no message, no state), the coordinator
+    of this source is restarted from its last commit, after 1, 2, 4 ... 60 s while it
+    keeps failing, and the input is offered again; other sources are not disturbed.
+    So a method may raise at any point without losing splits, but one that raises on
+    every try stops its source until it is fixed."""
 
     def start(self) -> None:
         """Called once before any other method."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
@@ -84,6 +84,12 @@ class SourceReader(ABC, Generic[SplitT]):
 
     def pause_or_resume_splits(self, to_pause: Sequence[str], to_resume: Sequence[str]) -> None:
         """Watermark alignment: stop or restart reading some splits."""
+
+    def records_to_end(self) -> Mapping[str, int]:
+        """Metrics only: records left before the end of each split whose end this reader knows
+        (bounded splits), by split id; splits it cannot tell are left out. Must be cheap (no
+        I/O: cached knowledge only); called at each metrics scrape."""
+        return {}
 
     def close(self) -> None:
         """Release resources."""

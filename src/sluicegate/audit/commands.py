@@ -1,5 +1,9 @@
 """``sluicegate audit``: replay a source's control topics and check the protocol's invariants.
 
+With ``--timeline FILE`` it draws the history instead (timeline_plot.py), with
+``--split ID`` it prints one split's history, with ``--at WHEN`` who owned what at
+that point (WHEN: a cseq, or an ISO 8601 time, UTC unless it names a zone).
+
 Exit codes: 0 no violation (summary printed), 1 violations (the first one named
 with its topic, partition and offset), 2 the audit could not run (a setting is
 missing, a topic does not exist, the broker is unreachable).
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import orjson
@@ -24,7 +29,11 @@ from sluicegate.audit.kafka_source import (
     ReadTimeoutError,
     read_control_topics_full,
 )
-from sluicegate.audit.report import print_report, to_json_bytes
+from sluicegate.audit.replay import replay
+from sluicegate.audit.report import ownership_at_table, print_report, split_history_tables, to_json_bytes
+from sluicegate.audit.timeline import PointNotFound, Timeline, build_timeline, ownership_at, position_at, split_history
+from sluicegate.audit.timeline_plot import UnsupportedFormat, draw_timeline
+from sluicegate.kafka.access import KafkaAccessError, require_access
 from sluicegate.protocol.names import validate_source
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -40,6 +49,13 @@ async def run_audit(bootstrap: str, source: str, ns: str = "sluicegate") -> Audi
         namespace=ns,
         max_parallelism=read.readers_partitions,
     )
+
+
+async def read_timeline(bootstrap: str, source: str, ns: str = "sluicegate") -> Timeline:
+    """Read both control topics and rebuild the source's timeline (timeline.py)."""
+    read = await read_control_topics_full(bootstrap, source, ns)
+    merged = replay(read.inbox, read.readers, inbox_topic=read.inbox_topic, readers_topic=read.readers_topic)
+    return build_timeline(merged.records, source=source, max_parallelism=read.readers_partitions)
 
 
 def _fail(message: str, json_output: bool) -> typer.Exit:
@@ -63,19 +79,39 @@ def audit_command(
         ),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+    timeline: Annotated[
+        Path | None,
+        typer.Option("--timeline", help="Draw the history to FILE (.png, .svg or .pdf): one lane per subtask."),
+    ] = None,
+    split: Annotated[
+        str | None, typer.Option("--split", help="Print one split's history: owners over time, acknowledged positions.")
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            help="Print who owned which split at WHEN: a cseq (integer: the coordinator's sequence number "
+            "of its readers-topic records) or an ISO 8601 time (UTC unless it names a zone).",
+        ),
+    ] = None,
 ) -> None:
     """Replay NS.S.coordinator and NS.S.readers and check ownership, seq, epoch and watermark
-    invariants. Exit 1 at a violation (naming the first record that breaks one), 0 otherwise."""
+    invariants. Exit 1 at a violation (naming the first record that breaks one), 0 otherwise.
+    With --timeline, --split or --at: draw or question the history instead (docs/audit.md)."""
     bootstrap = bootstrap_servers or os.environ.get(BOOTSTRAP_ENV)
     if not bootstrap:
         raise _fail(
             f"no Kafka bootstrap servers: pass --bootstrap-servers or set {BOOTSTRAP_ENV}",
             json_output,
         )
+    if timeline is not None or split is not None or at is not None:
+        _explain(bootstrap, source, namespace, timeline, split, at)
+        return
     try:
         validate_source(source, "--source")
+        require_access(bootstrap)
         result = asyncio.run(run_audit(bootstrap, source, namespace))
-    except (ConfigError, MissingTopicsError, ReadTimeoutError) as exc:
+    except (ConfigError, MissingTopicsError, ReadTimeoutError, KafkaAccessError) as exc:
         raise _fail(str(exc), json_output) from None
     except Exception as exc:  # broker unreachable and the like: say so, no traceback
         raise _fail(
@@ -89,3 +125,35 @@ def audit_command(
         print_report(result, Console())
     if not result.ok:
         raise typer.Exit(code=1)
+
+
+def _explain(bootstrap: str, source: str, namespace: str, path: Path | None, split: str | None, at: str | None) -> None:
+    """--timeline / --split / --at: questions over the rebuilt history, not the invariant check."""
+    console = Console()
+    try:
+        validate_source(source, "--source")
+        if path is not None and path.suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise UnsupportedFormat(f"--timeline {path}: the file must end in .png, .svg or .pdf")
+        history = asyncio.run(read_timeline(bootstrap, source, namespace))
+        position = None if at is None else position_at(history, at)
+    except (ConfigError, MissingTopicsError, ReadTimeoutError, PointNotFound, UnsupportedFormat) as exc:
+        raise _fail(str(exc), False) from None
+    except Exception as exc:
+        raise _fail(f"could not read the control topics of {source!r} from {bootstrap}: {exc!r}", False) from None
+    if path is not None:
+        draw_timeline(history, path, title=f"source {source}")
+        console.print(
+            f"timeline of {source}: {len(history.subtasks)} subtasks, {len(history.split_ids)} splits, "
+            f"{len(history.marks)} events -> {escape(str(path))}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if split is not None:
+        found = split_history(history, split)
+        if not found.ownerships and not found.acks:
+            raise _fail(f"split {split!r} never appears in the history of {source!r}", False)
+        for table in split_history_tables(found, history):
+            console.print(table)
+    if at is not None and position is not None:
+        owned = ownership_at(history, position)
+        console.print(ownership_at_table(owned, at, history.ts_by_position[position], history))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -10,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sluicegate.audit.invariants import AuditResult
+from sluicegate.audit.timeline import SplitHistory, Timeline
 
 MAX_VIOLATIONS_SHOWN = 20
 
@@ -125,3 +127,55 @@ def print_report(result: AuditResult, console: Console | None = None) -> None:
         console.print("[green]audit ok[/green]: no invariant of docs/protocol.md is broken")
     else:
         console.print(f"[red]audit failed[/red]: first violation at {escape(str(first))}", soft_wrap=True)
+
+
+# -- timeline questions (sluicegate audit --split / --at) ---------------------------------------
+
+
+def _when(ts_ms: int | None, t0: int) -> str:
+    if ts_ms is None:
+        return "-"
+    stamp = datetime.fromtimestamp(ts_ms / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+    return f"{stamp} (+{(ts_ms - t0) / 1000:.1f}s)"
+
+
+def split_history_tables(history: SplitHistory, timeline: Timeline) -> list[Table]:
+    t0 = timeline.start_ms
+    owners = Table(title=f"split {escape(history.split_id)}: owners", title_justify="left")
+    for name in ("subtask", "attempt", "from (UTC)", "until (UTC)", "ended by"):
+        owners.add_column(name, no_wrap=True)
+    for o in history.ownerships:
+        owners.add_row(
+            str(o.subtask),
+            "-" if o.attempt is None else str(o.attempt),
+            _when(o.start_ms, t0),
+            _when(o.end_ms, t0) if o.end_ms is not None else "(still owned)",
+            o.ended_by or "-",
+        )
+    acks = Table(title=f"split {escape(history.split_id)}: acknowledged positions", title_justify="left")
+    for name in ("at (UTC)", "subtask", "attempt", "checkpoint"):
+        acks.add_column(name, no_wrap=True)
+    acks.add_column("position", overflow="fold")
+    previous: dict[str, Any] | None = None
+    for a in history.acks:
+        if a.state == previous:
+            continue  # an unchanged position acknowledged again says nothing new
+        previous = a.state
+        acks.add_row(
+            _when(a.ts_ms, t0),
+            str(a.subtask),
+            "-" if a.attempt is None else str(a.attempt),
+            str(a.checkpoint_id),
+            escape(orjson.dumps(a.state, option=orjson.OPT_SORT_KEYS).decode()),
+        )
+    return [owners, acks]
+
+
+def ownership_at_table(owned: dict[int, list[str]], when: str, ts_ms: int, timeline: Timeline) -> Table:
+    table = Table(title=f"ownership at {escape(when)}: {_when(ts_ms, timeline.start_ms)} UTC", title_justify="left")
+    table.add_column("subtask", justify="right")
+    table.add_column("splits", justify="right")
+    table.add_column("split ids", overflow="fold")
+    for subtask, ids in owned.items():
+        table.add_row(str(subtask), str(len(ids)), escape(", ".join(ids)) or "-")
+    return table

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +13,7 @@ import typer
 from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import parse_options
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings, resolve_bootstrap
+from sluicegate.kafka.access import KafkaAccessError, require_access
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -37,6 +39,10 @@ def coordinator_command(
     app_id: Annotated[str | None, typer.Option(help="Faust app id; workers with the same id share the sources")] = None,
     web_port: Annotated[int | None, typer.Option(help="Serve /health, /metrics, /sources/S on this port")] = None,
     web_bind: Annotated[str, typer.Option(help="Address the web server binds to")] = "127.0.0.1",
+    takeover_silence_ms: Annotated[
+        int | None,
+        typer.Option(help="Take a source over once its coordinator committed nothing this long; 0 = off [2000]"),
+    ] = None,
 ) -> None:
     """Run a coordinator worker (a Faust app) for one source, or for every source of --config.
     Start several with the same arguments: one is active per source, the others take over."""
@@ -57,9 +63,16 @@ def coordinator_command(
             web_port,
             web_bind,
         )
+        if takeover_silence_ms is not None:
+            settings = dataclasses.replace(settings, takeover_silence_ms=takeover_silence_ms)
     except ConfigError as exc:
         typer.echo(f"sluicegate coordinator: {exc}", err=True)
         raise typer.Exit(2) from None
+    try:
+        require_access(settings.bootstrap_servers)
+    except KafkaAccessError as exc:
+        typer.echo(f"sluicegate coordinator: {exc}", err=True)
+        raise typer.Exit(1) from None
     run_coordinator(settings)
 
 
@@ -113,8 +126,13 @@ def run_coordinator(settings: CoordinatorSettings) -> None:
     import faust
 
     from sluicegate.coordinator.faust_app import build_app, prepare_topics
+    from sluicegate.kafka.topics import TopicApplyError
 
-    asyncio.run(prepare_topics(settings))
+    try:
+        asyncio.run(prepare_topics(settings))
+    except TopicApplyError as exc:  # e.g. not authorized to create a missing topic: one line
+        typer.echo(f"sluicegate coordinator: {exc}", err=True)
+        raise typer.Exit(1) from None
     app = build_app(settings)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)
     worker.execute_from_commandline()

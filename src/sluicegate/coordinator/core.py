@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ import orjson
 from sortedcontainers import SortedList
 
 from sluicegate.api.enumerator import (
+    AsyncCallHandle,
     EnumeratorMetrics,
     ReaderInfo,
     ReaderLoads,
@@ -87,11 +90,35 @@ class Effects:
 
     messages: list[Envelope] = field(default_factory=list)
     async_calls: list[AsyncCall] = field(default_factory=list)
+    cancelled_calls: list[int] = field(default_factory=list)
+    """Ids of earlier AsyncCalls to stop (their handles were cancelled)."""
     rejection: str | None = None
     """Set when the input record is semantically invalid: the host dead-letters it."""
 
     def __bool__(self) -> bool:
-        return bool(self.messages or self.async_calls or self.rejection)
+        return bool(self.messages or self.async_calls or self.cancelled_calls or self.rejection)
+
+
+class StepFailedError(RuntimeError):
+    """A step raised (in the enumerator, as a rule) part-way through. What it changed in
+    the core and the enumerator cannot be undone in memory, so this core is done: its
+    host discards the step's effects and everything not yet committed, and restarts the
+    source from its last commit, which offers the same input again."""
+
+    def __init__(self, source: str, during: str, cause: BaseException) -> None:
+        self.source = source
+        self.during = during
+        self.detail = f"{type(cause).__name__}: {cause} {_where(cause)}while handling {during}"
+        super().__init__(f"source {source}: {self.detail}")
+
+
+def _where(exc: BaseException) -> str:
+    """``at enumerator.py:42 in add_reader `` — the innermost frame, for the operator."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f"at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} in {frame.name} "
 
 
 class CoreMetrics(EnumeratorMetrics):
@@ -119,10 +146,16 @@ class CoordinatorCore(Generic[SplitT]):
         self.config = config
         self.epoch = epoch
         self.metrics = CoreMetrics()
+        self._foreign_incarnations: set[str] = set()
+        """Incarnations whose messages were dropped for naming another incarnation's attempt (logged once)."""
+        self.enumerator_metrics = CoreMetrics()
+        """The enumerator's own group (context.metrics), exported apart from the coordinator's."""
         self._codec = source.split_codec
         self._reassign_on_recovery = isinstance(source, SupportsSplitReassignmentOnRecovery)
         self._effects = Effects()
         self._async_handlers: dict[int, Callable[[Any, BaseException | None], None]] = {}
+        self._failed: StepFailedError | None = None
+        self._loop_thread = threading.get_ident()
         self._next_call_id = 1
         self._last_announce_ms: int | None = None
         self._context = _CoreContext(self)
@@ -153,7 +186,7 @@ class CoordinatorCore(Generic[SplitT]):
                 slot.failed_at_ms = now_ms
                 self._touch(slot.subtask)
         self._enumerator_dirty = True
-        return self._step(now_ms, self.enumerator.start)
+        return self._step(now_ms, self.enumerator.start, "the enumerator's start")
 
     def on_message(self, env: Envelope, offset: int, now_ms: int) -> Effects:
         """One decoded record of the inbox topic, at ``offset``."""
@@ -161,7 +194,7 @@ class CoordinatorCore(Generic[SplitT]):
         if env.source != self.config.source:
             return self._reject(f"record is for source {env.source!r}, this coordinator serves {self.config.source!r}")
         if env.subtask == SOURCE_WIDE:
-            return self._on_source_wide(env.body, now_ms)
+            return self._on_source_wide(env.body, now_ms, _describe(env, offset))
         if not 0 <= env.subtask < self.config.max_parallelism:
             return self._reject(
                 f"subtask {env.subtask} is outside 0..{self.config.max_parallelism - 1} (max_parallelism)"
@@ -169,7 +202,7 @@ class CoordinatorCore(Generic[SplitT]):
         slot = self.slots[env.subtask]
         body = env.body
         if isinstance(body, ReaderRegistration):
-            return self._step(now_ms, lambda: self._register(slot, body, now_ms))
+            return self._step(now_ms, lambda: self._register(slot, body, now_ms), _describe(env, offset))
         if not slot.live or env.attempt != slot.attempt:
             self.metrics.counter("fenced_messages")
             log.debug(
@@ -180,22 +213,55 @@ class CoordinatorCore(Generic[SplitT]):
                 slot.attempt if slot.live else None,
             )
             return Effects()
+        if env.incarnation is not None and slot.incarnation and env.incarnation != slot.incarnation:
+            return self._drop_foreign_incarnation(env, slot.incarnation)
         slot.last_seen_ms = now_ms
-        return self._step(now_ms, lambda: self._dispatch(slot, body, now_ms))
+        return self._step(now_ms, lambda: self._dispatch(slot, body, now_ms), _describe(env, offset))
+
+    def _drop_foreign_incarnation(self, env: Envelope, live: str) -> Effects:
+        """A v4 message naming the live attempt's number but another incarnation: a reader
+        configured with another subtask's number, most likely. Dropped, counted, and logged
+        once per sender (it repeats with every heartbeat)."""
+        self.metrics.counter("foreign_incarnation_messages")
+        if env.incarnation not in self._foreign_incarnations:
+            self._foreign_incarnations.add(str(env.incarnation))
+            log.warning(
+                "dropped %s for subtask %d attempt %s from incarnation %s: the attempt is incarnation %s's "
+                "(is a reader configured with the wrong --subtask?)",
+                env.type,
+                env.subtask,
+                env.attempt,
+                env.incarnation,
+                live,
+            )
+        return Effects()
 
     def tick(self, now_ms: int) -> Effects:
         """Time passes: session timeouts (3), departures (3), watermark announcements (5)."""
-        return self._step(now_ms, lambda: self._on_tick(now_ms))
+        return self._step(now_ms, lambda: self._on_tick(now_ms), "a clock tick")
 
     def on_async_result(self, call_id: int, result: Any, error: BaseException | None, now_ms: int) -> Effects:
         handler = self._async_handlers.get(call_id)
-        if handler is None:
+        if handler is None:  # cancelled, or the enumerator closed
             return Effects()
         self._enumerator_dirty = True
-        return self._step(now_ms, lambda: handler(result, error))
+        return self._step(now_ms, lambda: handler(result, error), f"the result of call_async #{call_id}")
 
     def forget_async_call(self, call_id: int) -> None:
         self._async_handlers.pop(call_id, None)
+
+    def close(self) -> list[int]:
+        """Close the enumerator (its errors are logged: the source is going away anyway).
+        Returns the ids of the async calls still running, which the host stops; results
+        that still arrive are dropped."""
+        self._loop_thread = threading.get_ident()
+        try:
+            self.enumerator.close()
+        except Exception:
+            log.exception("the enumerator of source %s raised on close", self.config.source)
+        outstanding = sorted(self._async_handlers)
+        self._async_handlers.clear()
+        return outstanding
 
     # -- queries --------------------------------------------------------------
 
@@ -284,17 +350,30 @@ class CoordinatorCore(Generic[SplitT]):
 
     # -- step machinery -------------------------------------------------------
 
-    def _step(self, now_ms: int, action: Callable[[], None]) -> Effects:
+    def _step(self, now_ms: int, action: Callable[[], None], during: str) -> Effects:
+        """One step, all or nothing: it returns all its effects, or raises StepFailedError
+        and this core takes no further step (the host restarts from the last commit)."""
+        if self._failed is not None:
+            raise StepFailedError(self.config.source, "a step after a failed one", self._failed)
         self._now_ms = now_ms
         self._effects = Effects()
+        self._loop_thread = threading.get_ident()
         try:
             action()
-        except Exception:  # an enumerator bug must not take the coordinator down
+        except Exception as exc:
             self.metrics.counter("enumerator_errors")
-            log.exception("the enumerator of source %s raised; the step's other effects stand", self.config.source)
+            self._failed = StepFailedError(self.config.source, during, exc)
+            raise self._failed from exc
         if self._loads.stale:
             self._loads.settle()
         return self._effects  # the next step starts a new one
+
+    def _on_loop(self, method: str) -> None:
+        if threading.get_ident() != self._loop_thread:
+            raise RuntimeError(
+                f"SplitEnumeratorContext.{method} was called from a thread other than the coordinator's loop "
+                "(a call_async callable?): return the result from the callable and act on it in the handler"
+            )
 
     def _reject(self, reason: str) -> Effects:
         self.metrics.counter("rejected_messages")
@@ -318,11 +397,11 @@ class CoordinatorCore(Generic[SplitT]):
 
     # -- records about the source as a whole ----------------------------------------
 
-    def _on_source_wide(self, body: Body, now_ms: int) -> Effects:
+    def _on_source_wide(self, body: Body, now_ms: int, during: str) -> Effects:
         if isinstance(body, SlotRequest):
-            return self._step(now_ms, lambda: self._grant_slot(body, now_ms))
+            return self._step(now_ms, lambda: self._grant_slot(body, now_ms), during)
         if isinstance(body, MaxParallelismRaised):
-            return self._step(now_ms, lambda: self._raise_max_parallelism(body.max_parallelism))
+            return self._step(now_ms, lambda: self._raise_max_parallelism(body.max_parallelism), during)
         return self._reject(f"{body.TYPE} must name a subtask (only SlotRequest and MaxParallelismRaised may not)")
 
     def _grant_slot(self, body: SlotRequest, now_ms: int) -> None:
@@ -739,52 +818,80 @@ class CoordinatorCore(Generic[SplitT]):
         handler: Callable[[Any, BaseException | None], None],
         initial_delay_ms: int,
         period_ms: int,
-    ) -> None:
+    ) -> AsyncCallHandle:
         call_id = self._next_call_id
         self._next_call_id += 1
         self._async_handlers[call_id] = handler
         self._effects.async_calls.append(AsyncCall(call_id, fn, initial_delay_ms, period_ms))
+        return AsyncCallHandle(lambda: self._cancel_async(call_id))
+
+    def _cancel_async(self, call_id: int) -> None:
+        self._on_loop("call_async(...).cancel")
+        if self._async_handlers.pop(call_id, None) is None:
+            return  # done, cancelled before, or closed
+        pending = self._effects.async_calls
+        if any(call.call_id == call_id for call in pending):  # not handed to the host yet
+            self._effects.async_calls = [call for call in pending if call.call_id != call_id]
+        else:
+            self._effects.cancelled_calls.append(call_id)
+
+
+def _describe(env: Envelope, offset: int) -> str:
+    who = "the source" if env.subtask == SOURCE_WIDE else f"subtask {env.subtask}"
+    return f"{env.type} from {who} (inbox offset {offset})"
 
 
 class _CoreContext(SplitEnumeratorContext[SplitT]):
-    """The enumerator's view of the coordinator; every call lands in the current step's effects."""
+    """The enumerator's view of the coordinator; every call lands in the current step's effects,
+    and must come from the loop that runs the steps."""
 
     def __init__(self, core: CoordinatorCore[SplitT]) -> None:
         self._core = core
 
     def current_parallelism(self) -> int:
+        self._core._on_loop("current_parallelism")
         return self._core.config.max_parallelism
 
     def registered_readers(self) -> Mapping[int, ReaderInfo[SplitT]]:
+        self._core._on_loop("registered_readers")
         return _LiveReaders(self._core)
 
     def reader_loads(self) -> ReaderLoads:
+        self._core._on_loop("reader_loads")
         return self._core._loads
 
     def current_time_ms(self) -> int:
+        self._core._on_loop("current_time_ms")
         return self._core._now_ms
 
     def outstanding_split_count(self) -> int:
+        self._core._on_loop("outstanding_split_count")
         return self._core.tracker.total_owned()
 
     def assign_splits(self, assignment: SplitsAssignment[SplitT] | Mapping[int, Sequence[SplitT]]) -> None:
+        self._core._on_loop("assign_splits")
         mapping = assignment.assignment if isinstance(assignment, SplitsAssignment) else assignment
         self._core._assign(mapping)
 
     def signal_no_more_splits(self, subtask: int) -> None:
+        self._core._on_loop("signal_no_more_splits")
         self._core._signal_no_more_splits(subtask)
 
     def request_split_release(self, subtask: int, split_ids: Sequence[str]) -> None:
+        self._core._on_loop("request_split_release")
         self._core._request_release(subtask, split_ids)
 
     def owned_splits(self, subtask: int) -> list[SplitT]:
+        self._core._on_loop("owned_splits")
         codec = self._core._codec
         return [codec.from_wire(s) for s in self._core.tracker.owned(subtask)]
 
     def releasing_split_ids(self, subtask: int) -> frozenset[str]:
+        self._core._on_loop("releasing_split_ids")
         return frozenset(self._core.tracker.releasing_ids(subtask))
 
     def send_event_to_source_reader(self, subtask: int, event: Any, attempt: int | None = None) -> None:
+        self._core._on_loop("send_event_to_source_reader")
         self._core._send_event(subtask, event, attempt)
 
     def call_async(
@@ -793,12 +900,14 @@ class _CoreContext(SplitEnumeratorContext[SplitT]):
         handler: Callable[[Any, BaseException | None], None],
         initial_delay_ms: int = 0,
         period_ms: int = 0,
-    ) -> None:
-        self._core._call_async(callable_, handler, initial_delay_ms, period_ms)
+    ) -> AsyncCallHandle:
+        self._core._on_loop("call_async")
+        return self._core._call_async(callable_, handler, initial_delay_ms, period_ms)
 
     @property
     def metrics(self) -> EnumeratorMetrics:
-        return self._core.metrics
+        self._core._on_loop("metrics")
+        return self._core.enumerator_metrics
 
 
 class _LiveLoads(ReaderLoads):

@@ -17,6 +17,13 @@ for why not Faust's own exactly-once mode). A runner starts when its inbox
 partition is assigned to this worker and stops when it is taken away; if two
 workers briefly both believe they are active, Kafka's producer fencing lets only
 the newer one commit.
+
+Fast takeover (``takeover_silence_ms``, takeover.py): every worker also watches the
+state topics of the sources it does not run, and takes a source over once its
+coordinator has committed nothing for that long, without waiting for the group
+session to time out. Such a runner runs until the next rebalance, where the Faust
+assignment is followed again: a worker not assigned the source stops its runner, the
+assigned one starts its own (fencing any other).
 """
 
 from __future__ import annotations
@@ -33,7 +40,10 @@ from aiokafka import TopicPartition
 
 from sluicegate.coordinator.metrics import CoordinatorMetrics
 from sluicegate.coordinator.settings import CoordinatorSettings
+from sluicegate.coordinator.silence import liveness_interval_ms
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
+from sluicegate.coordinator.takeover import TakeoverWatch
+from sluicegate.kafka.security import current_security
 from sluicegate.protocol.topics import leadership_topic_spec
 
 log = logging.getLogger("sluicegate.coordinator")
@@ -72,6 +82,10 @@ class SourceRunners:
         self.leadership = leadership_topic_spec(settings.group_id, len(settings.sources))
         self._by_partition = dict(enumerate(sorted(s.source for s in settings.sources)))
         self._backoff: dict[str, RestartBackoff] = {}
+        self.closing = False
+        self._not_before: dict[str, float] = {}
+        """Source -> time.monotonic() before which this worker does not take it over
+        again after its runner here failed (the restart backoff, for takeovers too)."""
 
     async def on_assignment(self, assigned: set[TopicPartition]) -> None:
         sources = {
@@ -86,7 +100,22 @@ class SourceRunners:
         for name in sorted(sources - set(self.runners)):
             self._start(name)
 
+    def watched(self) -> set[str]:
+        """The sources whose coordinator runs elsewhere, if anywhere: the ones to watch."""
+        return set(self._by_partition.values()) - set(self.runners)
+
+    def take_over(self, name: str, silent_for_s: float) -> None:
+        """The coordinator of ``name`` fell silent: run it here. Starting the runner
+        fences the silent one (init_transactions), then restores from the last commit."""
+        if self.closing or name in self.runners or time.monotonic() < self._not_before.get(name, 0.0):
+            return
+        log.warning(
+            "source %s: no commit seen for %.1f s; taking over (fencing the silent coordinator)", name, silent_for_s
+        )
+        self._start(name)
+
     def _start(self, name: str) -> None:
+        silence_ms = self.settings.takeover_silence_ms
         runner = SourceRunner(
             self.settings.source(name),
             self.settings.bootstrap_servers,
@@ -94,6 +123,7 @@ class SourceRunners:
             tick_interval_ms=self.settings.tick_interval_ms,
             commit_interval_ms=self.settings.commit_interval_ms,
             on_stop=self._on_runner_stopped,
+            liveness_interval_ms=liveness_interval_ms(silence_ms) if silence_ms else None,
         )
         self.runners[name] = runner
         log.info("this worker is now the active coordinator of source %s", name)
@@ -103,12 +133,17 @@ class SourceRunners:
         if self.runners.get(runner.source) is not runner:
             return
         del self.runners[runner.source]
-        if runner.state is RunnerState.FAILED and runner.source not in self.assigned:
-            log.error("source %s: %s; not restarted here (the source moved)", runner.source, runner.failure)
-        elif runner.state is RunnerState.FAILED:
-            backoff = self._backoff.setdefault(runner.source, RestartBackoff())
-            served = time.monotonic() - runner.active_since if runner.active_since is not None else 0.0
-            delay = backoff.failed(served)
+        if runner.state is not RunnerState.FAILED:
+            return
+        backoff = self._backoff.setdefault(runner.source, RestartBackoff())
+        served = time.monotonic() - runner.active_since if runner.active_since is not None else 0.0
+        delay = backoff.failed(served)
+        self._not_before[runner.source] = time.monotonic() + delay
+        if runner.source not in self.assigned:
+            log.error(
+                "source %s: %s; not restarted here (this worker is not assigned it)", runner.source, runner.failure
+            )
+        else:
             log.error(
                 "source %s: %s; restarting its coordinator from the last commit in %.0f s (failure %d in a row)",
                 runner.source,
@@ -123,6 +158,7 @@ class SourceRunners:
             self._start(name)
 
     async def stop_all(self) -> None:
+        self.closing = True  # a worker shutting down takes nothing over
         for name in sorted(self.runners):
             await self.runners.pop(name).stop()
 
@@ -137,6 +173,7 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
         app_id,
         # sluicegate:// is Faust's aiokafka transport reading read_committed (faust_transport.py).
         broker=[f"sluicegate://{b.strip()}" for b in settings.bootstrap_servers.split(",")],
+        broker_credentials=current_security().faust_credentials(),
         datadir=str(datadir),
         web_enabled=settings.web_port is not None,
         web_port=settings.web_port or 6066,
@@ -155,6 +192,20 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
     )
     runners = SourceRunners(settings)
     metrics = CoordinatorMetrics(runners)
+    if settings.takeover_silence_ms:
+        watch = TakeoverWatch(
+            settings.bootstrap_servers,
+            settings.namespace,
+            [s.source for s in settings.sources],
+            settings.takeover_silence_ms,
+            runners.watched,
+            runners.take_over,
+        )
+
+        @app.task  # type: ignore[untyped-decorator]
+        async def takeover_watch() -> None:
+            await watch.run()
+
     app.sluicegate_runners = runners  # type: ignore[attr-defined]  # for ops endpoints and tests
     leadership_topic = app.topic(runners.leadership.name, key_type=bytes, value_type=bytes, internal=False)
 

@@ -42,6 +42,10 @@ def source_snapshot(runner: SourceRunner) -> dict[str, Any]:
         low_watermark=core.watermarks.state.low_watermark,
         finished=core.is_finished(),
         counters=dict(core.metrics.counters),
+        enumerator_metrics={
+            "counters": dict(core.enumerator_metrics.counters),
+            "gauges": dict(core.enumerator_metrics.gauges),
+        },
         subtasks=[
             {
                 "subtask": slot.subtask,
@@ -81,6 +85,16 @@ class _RunnerCollector(Collector):
             "Coordinator counters (fenced messages, dead letters ...)",
             labels=["source", "event"],
         )
+        enumerator_events = CounterMetricFamily(
+            "sluicegate_enumerator_events",
+            "The enumerator's own counters (its context's metrics group)",
+            labels=["source", "event"],
+        )
+        enumerator_gauges = GaugeMetricFamily(
+            "sluicegate_enumerator_gauge",
+            "The enumerator's own gauges (its context's metrics group), by name",
+            labels=["source", "name"],
+        )
         for name in sorted(s.source for s in self._runners.settings.sources):
             runner = self._runners.runners.get(name)
             active.add_metric([name], 1.0 if runner is not None and runner.state is RunnerState.ACTIVE else 0.0)
@@ -97,7 +111,12 @@ class _RunnerCollector(Collector):
             commit.add_metric([name], runner.stats.last_commit_ms / 1000)
             for event, value in sorted(core.metrics.counters.items()):
                 counters.add_metric([name, event], value)
-        yield from (readers, assigned, epoch, lag, commit, active, counters)
+            group = core.enumerator_metrics
+            for event, count in sorted(group.counters.items()):
+                enumerator_events.add_metric([name, event], count)
+            for gauge, level in sorted(group.gauges.items()):
+                enumerator_gauges.add_metric([name, gauge], level)
+        yield from (readers, assigned, epoch, lag, commit, active, counters, enumerator_events, enumerator_gauges)
 
 
 class CoordinatorMetrics:

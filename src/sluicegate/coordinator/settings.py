@@ -16,6 +16,7 @@ from typing import Any
 from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import load_source
 from sluicegate.coordinator.config import CoordinatorConfig
+from sluicegate.coordinator.silence import LIVENESS_FRACTION, MAX_SILENCE_MS, MIN_SILENCE_MS
 from sluicegate.protocol.names import validate_namespace
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -101,6 +102,10 @@ class CoordinatorSettings:
     web_bind: str = "127.0.0.1"
     commit_interval_ms: int = 1_000
     """How long offset-only progress (heartbeats) may wait before it is committed."""
+    takeover_silence_ms: int = 2_000
+    """A standby takes a source over once its coordinator has committed nothing for this
+    long (the active one commits at least every quarter of it); 0 = off, the standby
+    waits for the Faust group to rebalance (session timeout). docs/deploy.md."""
 
     def __post_init__(self) -> None:
         validate_namespace(self.namespace)
@@ -114,6 +119,7 @@ class CoordinatorSettings:
             raise ConfigError("tick_interval_ms", f"must be between 10 and 60000, got {self.tick_interval_ms}")
         if not 10 <= self.commit_interval_ms <= 60_000:
             raise ConfigError("commit_interval_ms", f"must be between 10 and 60000, got {self.commit_interval_ms}")
+        _check_takeover_silence(self.takeover_silence_ms, self.tick_interval_ms)
         if self.web_port is not None and not 0 <= self.web_port <= 65535:
             raise ConfigError("web_port", f"must be a TCP port, got {self.web_port}")
 
@@ -146,7 +152,15 @@ class CoordinatorSettings:
             raise ConfigError("source", "use [[source]] tables, one per source")
         sources = tuple(SourceSettings.from_mapping(t, f"source[{i}]") for i, t in enumerate(tables))
         bootstrap = resolve_bootstrap(bootstrap_servers or data.pop("bootstrap_servers", None))
-        known = {"namespace", "app_id", "tick_interval_ms", "web_port", "web_bind", "commit_interval_ms"}
+        known = {
+            "namespace",
+            "app_id",
+            "tick_interval_ms",
+            "web_port",
+            "web_bind",
+            "commit_interval_ms",
+            "takeover_silence_ms",
+        }
         for key in data:
             if key not in known:
                 raise ConfigError(key, f"unknown top-level setting in {path} (known: {', '.join(sorted(known))})")
@@ -158,7 +172,8 @@ class CoordinatorSettings:
         """For `faust -A sluicegate.coordinator.app worker`: SLUICEGATE_CONFIG (a sources.toml),
         or one source from SLUICEGATE_SOURCE, SLUICEGATE_CONNECTOR, SLUICEGATE_MAX_PARALLELISM,
         SLUICEGATE_OPTIONS ("k=v,k=v"), SLUICEGATE_SESSION_TIMEOUT_MS ...; plus
-        SLUICEGATE_NAMESPACE, SLUICEGATE_WEB_PORT and KAFKA_BOOTSTRAP_SERVERS."""
+        SLUICEGATE_NAMESPACE, SLUICEGATE_WEB_PORT, SLUICEGATE_TAKEOVER_SILENCE_MS and
+        KAFKA_BOOTSTRAP_SERVERS."""
         env = os.environ if env is None else env
 
         def integer(name: str) -> int | None:
@@ -174,6 +189,7 @@ class CoordinatorSettings:
         common: dict[str, Any] = {
             "web_port": integer("SLUICEGATE_WEB_PORT"),
             "web_bind": env.get("SLUICEGATE_WEB_BIND"),
+            "takeover_silence_ms": integer("SLUICEGATE_TAKEOVER_SILENCE_MS"),
         }
         if env.get("SLUICEGATE_NAMESPACE"):
             common["namespace"] = env["SLUICEGATE_NAMESPACE"]
@@ -206,4 +222,20 @@ class CoordinatorSettings:
             sources=(SourceSettings.from_mapping(source, "SLUICEGATE"),),
             bootstrap_servers=bootstrap,
             **{k: v for k, v in common.items() if v is not None},
+        )
+
+
+def _check_takeover_silence(silence_ms: object, tick_interval_ms: int) -> None:
+    """0 (off), or long enough that an active coordinator, whose loop wakes every
+    tick_interval_ms, can commit four times within it."""
+    if not isinstance(silence_ms, int) or isinstance(silence_ms, bool):
+        raise ConfigError("takeover_silence_ms", f"must be an integer, got {silence_ms!r}")
+    if silence_ms == 0:
+        return
+    lowest = max(MIN_SILENCE_MS, LIVENESS_FRACTION * tick_interval_ms)
+    if not lowest <= silence_ms <= MAX_SILENCE_MS:
+        raise ConfigError(
+            "takeover_silence_ms",
+            f"must be 0 (off) or between {lowest} ({LIVENESS_FRACTION} x tick_interval_ms, at least "
+            f"{MIN_SILENCE_MS}) and {MAX_SILENCE_MS}, got {silence_ms}",
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import gc
 import logging
 import time
@@ -29,7 +30,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from sluicegate.connectors import load_source
-from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects
+from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects, StepFailedError
 from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.state_store import (
     READ_RECORD_MAX_BYTES,
@@ -37,6 +38,7 @@ from sluicegate.coordinator.state_store import (
     StateWriter,
     read_state,
 )
+from sluicegate.kafka.clients import security_settings
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.messages import Direction
@@ -54,6 +56,17 @@ the loop did not yield long enough for the Faust group to drop this worker."""
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def commit_due(
+    changed: bool, offset_moved: bool, since_ms: float, commit_interval_ms: int, liveness_interval_ms: int | None
+) -> bool:
+    """Whether to commit now, ``since_ms`` after the last commit: at once for records to
+    send or changed state, within commit_interval_ms for offset-only progress, and within
+    liveness_interval_ms for nothing at all (the heartbeat commit standbys watch for)."""
+    if changed or (offset_moved and since_ms >= commit_interval_ms):
+        return True
+    return liveness_interval_ms is not None and since_ms >= liveness_interval_ms
 
 
 class CommitFailedError(RuntimeError):
@@ -98,6 +111,7 @@ class SourceRunner:
         tick_interval_ms: int = 200,
         commit_interval_ms: int = 1_000,
         on_stop: Callable[[SourceRunner], None] | None = None,
+        liveness_interval_ms: int | None = None,
     ) -> None:
         self.settings = settings
         self.bootstrap = bootstrap
@@ -105,6 +119,10 @@ class SourceRunner:
         self.transactional_id = f"{namespace}.{settings.source}.coordinator"
         self.tick_interval_ms = tick_interval_ms
         self.commit_interval_ms = commit_interval_ms
+        self.liveness_interval_ms = liveness_interval_ms
+        """Commit at least this often, with nothing to commit too (a heartbeat commit of
+        ``meta``): standbys take a source whose state topic stands still for
+        takeover_silence_ms for dead (silence.py). None: no heartbeat commits."""
         self.state = RunnerState.STARTING
         self.stats = RunnerStats()
         self.core: CoordinatorCore[Any] | None = None
@@ -115,7 +133,7 @@ class SourceRunner:
         self._pending: list[OutgoingRecord] = []
         self._pending_bytes = 0
         self._async_results: asyncio.Queue[tuple[int, Any, BaseException | None]] = asyncio.Queue()
-        self._async_tasks: set[asyncio.Task[None]] = set()
+        self._async_tasks: dict[int, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._committed_offset: int | None = None
         self._state_writer = StateWriter(settings.source, {})
@@ -163,6 +181,12 @@ class SourceRunner:
         except CommitFailedError as exc:
             self.state = RunnerState.FAILED
             self.failure = str(exc)  # the host logs it once, with its restart delay
+        except StepFailedError as exc:
+            # Nothing since the last commit is kept (the open records are dropped with this
+            # runner); the host restarts the source from that commit, as after a crash.
+            self.state = RunnerState.FAILED
+            self.failure = f"{exc.detail}; nothing of that step was committed"
+            log.debug("source %s: the failed step", self.source, exc_info=exc.__cause__)
         except Exception as exc:
             self.state = RunnerState.FAILED
             self.failure = f"the coordinator loop failed: {exc!r}"
@@ -185,6 +209,7 @@ class SourceRunner:
             # which was most of the registration-to-assignment latency.
             compression_type=None,
             linger_ms=0,
+            **security_settings(),
         )
         await self._producer.start()  # init_transactions: fences the previous incarnation
         stored = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
@@ -199,6 +224,7 @@ class SourceRunner:
             enable_auto_commit=False,
             isolation_level="read_committed",
             fetch_max_wait_ms=50,
+            **security_settings(),
         )
         await self._consumer.start()
         self._consumer.assign([self._inbox])
@@ -223,11 +249,10 @@ class SourceRunner:
         )
 
     async def _close(self) -> None:
-        for task in list(self._async_tasks):
-            task.cancel()
         if self.core is not None:
-            with contextlib.suppress(Exception):
-                self.core.enumerator.close()
+            self.core.close()  # periodic calls stop with the enumerator
+        for task in list(self._async_tasks.values()):
+            task.cancel()
         if self._consumer is not None:
             with contextlib.suppress(Exception):
                 await self._consumer.stop()
@@ -283,6 +308,8 @@ class SourceRunner:
             return
         try:
             effects = self.core.on_message(env, offset, now_ms())
+        except StepFailedError:
+            raise  # the record is good; the step is retried from the last commit
         except Exception as exc:  # a bug must cost one record, not the coordinator
             log.exception("internal error on %s[%d]@%d", topic, partition, offset)
             self.core.metrics.counter("internal_errors")
@@ -307,17 +334,29 @@ class SourceRunner:
             self._pending.append(OutgoingRecord(self.topics.readers, env.subtask, encode_key(env.subtask), value))
         for call in effects.async_calls:
             task = asyncio.get_running_loop().create_task(self._run_async_call(call))
-            self._async_tasks.add(task)
-            task.add_done_callback(self._async_tasks.discard)
+            self._async_tasks[call.call_id] = task
+            task.add_done_callback(functools.partial(self._forget_async_task, call.call_id))
+        for call_id in effects.cancelled_calls:
+            cancelled = self._async_tasks.pop(call_id, None)
+            if cancelled is not None:
+                cancelled.cancel()
+
+    def _forget_async_task(self, call_id: int, task: asyncio.Task[None]) -> None:
+        if self._async_tasks.get(call_id) is task:
+            del self._async_tasks[call_id]
 
     async def _commit(self, force: bool = False) -> None:
         """One transaction: pending records + changed state parts + inbox offset (in meta).
-        Offset-only progress (heartbeats) waits up to commit_interval_ms."""
+        Offset-only progress (heartbeats) waits up to commit_interval_ms; with nothing
+        to commit, ``meta`` alone is committed every liveness_interval_ms."""
         assert self._producer is not None and self.core is not None
         core = self.core
         offset_moved = core.inbox_offset != self._committed_offset
-        due = (time.monotonic() - self._last_commit) * 1000 >= self.commit_interval_ms
-        if not (force or self._pending or core.has_state_changes or (offset_moved and due)):
+        since_ms = (time.monotonic() - self._last_commit) * 1000
+        changed = bool(self._pending) or core.has_state_changes
+        if not (
+            force or commit_due(changed, offset_moved, since_ms, self.commit_interval_ms, self.liveness_interval_ms)
+        ):
             return
         records, self._pending = self._pending, []
         self._pending_bytes = 0

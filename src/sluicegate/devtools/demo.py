@@ -1,6 +1,7 @@
 """`sluicegate demo --readers processes`: the control plane end to end on embedded defaults.
 
-A local Kafka broker (unless KAFKA_BOOTSTRAP_SERVERS is set), the topics, a
+A local Kafka broker (unless KAFKA_BOOTSTRAP_SERVERS is set: then with the
+SLUICEGATE_KAFKA_* / --kafka-* security settings, as one principal), the topics, a
 coordinator and three standalone reader processes on a bounded `sequence`
 source; progress while they read; then a check of the outputs (every value
 exactly once), the audit, and a teardown of everything it started.
@@ -29,6 +30,7 @@ from rich.table import Table
 from sluicegate.audit.commands import run_audit
 from sluicegate.audit.report import print_report
 from sluicegate.devtools.broker.local import LocalKafkaBroker
+from sluicegate.kafka.security import ENV_PREFIX, KafkaSecurity, use_security
 
 console = Console(highlight=False)
 
@@ -58,6 +60,10 @@ def kafka_for_demo(workdir: Path) -> Iterator[str]:
         console.print(f"using Kafka at {existing} (KAFKA_BOOTSTRAP_SERVERS)")
         yield existing
         return
+    # The demo's own broker is PLAINTEXT: SLUICEGATE_KAFKA_* settings are for a given cluster.
+    for name in [n for n in os.environ if n.startswith(ENV_PREFIX)]:
+        del os.environ[name]
+    use_security(KafkaSecurity())
     broker = LocalKafkaBroker(
         run_dir=workdir / "broker", die_with_parent=True, echo=lambda m: console.print(f"[dim]{m}[/dim]")
     )

@@ -2,7 +2,8 @@
 
 Every consumer reads ``read_committed`` (the control topics are written in
 transactions) and never joins a group (partitions are assigned); every producer
-is idempotent with ``acks=all``.
+is idempotent with ``acks=all``. Every client authenticates with the process's
+KafkaSecurity (security.py) unless given other settings.
 """
 
 from __future__ import annotations
@@ -11,8 +12,17 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from sluicegate.kafka.security import KafkaSecurity, current_security
 
-def control_consumer(bootstrap_servers: str, client_id: str, **settings: Any) -> AIOKafkaConsumer:
+
+def security_settings(security: KafkaSecurity | None = None) -> dict[str, Any]:
+    """aiokafka keyword arguments of ``security`` (default: the process's settings)."""
+    return (security or current_security()).aiokafka_settings()
+
+
+def control_consumer(
+    bootstrap_servers: str, client_id: str, security: KafkaSecurity | None = None, **settings: Any
+) -> AIOKafkaConsumer:
     """A read_committed consumer without a group: the caller assigns and seeks.
     ``settings`` add aiokafka settings (e.g. larger fetches for big state records)."""
     return AIOKafkaConsumer(
@@ -22,11 +32,12 @@ def control_consumer(bootstrap_servers: str, client_id: str, **settings: Any) ->
         enable_auto_commit=False,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
+        **security_settings(security),
         **settings,
     )
 
 
-def plain_producer(bootstrap_servers: str, client_id: str) -> AIOKafkaProducer:
+def plain_producer(bootstrap_servers: str, client_id: str, security: KafkaSecurity | None = None) -> AIOKafkaProducer:
     """For records that need no transaction (heartbeats, registrations, dead letters)."""
     return AIOKafkaProducer(
         bootstrap_servers=bootstrap_servers,
@@ -34,11 +45,15 @@ def plain_producer(bootstrap_servers: str, client_id: str) -> AIOKafkaProducer:
         enable_idempotence=True,
         acks="all",
         linger_ms=0,
+        **security_settings(security),
     )
 
 
 def transactional_producer(
-    bootstrap_servers: str, transactional_id: str, transaction_timeout_ms: int
+    bootstrap_servers: str,
+    transactional_id: str,
+    transaction_timeout_ms: int,
+    security: KafkaSecurity | None = None,
 ) -> AIOKafkaProducer:
     """Starting it (init_transactions) fences any earlier producer of ``transactional_id``."""
     return AIOKafkaProducer(
@@ -48,4 +63,5 @@ def transactional_producer(
         enable_idempotence=True,
         acks="all",
         transaction_timeout_ms=transaction_timeout_ms,
+        **security_settings(security),
     )

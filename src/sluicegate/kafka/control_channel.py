@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from sluicegate.kafka.clients import control_consumer, plain_producer
+from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.kafka.topics import TopicApplyError, wait_for_topics
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, RawRecord
@@ -29,8 +30,11 @@ class KafkaControlChannel(ControlChannel):
         bootstrap_servers: str,
         client_id: str,
         topic_wait_timeout_s: float | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
         super().__init__(topics)
+        self.security = security
+        """None: the process's settings (security.current_security)."""
         self.bootstrap_servers = bootstrap_servers
         self.client_id = client_id
         self.topic_wait_timeout_s = topic_wait_timeout_s
@@ -43,9 +47,9 @@ class KafkaControlChannel(ControlChannel):
         topics = self.topics
         names = [topics.coordinator, topics.readers, topics.dead_letter, *extra_topics]
         partitions = await self._wait_for_topics(names)
-        self._producer = plain_producer(self.bootstrap_servers, f"{self.client_id}.plain")
+        self._producer = plain_producer(self.bootstrap_servers, f"{self.client_id}.plain", self.security)
         await self._producer.start()
-        self._consumer = control_consumer(self.bootstrap_servers, f"{self.client_id}.control")
+        self._consumer = control_consumer(self.bootstrap_servers, f"{self.client_id}.control", self.security)
         await self._consumer.start()
         count = partitions[topics.readers]
         self._partitions = {s: TopicPartition(topics.readers, s) for s in subtasks if s < count}
@@ -60,7 +64,7 @@ class KafkaControlChannel(ControlChannel):
         while True:
             left = FOREVER_S if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                return await wait_for_topics(self.bootstrap_servers, names, left)
+                return await wait_for_topics(self.bootstrap_servers, names, left, security=self.security)
             except TopicApplyError as exc:  # cannot reach Kafka (yet)
                 if deadline is not None and time.monotonic() >= deadline:
                     raise

@@ -22,6 +22,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, for_code
 
+from sluicegate.kafka.clients import security_settings
+from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.protocol.topics import TopicSpec
 
 __all__ = [
@@ -85,11 +87,14 @@ class TopicResult:
 
 
 @contextlib.asynccontextmanager
-async def _admin(bootstrap: str, request_timeout_ms: int = 30_000) -> AsyncIterator[Any]:
+async def _admin(
+    bootstrap: str, request_timeout_ms: int = 30_000, security: KafkaSecurity | None = None
+) -> AsyncIterator[Any]:
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap,
         client_id="sluicegate-topics",
         request_timeout_ms=request_timeout_ms,
+        **security_settings(security),
     )
     try:
         await admin.start()
@@ -329,6 +334,7 @@ async def wait_for_topics(
     timeout_s: float = 60.0,
     *,
     poll_interval_s: float = 1.0,
+    security: KafkaSecurity | None = None,
 ) -> dict[str, int]:
     """Wait until every topic exists with leaders for all partitions; return partition counts.
 
@@ -337,7 +343,7 @@ async def wait_for_topics(
     wanted = list(names)
     deadline = time.monotonic() + timeout_s
     next_log = 0.0
-    async with _admin(bootstrap) as admin:
+    async with _admin(bootstrap, security=security) as admin:
         while True:
             existing = await _existing_topics(admin)
             meta = await _partition_metadata(admin, [n for n in wanted if n in existing])

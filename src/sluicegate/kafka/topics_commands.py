@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sluicegate.kafka.access import KafkaAccessError, require_access
 from sluicegate.kafka.scale import ScaleError, scale_source
 from sluicegate.kafka.topics import (
     TopicApplyError,
@@ -57,6 +58,10 @@ def _bootstrap(value: str | None) -> str:
             f"(for a local broker: export {BOOTSTRAP_ENV}=$(sluicegate broker start | tail -1))",
             2,
         )
+    try:
+        require_access(bootstrap)
+    except KafkaAccessError as exc:
+        raise _fail(str(exc), 1) from None
     return bootstrap
 
 

@@ -113,6 +113,7 @@ def decode(raw: bytes | None, direction: Direction) -> Envelope:
         v=v,
         inbox_offset=data.get("inbox_offset"),
         cseq=data.get("cseq"),
+        incarnation=data.get("incarnation"),
     )
 
 

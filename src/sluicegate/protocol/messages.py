@@ -8,12 +8,12 @@ from typing import Any, ClassVar
 
 from sluicegate.api.split import WireSplit
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """Version this code sends. v2 added SplitsReleased and the envelope's inbox_offset; v3 added
 slots handed out (SlotRequest, SlotGranted, RegistrationRefused, ReaderRegistration.exclusive), the
 successor named in a fence, cooperative rebalancing (ReleaseRequest, CheckpointAck.returned)
 and growing a source (MaxParallelismRaised)."""
-ACCEPTED_VERSIONS = frozenset({1, 2, 3})
+ACCEPTED_VERSIONS = frozenset({1, 2, 3, 4})
 
 SOURCE_WIDE = -1
 """The envelope ``subtask`` of a record about the source as a whole (v3): a SlotRequest from
@@ -284,6 +284,11 @@ class Envelope:
     v: int = PROTOCOL_VERSION
     inbox_offset: int | None = None
     cseq: int | None = None
+    incarnation: str | None = None
+    """v4, reader -> coordinator only: the sender's incarnation. The coordinator drops a
+    message whose incarnation is not that of the subtask's live attempt, so a reader sending
+    for another subtask by mistake cannot act for that subtask's attempt even if the attempt
+    numbers match. Absent (None) in v1-v3 records, which are checked on the attempt alone."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -300,6 +305,8 @@ class Envelope:
             out["inbox_offset"] = self.inbox_offset
         if self.cseq is not None:
             out["cseq"] = self.cseq
+        if self.incarnation is not None:
+            out["incarnation"] = self.incarnation
         return out
 
 
@@ -313,6 +320,7 @@ def envelope(
     ts: int,
     inbox_offset: int | None = None,
     cseq: int | None = None,
+    incarnation: str | None = None,
 ) -> Envelope:
     return Envelope(
         type=body.TYPE,
@@ -324,4 +332,5 @@ def envelope(
         body=body,
         inbox_offset=inbox_offset,
         cseq=cseq,
+        incarnation=incarnation,
     )

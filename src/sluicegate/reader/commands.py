@@ -12,6 +12,7 @@ import typer
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import load_source, parse_options
+from sluicegate.kafka.access import KafkaAccessError, require_access
 from sluicegate.reader.host import EXIT_CONFIG, ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
 
@@ -86,6 +87,21 @@ def reader_command(
             "until its next record; when every split is idle the reader reports itself idle. 0: off.",
         ),
     ] = 0,
+    metrics_port: Annotated[
+        int,
+        typer.Option(
+            "--metrics-port",
+            envvar="SLUICEGATE_READER_METRICS_PORT",
+            help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: off).",
+        ),
+    ] = 0,
+    metrics_split_labels: Annotated[
+        bool,
+        typer.Option(
+            "--metrics-split-labels/--no-metrics-split-labels",
+            help="Also one series per owned split (records left to its end); one series per split id.",
+        ),
+    ] = False,
 ) -> None:
     """Read splits of a source as subtask K, as the source's coordinator assigns them."""
     try:
@@ -106,9 +122,17 @@ def reader_command(
             exit_when_finished=exit_when_finished,
             session_timeout_ms=session_timeout_ms,
             split_idle_timeout_ms=split_idle_timeout_ms,
+            metrics_port=metrics_port,
+            metrics_split_labels=metrics_split_labels,
         )
         source_impl = load_source(settings.connector, settings.options)
     except ConfigError as exc:
+        typer.echo(f"sluicegate reader: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    try:
+        # A broker not up yet is waited for (topic_wait_timeout); refused credentials end it now.
+        require_access(settings.bootstrap_servers, unreachable_ok=True)
+    except KafkaAccessError as exc:
         typer.echo(f"sluicegate reader: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
     code = asyncio.run(run_reader(settings, source_impl))

@@ -55,6 +55,7 @@ from sluicegate.protocol.messages import Body, ReaderLeaving
 from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
+from sluicegate.reader.metrics import ReaderMetrics, ReaderSnapshot
 from sluicegate.reader.output import Output, OutputSpec, gather_all, open_output
 from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
 from sluicegate.reader.slot_claim import NoFreeSlot, claim_slot
@@ -106,6 +107,10 @@ class ReaderSettings:
     split_idle_timeout_ms: int = 0
     """A split with no record for this long stops holding the reader's watermark back until
     its next record (FLIP-182 split idleness); 0: off."""
+    metrics_port: int = 0
+    """Serve Prometheus metrics on this port (reader/metrics.py); 0: off."""
+    metrics_split_labels: bool = False
+    """Also one series per owned split (records left to its end): mind the cardinality."""
 
     def __post_init__(self) -> None:
         validate_source(self.source, "--source")
@@ -122,6 +127,8 @@ class ReaderSettings:
         _at_least("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
         _at_least("--max-batch", self.max_batch, 1)
         _at_least("--split-idle-timeout-ms", self.split_idle_timeout_ms, 0)
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError("--metrics-port", f"must be a TCP port (1..65535) or 0 for off, got {self.metrics_port}")
         ReaderTiming(self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s).check(CLI_NAMES)
         if not self.connector.strip():
             raise ConfigError("--connector", "must name a connector")
@@ -187,6 +194,7 @@ class ReaderHost:
         self._finished_idle = False
         self._tasks: list[asyncio.Task[None]] = []
         self._producer_fences: list[float] = []
+        self.metrics = ReaderMetrics(self, split_labels=settings.metrics_split_labels)
 
     def _control_channel(self, purpose: str | None = None) -> ControlChannel:
         s = self.settings
@@ -204,6 +212,8 @@ class ReaderHost:
     async def run(self) -> int:
         """Run until the bounded end or a stop request; returns the process exit code."""
         try:
+            if self.settings.metrics_port:
+                await self.metrics.serve(self.settings.metrics_port)
             if not await self._unless_stopped(self._start()):
                 log.info("stopped before the reader was ready")
                 return EXIT_OK
@@ -300,6 +310,7 @@ class ReaderHost:
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="reader-heartbeat"))
 
     async def _shutdown(self) -> None:
+        await self.metrics.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -518,6 +529,7 @@ class ReaderHost:
         output = self._output_
         if not session.active:
             return False
+        started_s = time.monotonic()
         try:
             await output.flush()
             plan = session.prepare_checkpoint()
@@ -541,6 +553,7 @@ class ReaderHost:
                 session.self_fence("a checkpoint failed, so the records read since the last one were not committed")
                 await self._recover_after_fence("checkpoint failed")
             return False
+        self.metrics.observe_checkpoint(self.settings.source, self.subtask, time.monotonic() - started_s)
         self._committed(plan)
         return True
 
@@ -750,6 +763,30 @@ class ReaderHost:
             heartbeat.watermark,
             " (idle)" if heartbeat.idle else "",
             f"attempt {session.attempt}" if session.active else session.phase.value,
+        )
+
+    def metrics_snapshot(self) -> ReaderSnapshot | None:
+        session = self.session
+        if session is None or self._output is None:
+            return None
+        heartbeat = session.heartbeat()
+        reader = session.reader
+        return ReaderSnapshot(
+            source=self.settings.source,
+            subtask=session.subtask,
+            registered=session.active,
+            splits_owned=len(session.owned),
+            records_read=session.records_read,
+            records_written=self._output.records_written,
+            watermark_ms=heartbeat.watermark,
+            idle=heartbeat.idle,
+            low_watermark_ms=session.low_watermark,
+            records_to_end=dict(reader.records_to_end()) if reader is not None else {},
+            splits_finished=session.splits_finished_total,
+            checkpoints=session.checkpoints_committed,
+            registrations=self.stats.registrations,
+            fenced=self.stats.fenced,
+            dead_letters=self.channel.dead_letters,
         )
 
     def _summary(self, how: str) -> None:

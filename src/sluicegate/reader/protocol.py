@@ -656,4 +656,5 @@ class ReaderProtocol:
             attempt=attempt,
             epoch=self.highest_epoch,
             ts=now_ms,
+            incarnation=self.incarnation or None,
         )

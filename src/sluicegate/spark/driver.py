@@ -52,6 +52,7 @@ from sluicegate.api.reader import LowWatermarkListener, Record
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import WireSplit
 from sluicegate.kafka.control_channel import KafkaControlChannel
+from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.protocol.messages import Body, Heartbeat, ReaderLeaving
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
@@ -70,6 +71,7 @@ from sluicegate.reader.protocol import (
 from sluicegate.reader.state import ReaderCheckpoint
 from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, SPARK_NAMES, ReaderTiming
 from sluicegate.reader.watermark import SplitWatermarks
+from sluicegate.spark.metrics import DriverMetrics, DriverSnapshot, SubtaskFigures
 from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskView
 
 log = logging.getLogger("sluicegate.spark")
@@ -95,6 +97,10 @@ class DriverSettings:
     """A split whose planned position did not advance for this long stops holding its
     subtask's watermark back (split idleness, reader/watermark.py); 0: off."""
     location: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}/spark")
+    security: KafkaSecurity | None = None
+    """The control-plane client settings (None: the process's, from SLUICEGATE_KAFKA_*)."""
+    metrics_port: int = 0
+    """Serve Prometheus metrics from the driver on this port (spark/metrics.py); 0: off."""
 
     def __post_init__(self) -> None:
         if self.parallelism < 1:
@@ -154,6 +160,7 @@ class SparkReaderDriver:
             settings.bootstrap_servers,
             f"{settings.namespace}.{settings.source}.spark-{os.getpid()}",
             settings.topic_wait_timeout_s,
+            settings.security,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -172,6 +179,8 @@ class SparkReaderDriver:
         self._last_low_watermark: int | None = None
         self._fatal: SourceError | None = None
         """Set on the loop when the query cannot go on; raised to Spark by the next call."""
+        self.metrics = DriverMetrics(self)
+        self._rows_acknowledged = 0
 
     # -- life cycle (Spark thread) ---------------------------------------------------
 
@@ -320,6 +329,8 @@ class SparkReaderDriver:
                 count - 1,
             )
         self._to_register = set(range(s.parallelism))
+        if s.metrics_port:
+            await self.metrics.serve(s.metrics_port)
         self._tasks = [
             asyncio.create_task(self._control_loop(), name="sluicegate-spark-control"),
             asyncio.create_task(self._heartbeat_loop(), name="sluicegate-spark-heartbeat"),
@@ -337,6 +348,7 @@ class SparkReaderDriver:
                 protocol.close()
         with contextlib.suppress(Exception):
             await self.channel.close()
+        await self.metrics.close()
 
     async def _control_loop(self) -> None:
         while True:
@@ -551,6 +563,32 @@ class SparkReaderDriver:
         return out
 
     async def _acknowledge(self, offset: SourceOffset) -> bool:
+        started_s = time.monotonic()
+        ok = await self._acknowledge_subtasks(offset)
+        if ok:
+            self._rows_acknowledged = max(self._rows_acknowledged, offset.rows)
+            self.metrics.ack_seconds.labels(self.settings.source).observe(time.monotonic() - started_s)
+        return ok
+
+    def metrics_snapshot(self) -> DriverSnapshot:
+        """The driver's figures for a scrape (on the loop: protocols are the loop's)."""
+        clock_ms = _monotonic_ms()
+        return DriverSnapshot(
+            source=self.settings.source,
+            subtasks={
+                s: SubtaskFigures(p.active, len(p.owned), self._watermarks[s].current(clock_ms))
+                for s, p in self.protocols.items()
+            },
+            records_acknowledged=self._rows_acknowledged,
+            low_watermark_ms=self._last_low_watermark,
+            registrations=self._stats["registrations"],
+            fenced=self._stats["fenced"],
+            acks=self._stats["acks"],
+            splits_finished=self._stats["splits_finished"],
+            dead_letters=self.channel.dead_letters,
+        )
+
+    async def _acknowledge_subtasks(self, offset: SourceOffset) -> bool:
         ok = True
         for s, sub in sorted(offset.subtasks.items()):
             protocol = self.protocols.get(s)

@@ -63,6 +63,9 @@ class JobConfig:
     alignment_max_drift_ms: int | None = None
     """Plan no split past the earliest next event time + this, and declare a watermark of
     this delay (module docstring). None: neither."""
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
+    """Control-plane Kafka security as Spark's Kafka source names it (kafka.security.protocol,
+    kafka.sasl.jaas.config ...; KafkaSecurity.spark_options). Empty: the SLUICEGATE_KAFKA_* env."""
 
     def __post_init__(self) -> None:
         if self.alignment_max_drift_ms is not None and self.alignment_max_drift_ms < 0:
@@ -82,6 +85,7 @@ class JobConfig:
             opts["maxRecordsPerTrigger"] = str(self.max_records_per_trigger)
         if self.alignment_max_drift_ms is not None:
             opts["alignmentMaxDriftMs"] = str(self.alignment_max_drift_ms)
+        opts.update(self.kafka_options)
         return opts
 
 

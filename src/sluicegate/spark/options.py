@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.options import int_option
+from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
@@ -30,7 +31,11 @@ class SparkSourceConfig:
     ``kafka.bootstrap.servers`` (default ``$KAFKA_BOOTSTRAP_SERVERS``),
     ``namespace``; ``maxRecordsPerTrigger``; ``heartbeatIntervalMs``,
     ``sessionTimeoutMs``, ``topicWaitTimeoutS``; ``arrowBatchRows``;
-    ``alignmentMaxDriftMs``; ``splitIdleTimeoutMs`` (0, the default: off).
+    ``alignmentMaxDriftMs``; ``splitIdleTimeoutMs`` (0, the default: off);
+    ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``,
+    ``kafka.ssl.truststore.location`` ... as Spark's Kafka source names them
+    (docs/deploy.md, "Security"; default: the driver's SLUICEGATE_KAFKA_* environment).
+    ``metricsPort`` (Prometheus metrics served from the driver; 0, the default: off).
     """
 
     source: str
@@ -51,6 +56,10 @@ class SparkSourceConfig:
     """A split whose planned position did not advance for this long stops holding its
     subtask's watermark back (split idleness); 0: off. Positions move once per micro-batch,
     so keep it well above the trigger interval."""
+    security: KafkaSecurity = field(default_factory=KafkaSecurity, compare=False)
+    """kafka.security.protocol, kafka.sasl.*, kafka.ssl.* as Spark's Kafka source names them
+    (security.KafkaSecurity.from_spark_options)."""
+    metrics_port: int = 0
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @classmethod
@@ -92,6 +101,8 @@ class SparkSourceConfig:
                 int_option(opts, "alignmentmaxdriftms", None, 0) if "alignmentmaxdriftms" in opts else None
             ),
             split_idle_timeout_ms=int_option(opts, "splitidletimeoutms", 0, 0),
+            security=KafkaSecurity.from_spark_options(opts),
+            metrics_port=_port_option(opts, "metricsport"),
         )
 
     @property
@@ -108,4 +119,13 @@ class SparkSourceConfig:
             session_timeout_ms=self.session_timeout_ms,
             topic_wait_timeout_s=self.topic_wait_timeout_s,
             split_idle_timeout_ms=self.split_idle_timeout_ms,
+            security=self.security,
+            metrics_port=self.metrics_port,
         )
+
+
+def _port_option(opts: Mapping[str, str], key: str) -> int:
+    port = int_option(opts, key, 0, 0)
+    if port > 65535:
+        raise ConfigError("metricsPort", f"must be a TCP port (1..65535) or 0 for off, got {port}")
+    return port

@@ -57,10 +57,25 @@ def start(
     port: Annotated[int | None, typer.Option(help="Broker port (default: a free one)")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the broker")] = 60.0,
     keep: Annotated[bool, typer.Option(help="Reuse the data of a previous --keep stop")] = False,
+    secure: Annotated[
+        Path | None,
+        typer.Option(
+            help="Secured mode: a SASL_SSL listener (SCRAM-SHA-512) with ACLs enforced; the CA, the broker "
+            "keystore and each user's password and env file are kept in this directory"
+        ),
+    ] = None,
+    user: Annotated[
+        list[str] | None,
+        typer.Option(help="A SCRAM user to create in secured mode, repeatable (default: coordinator, reader, audit)"),
+    ] = None,
 ) -> None:
     """Start a detached broker (or find the running one); print its bootstrap address last."""
     broker = _broker(run_dir, keep=keep)
     broker.port = port
+    if secure is not None:
+        broker.secure_dir = secure.expanduser().resolve()
+        if user:
+            broker.secure_users = tuple(user)
     try:
         bootstrap = broker.start(timeout_s=timeout)
     except BrokerError as exc:
@@ -78,6 +93,13 @@ def start(
         markup=True,
         soft_wrap=True,
     )
+    if broker.secure is not None:
+        _err.print(
+            f"secured: clients log in with `set -a; . {broker.secure.directory}/users/USER.env` "
+            f"(users: {', '.join(broker.secure.users())}; admin is a super user)",
+            soft_wrap=True,
+            highlight=False,
+        )
     print(bootstrap, flush=True)
 
 

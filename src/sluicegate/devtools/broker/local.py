@@ -36,6 +36,8 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from sluicegate.devtools.broker.maven import MavenError, cache_root, is_resolved, require_executable, resolve_jars
+from sluicegate.devtools.broker.secure import ADMIN_USER, DEFAULT_USERS, SecureSetup, SecureSetupError
+from sluicegate.kafka.security import KafkaSecurity
 
 KAFKA_VERSION = "3.9.1"
 SCALA_VERSION = "2.13"
@@ -129,7 +131,11 @@ def free_port(exclude: frozenset[int] = frozenset()) -> int:
 
 
 def _port_is_free(port: int) -> bool:
+    """True if a server could listen on ``port`` now. Binds with SO_REUSEADDR, as Kafka's
+    own acceptor does: connections of a killed broker linger in TIME_WAIT for about a
+    minute, and without it the check refused a port Kafka itself would take."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -145,7 +151,7 @@ def _tcp_open(port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
-def _server_properties(port: int, controller_port: int, data_dir: Path) -> str:
+def _server_properties(port: int, controller_port: int, data_dir: Path, secure: SecureSetup | None = None) -> str:
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -169,6 +175,9 @@ def _server_properties(port: int, controller_port: int, data_dir: Path) -> str:
         "group.initial.rebalance.delay.ms": "0",
         "delete.topic.enable": "true",
     }
+    if secure is not None:
+        props.update(secure.server_properties(port))
+        props["listeners"] += f",CONTROLLER://127.0.0.1:{controller_port}"
     lines = [f"{k}={v}" for k, v in props.items()]
     return "# written by sluicegate.devtools.broker.local\n" + "\n".join(lines) + "\n"
 
@@ -225,12 +234,15 @@ def _run_coroutine(factory: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         return pool.submit(lambda: asyncio.run(factory())).result()
 
 
-async def _probe_metadata(bootstrap: str, timeout_s: float) -> bool:
+async def _probe_metadata(bootstrap: str, timeout_s: float, security: KafkaSecurity | None) -> bool:
     """True if the broker answers a metadata request listing itself and a controller."""
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=3000, client_id="sluicegate-broker-probe"
+        bootstrap_servers=bootstrap,
+        request_timeout_ms=3000,
+        client_id="sluicegate-broker-probe",
+        **(security or KafkaSecurity()).aiokafka_settings(),
     )
     try:
         async with asyncio.timeout(timeout_s):
@@ -246,9 +258,9 @@ async def _probe_metadata(bootstrap: str, timeout_s: float) -> bool:
     return bool(brokers) and cluster.get("controller_id", -1) != -1
 
 
-def probe_broker(bootstrap: str, timeout_s: float = 5.0) -> bool:
+def probe_broker(bootstrap: str, timeout_s: float = 5.0, security: KafkaSecurity | None = None) -> bool:
     """True if a Kafka broker at ``bootstrap`` answers metadata requests."""
-    return _run_coroutine(lambda: _probe_metadata(bootstrap, timeout_s))
+    return _run_coroutine(lambda: _probe_metadata(bootstrap, timeout_s, security))
 
 
 @dataclass(frozen=True)
@@ -290,10 +302,29 @@ class LocalKafkaBroker:
     #: (for test sessions killed without teardown). Leave off for detached brokers.
     die_with_parent: bool = False
     echo: Echo = _stderr_echo
+    #: Secured mode: a SASL_SSL listener, SCRAM users and ACLs enforced, with the
+    #: certificates and passwords kept in this directory (see secure.py).
+    secure_dir: Path | None = None
+    secure_users: tuple[str, ...] = DEFAULT_USERS
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir).expanduser().resolve()
+        if self.secure_dir is not None:
+            self.secure_dir = Path(self.secure_dir).expanduser().resolve()
+
+    @property
+    def secure(self) -> SecureSetup | None:
+        return SecureSetup(self.secure_dir) if self.secure_dir is not None else None
+
+    def _admin_security(self) -> KafkaSecurity | None:
+        secure = self.secure or self._running_secure()
+        return secure.security(ADMIN_USER) if secure is not None else None
+
+    def _running_secure(self) -> SecureSetup | None:
+        state = self._read_state()
+        folder = state.get("secure_dir") if state else None
+        return SecureSetup(Path(folder)) if folder else None
 
     # --- paths -------------------------------------------------------------------------
     @property
@@ -337,7 +368,9 @@ class LocalKafkaBroker:
         bootstrap = str(state["bootstrap"])
         reachable = False
         if running:
-            reachable = probe_broker(bootstrap) if probe else _tcp_open(int(state["port"]))
+            reachable = (
+                probe_broker(bootstrap, security=self._admin_security()) if probe else _tcp_open(int(state["port"]))
+            )
         return BrokerStatus(
             run_dir=self.run_dir,
             running=running,
@@ -397,8 +430,8 @@ class LocalKafkaBroker:
             text = self.server_properties.read_text(encoding="utf-8")
         except OSError:
             return None, None
-        found = dict(re.findall(r"(PLAINTEXT|CONTROLLER)://127\.0\.0\.1:(\d+)", text))
-        plain, ctrl = found.get("PLAINTEXT"), found.get("CONTROLLER")
+        found = dict(re.findall(r"(PLAINTEXT|SASL_SSL|CONTROLLER)://127\.0\.0\.1:(\d+)", text))
+        plain, ctrl = found.get("PLAINTEXT") or found.get("SASL_SSL"), found.get("CONTROLLER")
         return (int(plain) if plain else None), (int(ctrl) if ctrl else None)
 
     def _choose_ports(self) -> tuple[int, int]:
@@ -431,7 +464,13 @@ class LocalKafkaBroker:
 
         if not self.keep or not (self.data_dir / "meta.properties").is_file():
             shutil.rmtree(self.data_dir, ignore_errors=True)
-        self.server_properties.write_text(_server_properties(port, cport, self.data_dir), encoding="utf-8")
+        secure = self.secure
+        if secure is not None:
+            try:
+                secure.ensure(self.secure_users)
+            except SecureSetupError as exc:
+                raise BrokerError(str(exc)) from None
+        self.server_properties.write_text(_server_properties(port, cport, self.data_dir, secure), encoding="utf-8")
         log4j = self.run_dir / "log4j.properties"
         log4j.write_text(_LOG4J, encoding="utf-8")
 
@@ -449,6 +488,7 @@ class LocalKafkaBroker:
                     cluster_id,
                     "-c",
                     str(self.server_properties),
+                    *(secure.format_arguments() if secure is not None else []),
                 ],
                 capture_output=True,
                 text=True,
@@ -498,6 +538,7 @@ class LocalKafkaBroker:
             "kafka_version": KAFKA_VERSION,
             "run_dir": str(self.run_dir),
             "log_file": str(self.log_file),
+            "secure_dir": str(self.secure_dir) if self.secure_dir is not None else None,
         }
         tmp = self.state_file.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
@@ -518,7 +559,7 @@ class LocalKafkaBroker:
             if pid is not None and not _pid_alive(pid):
                 code = self._proc.poll() if self._proc is not None else None
                 raise BrokerError(f"the Kafka broker exited during start (exit code {code}); {self._failure_report()}")
-            if _tcp_open(port) and probe_broker(bootstrap, timeout_s=5.0):
+            if _tcp_open(port) and probe_broker(bootstrap, timeout_s=5.0, security=self._admin_security()):
                 return
             if time.monotonic() > deadline:
                 raise BrokerError(f"the Kafka broker at {bootstrap} did not answer in time; {self._failure_report()}")

@@ -1,0 +1,75 @@
+"""When a standby may take over a source early: the pure silence watch.
+
+The active coordinator of a source commits at least every ``liveness_interval_ms``
+(a heartbeat commit when it has nothing else to commit), and every commit writes
+the source's ``meta`` state record, so the last stable offset of its state topic
+moves. A standby samples that offset; once it has seen it move (someone is
+active) and then seen it stand still for ``silence_ms``, the active coordinator is
+taken for dead and the standby takes over by starting the source's transactional
+producer, which fences the silent one. Safety does not rest on this guess: a
+coordinator that was only slow is fenced and steps down (docs/architecture.md).
+
+Never having seen the offset move is not silence: a source nobody ran while this
+worker watched (a cold start, a fresh standby) is left to the Faust assignment.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+MIN_SILENCE_MS = 500
+MAX_SILENCE_MS = 60_000
+LIVENESS_FRACTION = 4
+"""The active coordinator commits at least every silence / 4, so that a standby sees
+three or four commits missing, not one, before it takes over."""
+
+
+def liveness_interval_ms(silence_ms: int) -> int:
+    """The longest an active coordinator may go without a commit when standbys watch
+    with ``silence_ms``."""
+    return max(1, silence_ms // LIVENESS_FRACTION)
+
+
+class Verdict(enum.Enum):
+    WAIT = "wait"
+    """Nothing seen yet, or the active coordinator committed recently."""
+    TAKE_OVER = "take-over"
+
+
+@dataclass
+class SilenceWatch:
+    """One source's state topic as one standby sees it. Times are monotonic seconds."""
+
+    silence_s: float
+    last_offset: int | None = None
+    last_change_s: float | None = None
+    """When the offset was last seen to move (None: never, since the watch began)."""
+    last_sample_s: float | None = None
+    """When the offset was last sampled. Silence is measured between samples, so a
+    standby that cannot reach the broker, or was itself paused, sees no silence."""
+
+    def observe(self, offset: int, now_s: float) -> None:
+        """The state topic's last stable offset, sampled at ``now_s``."""
+        if self.last_offset is not None and offset != self.last_offset:
+            self.last_change_s = now_s
+        self.last_offset = offset
+        self.last_sample_s = now_s
+
+    def silent_for_s(self) -> float:
+        """How long the offset stood still, from the sample that saw it move to the latest."""
+        if self.last_change_s is None or self.last_sample_s is None:
+            return 0.0
+        return self.last_sample_s - self.last_change_s
+
+    def verdict(self) -> Verdict:
+        if self.last_change_s is None or self.silent_for_s() < self.silence_s:
+            return Verdict.WAIT
+        return Verdict.TAKE_OVER
+
+    def restart(self) -> None:
+        """Forget what was seen: this worker ran the source itself meanwhile (its own
+        commits prove nothing about anyone else), or just took it over."""
+        self.last_offset = None
+        self.last_change_s = None
+        self.last_sample_s = None

@@ -1,0 +1,165 @@
+"""The least-privilege Kafka ACLs of one source's principals: coordinator, reader, audit.
+
+Pure: ``acl_plan`` lists what each principal needs and why; ``kafka_acls_commands``
+renders it as ``kafka-acls.sh`` command lines; ``apply_acls`` creates it through
+the admin API (confluent-kafka), as a principal allowed to alter ACLs.
+
+Kafka implies DESCRIBE from READ and WRITE, so it is never listed. Producers are
+idempotent: since Kafka 3.0 WRITE on a topic is enough for that (no
+IdempotentWrite on the cluster). No principal may create the source's topics:
+``sluicegate topics apply`` runs as an administrator before the first start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sluicegate.kafka.security import KafkaSecurity
+from sluicegate.protocol.topics import ControlTopics, leadership_topic_spec
+
+ROLES = ("coordinator", "reader", "audit")
+
+
+@dataclass(frozen=True)
+class AclEntry:
+    """ALLOW ``operation`` on a resource for ``principal`` (from any host)."""
+
+    role: str
+    principal: str
+    resource: str  # topic, group or transactional-id
+    name: str
+    operation: str  # READ, WRITE, CREATE, ALTER, DESCRIBE, DESCRIBE_CONFIGS
+    why: str
+    prefixed: bool = False
+
+
+def acl_plan(
+    source: str,
+    namespace: str = "sluicegate",
+    *,
+    coordinator: str = "User:coordinator",
+    reader: str = "User:reader",
+    audit: str = "User:audit",
+    app_id: str | None = None,
+) -> list[AclEntry]:
+    """What each principal of ``source`` needs. ``app_id``: the coordinator's Faust app
+    (consumer group) id; default: the single-source app ``NS.S.coordinator``."""
+    t = ControlTopics.for_source(source, namespace)
+    group = app_id or f"{namespace}.{source}.coordinator"
+    leadership = leadership_topic_spec(group, 1).name
+    plan: list[AclEntry] = []
+
+    def allow(role: str, principal: str, resource: str, name: str, ops: Iterable[str], why: str) -> None:
+        plan.extend(AclEntry(role, principal, resource, name, op, why) for op in ops)
+
+    c = coordinator
+    allow("coordinator", c, "topic", t.coordinator, ["READ", "DESCRIBE_CONFIGS"], "reads the readers' requests")
+    allow("coordinator", c, "topic", t.readers, ["WRITE", "DESCRIBE_CONFIGS"], "writes assignments and answers")
+    allow("coordinator", c, "topic", t.coordinator_state, ["READ", "WRITE", "DESCRIBE_CONFIGS"], "its checkpoint")
+    allow("coordinator", c, "topic", t.reader_state, ["DESCRIBE", "DESCRIBE_CONFIGS"], "checks the topic at start")
+    allow("coordinator", c, "topic", t.dead_letter, ["WRITE", "DESCRIBE_CONFIGS"], "dead-letters bad records")
+    allow(
+        "coordinator",
+        c,
+        "transactional-id",
+        f"{namespace}.{source}.coordinator",
+        ["WRITE"],
+        "commits state and answers in one transaction; fences an older coordinator",
+    )
+    allow("coordinator", c, "group", group, ["READ"], "Faust group: which worker is active for the source")
+    allow(
+        "coordinator",
+        c,
+        "topic",
+        leadership,
+        ["READ", "CREATE", "ALTER", "DESCRIBE_CONFIGS"],
+        "Faust leadership topic, created and grown by the coordinator (one partition per source)",
+    )
+    r = reader
+    allow("reader", r, "topic", t.coordinator, ["WRITE"], "sends registrations, heartbeats, acks, split requests")
+    allow("reader", r, "topic", t.readers, ["READ"], "receives assignments (its subtask's partition)")
+    allow("reader", r, "topic", t.reader_state, ["READ", "WRITE"], "its checkpoint, restored at start")
+    allow("reader", r, "topic", t.dead_letter, ["WRITE"], "dead-letters bad records")
+    plan.append(
+        AclEntry(
+            "reader",
+            r,
+            "transactional-id",
+            f"{namespace}.{source}.reader-",
+            "WRITE",
+            "one transactional id per subtask (NS.S.reader-K); fences a zombie reader",
+            prefixed=True,
+        )
+    )
+    a = audit
+    allow("audit", a, "topic", t.coordinator, ["READ"], "replays the protocol")
+    allow("audit", a, "topic", t.readers, ["READ"], "replays the protocol")
+    return plan
+
+
+_CLI_OPERATION = {
+    "READ": "Read",
+    "DESCRIBE": "Describe",
+    "WRITE": "Write",
+    "CREATE": "Create",
+    "ALTER": "Alter",
+    "DESCRIBE_CONFIGS": "DescribeConfigs",
+}
+_CLI_RESOURCE = {"topic": "--topic", "group": "--group", "transactional-id": "--transactional-id"}
+
+
+def kafka_acls_commands(plan: list[AclEntry], bootstrap: str = "$KAFKA_BOOTSTRAP_SERVERS") -> list[str]:
+    """One ``kafka-acls.sh --add`` line per (principal, resource), commented with why."""
+    lines: list[str] = []
+    grouped: dict[tuple[str, str, str, str, bool], list[AclEntry]] = {}
+    for entry in plan:
+        key = (entry.role, entry.principal, entry.resource, entry.name, entry.prefixed)
+        grouped.setdefault(key, []).append(entry)
+    role = None
+    for (entry_role, principal, resource, name, prefixed), entries in grouped.items():
+        if entry_role != role:
+            role = entry_role
+            lines.append(f"# {role} ({principal})")
+        ops = " ".join(f"--operation {_CLI_OPERATION[e.operation]}" for e in entries)
+        pattern = " --resource-pattern-type prefixed" if prefixed else ""
+        lines.append(f"# {entries[0].why}")
+        lines.append(
+            f"kafka-acls.sh --bootstrap-server {bootstrap} --command-config admin.properties --add "
+            f"--allow-principal {principal} {ops} {_CLI_RESOURCE[resource]} {name}{pattern}"
+        )
+    return lines
+
+
+def apply_acls(plan: list[AclEntry], bootstrap: str, security: KafkaSecurity, timeout_s: float = 30.0) -> int:
+    """Create the plan's ACLs (creating an existing one is a no-op); return how many."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    resource_types = {
+        "topic": ResourceType.TOPIC,
+        "group": ResourceType.GROUP,
+        "transactional-id": ResourceType.TRANSACTIONAL_ID,
+    }
+    bindings = [
+        AclBinding(
+            resource_types[e.resource],
+            e.name,
+            ResourcePatternType.PREFIXED if e.prefixed else ResourcePatternType.LITERAL,
+            e.principal,
+            "*",
+            AclOperation[e.operation],
+            AclPermissionType.ALLOW,
+        )
+        for e in plan
+    ]
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3, **security.librdkafka_config()})
+    for future in admin.create_acls(bindings, request_timeout=timeout_s).values():
+        future.result()
+    return len(bindings)

@@ -1,0 +1,117 @@
+"""The audit timeline (ownership intervals and events) over a run a real CoordinatorCore
+produced (test_audit.full_run), the questions over it, and its drawing."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from test_audit import SOURCE, Run, full_run
+
+from sluicegate.audit import OwnershipModel, replay
+from sluicegate.audit.timeline import (
+    MarkKind,
+    Ownership,
+    PointNotFound,
+    Timeline,
+    build_timeline,
+    ownership_at,
+    position_at,
+    split_history,
+)
+from sluicegate.audit.timeline_plot import UnsupportedFormat, draw_timeline, owned_counts
+from sluicegate.protocol import ReaderRegistered
+
+
+@pytest.fixture(scope="module")
+def run() -> Run:
+    return full_run()
+
+
+@pytest.fixture(scope="module")
+def timeline(run: Run) -> Timeline:
+    return build_timeline(replay(run.inbox, run.readers).records, source=SOURCE)
+
+
+def test_ownership_matches_the_audit_model_at_every_point(run: Run, timeline: Timeline) -> None:
+    records = replay(run.inbox, run.readers).records
+    model = OwnershipModel(source=SOURCE)
+    for position, record in enumerate(records):
+        model.apply(record, position)
+        expected: dict[int, list[str]] = {}
+        for split_id, subtask in model.owner.items():
+            expected.setdefault(subtask, []).append(split_id)
+        got = {s: ids for s, ids in ownership_at(timeline, position).items() if ids}
+        assert got == {s: sorted(ids) for s, ids in sorted(expected.items())}, position
+
+
+def test_a_split_is_never_owned_twice_and_every_one_ends_finished(timeline: Timeline) -> None:
+    for split_id in timeline.split_ids:
+        spans = split_history(timeline, split_id).ownerships
+        for before, after in itertools.pairwise(spans):
+            assert before.end_position is not None and before.end_position <= after.start_position
+            assert before.end_ms is not None and before.end_ms <= after.start_ms
+        assert spans[-1].ended_by == "finished", split_id
+
+
+def test_marks_name_the_runs_events(run: Run, timeline: Timeline) -> None:
+    kinds = [(m.kind, m.subtask) for m in timeline.marks]
+    registered = sum(1 for r in replay(run.inbox, run.readers).records if isinstance(r.env.body, ReaderRegistered))
+    assert sum(1 for k, _ in kinds if k is MarkKind.REGISTERED) == registered
+    assert (MarkKind.FENCED, 1) in kinds  # the old attempt's heartbeat
+    assert (MarkKind.FAILED, 1) in kinds  # fenced by the new registration
+    assert (MarkKind.FAILED, 3) in kinds  # session timeout
+    assert (MarkKind.LEFT, 2) in kinds
+    assert [m.detail for m in timeline.marks if m.kind is MarkKind.EPOCH] == ["epoch 2"]
+    lows = [w for _, w in timeline.low_watermarks]
+    assert lows == sorted(set(lows)) and len(lows) > 3
+
+
+def test_a_moved_splits_history_names_each_owner_and_its_acknowledged_positions(timeline: Timeline) -> None:
+    moved = next(s for s in timeline.split_ids if len({o.subtask for o in split_history(timeline, s).ownerships}) > 1)
+    history = split_history(timeline, moved)
+    assert [o.ended_by for o in history.ownerships][:-1] != []
+    assert all(o.ended_by is not None and o.ended_by.startswith("released") for o in history.ownerships[:-1])
+    assert history.acks, "the split's positions were acknowledged"
+    for ack in history.acks:
+        assert any(o.subtask == ack.subtask and o.owned_at(ack.position) for o in history.ownerships)
+        assert set(ack.state) == {"start", "end", "position"}
+
+
+def test_at_takes_a_cseq_or_a_time(timeline: Timeline) -> None:
+    cseqs = [c for c in timeline.cseq_by_position if c is not None]
+    middle = cseqs[len(cseqs) // 2]
+    position = position_at(timeline, str(middle))
+    assert timeline.cseq_by_position.index(middle) <= position
+    assert all(c is None or c <= middle for c in timeline.cseq_by_position[: position + 1])
+    moment = datetime.fromtimestamp(timeline.ts_by_position[position] / 1000, UTC).isoformat()
+    assert timeline.ts_by_position[position_at(timeline, moment)] == timeline.ts_by_position[position]
+    with pytest.raises(PointNotFound, match="before the first record"):
+        position_at(timeline, "1970-01-01T00:00:00")
+    with pytest.raises(PointNotFound, match="neither a cseq"):
+        position_at(timeline, "yesterday")
+
+
+def test_the_drawing_is_a_png(timeline: Timeline, tmp_path: Path) -> None:
+    path = tmp_path / "timeline.png"
+    draw_timeline(timeline, path, title="test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert path.stat().st_size > 10_000
+    with pytest.raises(UnsupportedFormat, match=r"\.png"):
+        draw_timeline(timeline, tmp_path / "timeline.html")
+
+
+def test_many_splits_are_drawn_as_counts_per_lane(tmp_path: Path) -> None:
+    # 100 splits on two subtasks, each owned for 10 s, staggered by 100 ms
+    ownerships = [
+        Ownership(f"s-{i:03d}", i % 2, 1, 1_000 + i * 100, i, 11_000 + i * 100, 200 + i, "finished") for i in range(100)
+    ]
+    timeline = Timeline(ownerships=ownerships, ts_by_position=[1_000, 21_000], subtasks=[0, 1])
+    lane0 = owned_counts([o for o in ownerships if o.subtask == 0], timeline.end_ms)
+    assert lane0[0] == (1_000, 1) and lane0[-1][1] == 0
+    assert max(n for _, n in lane0) == 50  # every split of the lane is owned from 5.9 s to 11 s
+    path = tmp_path / "many.png"
+    draw_timeline(timeline, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
