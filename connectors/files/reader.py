@@ -45,6 +45,8 @@ class FileSourceReader(SourceReader[FileSplit]):
         self._splits: OrderedDict[str, FileSplit] = OrderedDict()
         self._current: tuple[FileSplit, Iterator[pa.RecordBatch]] | None = None
         self._leftover: pa.RecordBatch | None = None
+        self._paused: set[str] = set()
+        """Splits paused for watermark alignment: not read until resumed."""
         self.bad_files = 0
 
     def add_splits(self, splits: Sequence[FileSplit]) -> None:
@@ -53,13 +55,16 @@ class FileSourceReader(SourceReader[FileSplit]):
 
     def next_batch(self, max_records: int) -> ReadResult:
         result = ReadResult()
-        while len(result.records) < max_records and self._splits:
-            split = next(iter(self._splits.values()))
+        while len(result.records) < max_records:
+            split = next((s for s in self._splits.values() if s.split_id not in self._paused), None)
+            if split is None:
+                break
             try:
                 self._read(split, max_records - len(result.records), result)
             except BadFile as bad:
                 self._on_bad_file(split, bad, result)
-        result.status = InputStatus.MORE_AVAILABLE if self._splits else InputStatus.NOTHING_AVAILABLE
+        readable = any(sid not in self._paused for sid in self._splits)
+        result.status = InputStatus.MORE_AVAILABLE if readable else InputStatus.NOTHING_AVAILABLE
         return result
 
     def _read(self, split: FileSplit, room: int, result: ReadResult) -> None:
@@ -105,6 +110,7 @@ class FileSourceReader(SourceReader[FileSplit]):
 
     def _finish(self, split: FileSplit, result: ReadResult) -> None:
         self._splits.pop(split.split_id, None)
+        self._paused.discard(split.split_id)
         self._current = None
         self._leftover = None
         result.finished_split_ids.append(split.split_id)
@@ -135,6 +141,11 @@ class FileSourceReader(SourceReader[FileSplit]):
             if self._current is not None and self._current[0].split_id == split_id:
                 self._current = None
                 self._leftover = None
+
+    def pause_or_resume_splits(self, to_pause: Sequence[str], to_resume: Sequence[str]) -> None:
+        # A paused split's open file is dropped; it is opened again at its position when
+        # it is next read (a Parquet split skips the row groups before it).
+        self._paused = (self._paused | set(to_pause)) - set(to_resume)
 
     def close(self) -> None:
         self._current = None
