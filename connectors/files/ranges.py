@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
+from sluicegate.api.ranges import SkippedInput
+
 from .badfiles import BadFile, BadFileError, change_of
 from .options import FileOptions
 from .split import FileSplit
@@ -41,6 +43,7 @@ class PlanningView:
         that were skipped as bad."""
         self._checked: set[str] = set()
         self._failed: dict[str, BadFile] = {}
+        self._skipped: list[SkippedInput] = []
         self.bad_files = 0
 
     def refresh(self, splits: Sequence[FileSplit]) -> None:
@@ -67,7 +70,15 @@ class PlanningView:
             return
         self.bad_files += 1
         log.warning("skipped bad file %s: %s (on_bad_file=skip)", bad.path, bad.reason)
+        self._skipped.append(SkippedInput("bad-file", self._url(bad.path), split.position, bad.reason))
         self._ends[split.split_id] = split.position
+
+    def take_skipped(self) -> list[SkippedInput]:
+        skipped, self._skipped = self._skipped, []
+        return skipped
+
+    def _url(self, path: str) -> str:
+        return self._store().url(path)
 
     def end(self, split: FileSplit) -> int | None:
         bad = self._failed.get(split.split_id)

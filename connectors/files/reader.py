@@ -122,15 +122,10 @@ class FileSourceReader(SourceReader[FileSplit]):
         read = f"; rows 0..{split.position - 1} of the split were read" if split.position else ""
         log.warning("skipped bad file %s: %s%s (on_bad_file=skip)", bad.path, bad.reason, read)
         if self._context is not None:
-            self._context.dead_letter("bad-file", self._store_url(bad.path), split.position, f"{bad.reason}{read}")
+            self._context.dead_letter("bad-file", self._store.url(bad.path), split.position, f"{bad.reason}{read}")
             with contextlib.suppress(NotImplementedError):
                 self._context.send_source_event({"type": BAD_FILE_EVENT, "path": bad.path, "reason": bad.reason})
         self._finish(split, result)
-
-    def _store_url(self, path: str) -> str:
-        protocol = self._store.fs.protocol
-        name = protocol[0] if isinstance(protocol, tuple | list) else str(protocol)
-        return path if name in ("file", "local") else f"{name}://{path}"
 
     def snapshot_state(self, checkpoint_id: int) -> list[FileSplit]:
         return [s.copy() for s in self._splits.values()]

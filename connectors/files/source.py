@@ -22,6 +22,7 @@ from sluicegate.api import (
     SupportsSplitReassignmentOnRecovery,
 )
 from sluicegate.api.errors import ConfigError
+from sluicegate.api.ranges import SkippedInput
 
 from .enumerator import FileEnumerator
 from .options import FileOptions
@@ -117,6 +118,9 @@ class FileSource(
     def available_end(self, split: FileSplit, now_ms: int) -> int:
         end = self._view().end(split)
         return split.position if end is None else max(split.position, end)
+
+    def take_skipped_input(self) -> list[SkippedInput]:
+        return self._view().take_skipped()
 
     def arrow_schema(self) -> Any:
         return self.schema()

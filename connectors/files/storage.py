@@ -27,6 +27,12 @@ class FileStore:
         self.options = options
         self.fs, self.root = options.filesystem()
 
+    def url(self, path: str) -> str:
+        """A path on this filesystem as a URL people can use (local paths stay paths)."""
+        protocol = self.fs.protocol
+        name = protocol[0] if isinstance(protocol, tuple | list) else str(protocol)
+        return path if name in ("file", "local") else f"{name}://{path}"
+
     # -- listing ------------------------------------------------------------------
 
     def list_files(self) -> list[FileEntry]:

@@ -96,7 +96,14 @@ def test_a_growing_directory_is_read_exactly_once_by_a_running_query(
     root.mkdir()
     for k in range(FIRST_FILES):
         write_file(root, k)
-    options = {"path": str(root), "schema": SCHEMA, "event_time_column": "ts", "discovery_interval_ms": "300"}
+    (root / "0000-bad.parquet").write_bytes(b"PAR1 not parquet")  # skipped: dead-lettered by the driver
+    options = {
+        "path": str(root),
+        "schema": SCHEMA,
+        "event_time_column": "ts",
+        "discovery_interval_ms": "300",
+        "on_bad_file": "skip",
+    }
     coordinator(procs, unique_source, options)
     reader = (
         spark.readStream.format("sluicegate")
@@ -143,4 +150,32 @@ def test_a_growing_directory_is_read_exactly_once_by_a_running_query(
     assert all(n == f"n{i}" and t == 1_700_000_000_000 + i for i, n, t in zip(ids, names, times, strict=True))
     result = asyncio.run(run_audit(kafka_bootstrap, unique_source))
     assert result.ok, f"audit: {result.first_violation}"
-    assert result.summary.splits_assigned == files
+    assert result.summary.splits_assigned == files + 1
+    assert [h["sluicegate.origin.topic"] for h in dead_letters(kafka_bootstrap, unique_source)] == [
+        str(root / "0000-bad.parquet")
+    ]
+
+
+def dead_letters(bootstrap: str, source: str) -> list[dict[str, str]]:
+    """The headers of every record of the source's dead-letter topic."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from sluicegate.protocol.topics import ControlTopics
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "sluicegate-test-unused", "enable.partition.eof": True}
+    )
+    consumer.assign([TopicPartition(ControlTopics.for_source(source).dead_letter, 0, 0)])
+    found: list[dict[str, str]] = []
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for message in consumer.consume(100, timeout=0.5):
+                error = message.error()
+                if error is not None:
+                    assert error.code() == KafkaError._PARTITION_EOF, error
+                    return found
+                found.append({k: v.decode() for k, v in message.headers() or []})
+    finally:
+        consumer.close()
+    raise AssertionError("could not read the dead-letter topic to its end")

@@ -307,6 +307,9 @@ def test_a_file_that_grows_after_listing_is_a_bad_file(tmp_path: Path) -> None:
     assert "grew" in context.letters[0][3]  # type: ignore[attr-defined]
     src.prepare_planning([split])
     assert src.split_end(split) == 0, "skipped in planning too: the split ends where it is"
+    (skipped,) = src.take_skipped_input()
+    assert (skipped.kind, skipped.origin, skipped.position) == ("bad-file", str(tmp_path / "a.jsonl"), 0)
+    assert "grew" in skipped.reason and src.take_skipped_input() == []
 
 
 def splits_of_tolerant(src: FileSource) -> list[FileSplit]:

@@ -19,7 +19,7 @@ from sluicegate.api.enumerator import (
     SplitsAssignment,
 )
 from sluicegate.api.errors import ConfigError, NoLiveReaderError, SourceError
-from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
+from sluicegate.api.ranges import RangeChunk, SkippedInput, SupportsPositionRanges
 from sluicegate.api.reader import (
     InputStatus,
     LowWatermarkListener,
@@ -48,6 +48,7 @@ __all__ = [
     "ReaderLoads",
     "Record",
     "RoundRobinAssigner",
+    "SkippedInput",
     "Source",
     "SourceError",
     "SourceReader",
