@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shutil
 import signal
 import statistics
 import subprocess
@@ -204,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
                 coordinator.kill()
         if broker is not None:
             broker.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)  # 350 MB of files
     native_rows, native_rate, native_all = steady(native)
     our_rows, our_rate, our_all = steady(ours)
     print(f"native     ({len(native)} batches): {native_rows:,} rows; steady {native_rate:,.0f} rows/s", end="")
@@ -239,6 +242,7 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--bootstrap-servers", default="")
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (files, logs)")
     parser.add_argument(
         "--no-ceiling", dest="ceiling", action="store_false", help="skip timing an in-memory Python Data Source"
     )
