@@ -21,6 +21,8 @@ from sluicegate.api.assigners import (
     REBALANCE_SETTLE_MS,
     AssignmentRound,
     FairShareAssigner,
+    PullAssigner,
+    RebalanceRound,
     RoundRobinAssigner,
     SplitAssigner,
     SplitDistributor,
@@ -195,6 +197,17 @@ def test_fair_share_requester_with_nothing_gets_a_full_share() -> None:
     assert ids(got) == {0: ["s-3", "s-4"]}
 
 
+def test_pull_gives_splits_only_to_a_requester_its_share_and_never_moves_them() -> None:
+    assigner: PullAssigner[Split] = PullAssigner()
+    assigner.add_splits(splits(*range(5)))
+    assert assigner.assign(round_({0: 0, 1: 0}, T0, parallelism=2)) == {}, "nothing is pushed"
+    assert ids(assigner.assign(round_({0: 0, 1: 0}, T0, parallelism=2, requester=1))) == {1: ["s-0", "s-1", "s-2"]}
+    # 2 pending + 5 owned over 2 live: share 4; the requester owns 3: one more
+    assert ids(assigner.assign(round_({0: 3, 1: 2}, T0, parallelism=2, requester=0))) == {0: ["s-3"]}
+    assert assigner.next_deadline_ms() is None
+    assert assigner.rebalance(RebalanceRound(2, {0: splits(7, 8, 9), 1: []})).move_count == 0
+
+
 def test_fair_share_with_every_slot_live_leaves_nothing_pending() -> None:
     assigner: FairShareAssigner[Split] = FairShareAssigner(GRACE)
     assigner.add_splits(splits(*range(7)))
@@ -350,7 +363,7 @@ def test_assigner_from_options_builds_the_named_assigner() -> None:
     ("options", "setting", "words"),
     [
         ({"assigner": "random"}, "assigner", "random"),
-        ({"assigner": ""}, "assigner", "known: fair_share, round_robin, sticky"),
+        ({"assigner": ""}, "assigner", "known: fair_share, pull, round_robin, sticky"),
         ({"assignment_grace_ms": "soon"}, "assignment_grace_ms", "soon"),
         ({"assignment_grace_ms": "1.5"}, "assignment_grace_ms", "integer"),
         ({"assignment_grace_ms": "-1"}, "assignment_grace_ms", ">= 0"),

@@ -3,6 +3,7 @@
 from sluicegate.api.assigners import (
     AssignmentRound,
     FairShareAssigner,
+    PullAssigner,
     RoundRobinAssigner,
     SplitAssigner,
     SplitDistributor,
@@ -18,7 +19,7 @@ from sluicegate.api.enumerator import (
     SplitsAssignment,
 )
 from sluicegate.api.errors import ConfigError, NoLiveReaderError, SourceError
-from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
+from sluicegate.api.ranges import RangeChunk, SkippedInput, SupportsPositionRanges
 from sluicegate.api.reader import (
     InputStatus,
     LowWatermarkListener,
@@ -40,12 +41,14 @@ __all__ = [
     "InputStatus",
     "LowWatermarkListener",
     "NoLiveReaderError",
+    "PullAssigner",
     "RangeChunk",
     "ReadResult",
     "ReaderInfo",
     "ReaderLoads",
     "Record",
     "RoundRobinAssigner",
+    "SkippedInput",
     "Source",
     "SourceError",
     "SourceReader",

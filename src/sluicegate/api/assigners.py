@@ -14,7 +14,9 @@ subtask. Connectors share the strategies instead of writing their own rules:
   the order they are discovered;
 - ``fair_share`` (``FairShareAssigner``): fewest-owned first, up to
   ``ceil(outstanding / parallelism)`` each; a reader that asks while it owns
-  nothing gets a share even beyond that.
+  nothing gets a share even beyond that;
+- ``pull`` (``PullAssigner``): only a reader that asks for work (it ran dry) gets
+  splits, its fair share of them, as Flink's FileSource assigns.
 
 Unlike Flink's, sluicegate's readers come and go: a slot may have no live
 reader for a long time. No assigner leaves a split waiting for such a slot
@@ -340,6 +342,34 @@ class FairShareAssigner(SplitAssigner[SplitT]):
         return out
 
 
+class PullAssigner(SplitAssigner[SplitT]):
+    """Splits go only to a reader that asks for work (RequestSplit: it ran dry), as
+    Flink's FileSource assigns: nothing is pushed on registration or discovery. The
+    requester gets its fair share of what is pending and owned, ``ceil((pending +
+    outstanding) / live)`` minus what it owns, at least one. Nothing is rebalanced:
+    its splits are short-lived and a dry reader asks for more."""
+
+    name = "pull"
+
+    def assign(self, round_: AssignmentRound) -> dict[int, list[SplitT]]:
+        requester = round_.requester
+        if requester is None or requester not in round_.live or not self._pending:
+            self._wait_rest(round_.now_ms)
+            return {}
+        share = math.ceil((len(self._pending) + round_.outstanding) / max(1, len(round_.live)))
+        room = max(1, share - round_.live[requester])
+        ids = list(itertools.islice(self._pending, room))
+        out = {requester: [self._take(sid) for sid in ids]}
+        self._wait_rest(round_.now_ms)
+        return out
+
+    def next_deadline_ms(self) -> int | None:
+        return None  # no grace delay: a split waits for a request, not for a slot
+
+    def rebalance(self, round_: RebalanceRound[SplitT]) -> RebalancePlan:
+        return RebalancePlan()
+
+
 def balance(
     load: Mapping[int, int], movable: Mapping[int, Sequence[str]], flexible: Sequence[str], max_moves: int
 ) -> RebalancePlan:
@@ -378,6 +408,7 @@ ASSIGNERS: dict[str, Callable[[int], SplitAssigner[Any]]] = {
     StickyHashAssigner.name: StickyHashAssigner,
     RoundRobinAssigner.name: RoundRobinAssigner,
     FairShareAssigner.name: FairShareAssigner,
+    PullAssigner.name: PullAssigner,
 }
 
 

@@ -43,6 +43,18 @@ class RangeChunk:
         return len(self.values)
 
 
+@dataclass(frozen=True)
+class SkippedInput:
+    """Bad input the connector skipped while a host planned (its user chose to skip):
+    the host copies it to the dead-letter topic and counts it."""
+
+    kind: str
+    origin: str
+    """Where it came from, e.g. a file's URL."""
+    position: int
+    reason: str
+
+
 class SupportsPositionRanges(ABC, Generic[SplitT]):
     """Mix-in for a Source whose splits can be read as integer position ranges.
 
@@ -84,6 +96,11 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
         ``event_time_before`` calls for ``splits``. The one place allowed to block: a
         connector whose ends live elsewhere fetches them here, in one request (the
         ``kafka`` connector asks for every partition's last stable offset)."""
+
+    def take_skipped_input(self) -> list[SkippedInput]:
+        """Bad input skipped since the last call (after ``prepare_planning``), for the
+        dead-letter topic. None by default."""
+        return []
 
     def arrow_schema(self) -> Any | None:
         """The pyarrow schema of ``read_arrow``'s batches; None (the default): hosts

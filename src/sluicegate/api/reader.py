@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import enum
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
 from sluicegate.api.split import SplitT
+
+log = logging.getLogger("sluicegate.reader")
 
 
 class InputStatus(enum.Enum):
@@ -39,6 +42,12 @@ class SourceReaderContext:
 
     def send_source_event(self, event: Any) -> None:  # overridden by hosts
         raise NotImplementedError("this reader host does not carry source events")
+
+    def dead_letter(self, kind: str, origin: str, position: int, reason: str) -> None:
+        """Bad input the reader skips (the user chose to): ``origin`` names where it came
+        from (e.g. a file's URL), ``position`` where in it (-1: the whole of it). Hosts
+        count it and copy it to the dead-letter topic; this default only logs it."""
+        log.warning("skipped bad input %s@%d (%s): %s", origin, position, kind, reason)
 
 
 class SourceReader(ABC, Generic[SplitT]):

@@ -116,6 +116,11 @@ class ControlChannel(ABC):
             kind=kind,
             reason=reason,
         )
+        await self.dead_letter(letter)
+
+    async def dead_letter(self, letter: DeadLetter) -> None:
+        """Count, log and copy a dead letter (a bad control record, or bad input a
+        connector reader skipped)."""
         letter.log()
         self.dead_letters += 1
         try:

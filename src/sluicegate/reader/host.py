@@ -721,6 +721,8 @@ class ReaderHost:
         session = self._session
         for body in session.take_outbox():
             await self._send_plain(body)
+        for letter in session.take_dead_letters():
+            await self.channel.dead_letter(letter)
         request = session.maybe_request_split(_now_ms())
         if request is not None:
             await self._send_plain(request)

@@ -28,6 +28,7 @@ from sluicegate.api.reader import (
 )
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import SplitT, WireSplit
+from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.messages import (
     Body,
     Envelope,
@@ -63,9 +64,13 @@ class _HostedReaderContext(SourceReaderContext):
     """The connector reader's context: its source events go out through the session."""
 
     emit: Callable[[Any], None] = field(default=lambda _event: None, repr=False, compare=False)
+    reject: Callable[[DeadLetter], None] = field(default=lambda _letter: None, repr=False, compare=False)
 
     def send_source_event(self, event: Any) -> None:
         self.emit(event)
+
+    def dead_letter(self, kind: str, origin: str, position: int, reason: str) -> None:
+        self.reject(DeadLetter(origin, -1, position, origin.encode(), reason.encode(), kind, reason))
 
 
 class ReaderSession(Generic[SplitT]):
@@ -98,6 +103,7 @@ class ReaderSession(Generic[SplitT]):
         self.records_read = 0
         self.records_at_checkpoint = 0
         self._outbox: list[Body] = []
+        self._dead_letters: list[DeadLetter] = []
         self._nothing_to_read = False
 
     # -- the protocol's state, as the host and tests read it ---------------------------
@@ -219,7 +225,11 @@ class ReaderSession(Generic[SplitT]):
 
     def _start_reader(self, attempt: int) -> None:
         context = _HostedReaderContext(
-            subtask=self.subtask, attempt=attempt, location=self.location, emit=self._emit_source_event
+            subtask=self.subtask,
+            attempt=attempt,
+            location=self.location,
+            emit=self._emit_source_event,
+            reject=self._reject,
         )
         self.reader = self.source.create_reader(context)
         self.reader.start()
@@ -295,6 +305,14 @@ class ReaderSession(Generic[SplitT]):
     def _notify_low_watermark(self, low_watermark: int | None) -> None:
         if low_watermark is not None and isinstance(self.reader, LowWatermarkListener):
             self.reader.notify_low_watermark(low_watermark)
+
+    def _reject(self, letter: DeadLetter) -> None:
+        self._dead_letters.append(letter)
+
+    def take_dead_letters(self) -> list[DeadLetter]:
+        """Bad input the connector reader skipped since the last call, for the dead-letter topic."""
+        letters, self._dead_letters = self._dead_letters, []
+        return letters
 
     def take_outbox(self) -> list[Body]:
         out, self._outbox = self._outbox, []

@@ -47,12 +47,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sluicegate.api.errors import ConfigError, SourceError
-from sluicegate.api.ranges import SupportsPositionRanges
+from sluicegate.api.ranges import SkippedInput, SupportsPositionRanges
 from sluicegate.api.reader import LowWatermarkListener, Record
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import WireSplit
 from sluicegate.kafka.control_channel import KafkaControlChannel
 from sluicegate.kafka.security import KafkaSecurity
+from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.messages import Body, Heartbeat, ReaderLeaving
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
@@ -263,6 +264,17 @@ class SparkReaderDriver:
         return asyncio.run_coroutine_threadsafe(factory(), loop).result(timeout=timeout_s)
 
     # -- what the Spark thread asks --------------------------------------------------
+
+    def dead_letter(self, skipped: list[SkippedInput]) -> None:
+        """Copy bad input the connector skipped while planning to the dead-letter topic."""
+        self._call(lambda: self._dead_letter(skipped))
+
+    async def _dead_letter(self, skipped: list[SkippedInput]) -> None:
+        for item in skipped:
+            letter = DeadLetter(
+                item.origin, -1, item.position, item.origin.encode(), item.reason.encode(), item.kind, item.reason
+            )
+            await self.channel.dead_letter(letter)
 
     def planning_state(self) -> PlanningState:
         """Every subtask's attempt and owned splits, and the splits reported finished."""

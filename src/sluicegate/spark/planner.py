@@ -131,6 +131,9 @@ class NextOffsetPlanner:
                 log.warning("source %s: cannot plan the next batch now: %s", self.source_name, exc)
             time.sleep(1.0)
             return False
+        skipped = self.ranges.take_skipped_input()
+        if skipped:
+            self.driver.dead_letter(skipped)
         return True
 
     def _split(self, owned: OwnedSplit) -> Any:

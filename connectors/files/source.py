@@ -1,0 +1,148 @@
+"""``FileSource``: the enumerator, the reader and row ranges of the ``files`` connector.
+
+Files of a directory or an object store prefix (any fsspec URL), in Parquet, CSV or
+JSON Lines, read once each: bounded (the files present at start) or continuously
+(new files found every ``discovery_interval_ms``). docs/files.md is the guide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from sluicegate.api import (
+    Boundedness,
+    RangeChunk,
+    Source,
+    SourceReaderContext,
+    SplitEnumeratorContext,
+    SupportsPositionRanges,
+    SupportsSplitReassignmentOnRecovery,
+)
+from sluicegate.api.errors import ConfigError
+from sluicegate.api.ranges import SkippedInput
+
+from .enumerator import FileEnumerator
+from .options import FileOptions
+from .ranges import PlanningView
+from .reader import FileSourceReader, event_time_ms
+from .schema import parse_ddl
+from .split import FileSplit, FileSplitCodec
+from .storage import READ_ERRORS, FileStore
+
+RANGE_BATCH_ROWS = 65_536
+
+
+class FileSource(
+    Source[FileSplit],
+    SupportsSplitReassignmentOnRecovery,
+    SupportsPositionRanges[FileSplit],
+):
+    def __init__(self, options: FileOptions) -> None:
+        self.options = options
+        self._codec = FileSplitCodec()
+        self._store: FileStore | None = None
+        self._schema: pa.Schema | None = None
+        self._planning: PlanningView | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> FileSource:
+        return cls(FileOptions.parse(options))
+
+    @property
+    def boundedness(self) -> Boundedness:
+        return Boundedness.BOUNDED if self.options.bounded else Boundedness.CONTINUOUS_UNBOUNDED
+
+    @property
+    def split_codec(self) -> FileSplitCodec:
+        return self._codec
+
+    def store(self) -> FileStore:
+        if self._store is None:
+            self._store = FileStore(self.options)
+        return self._store
+
+    def schema(self) -> pa.Schema:
+        """The rows' schema: the ``schema`` option, or the first file's (in path order)."""
+        if self._schema is None:
+            if self.options.schema_ddl is not None:
+                self._schema = parse_ddl(self.options.schema_ddl)
+            else:
+                self._schema = self._inferred_schema()
+        return self._schema
+
+    def _inferred_schema(self) -> pa.Schema:
+        store = self.store()
+        files = store.list_files()
+        if not files:
+            raise ConfigError("schema", f"no file under {self.options.path} to infer it from: give the schema (DDL)")
+        try:
+            schema = store.file_schema(files[0].path)
+        except READ_ERRORS as exc:
+            raise ConfigError("schema", f"cannot infer it from {files[0].path}: {exc}") from None
+        column = self.options.event_time_column
+        if column is not None and schema.get_field_index(column) < 0:
+            raise ConfigError("event_time_column", f"{column!r} is not a column of {files[0].path}")
+        return schema
+
+    def create_enumerator(self, context: SplitEnumeratorContext[FileSplit]) -> FileEnumerator:
+        return FileEnumerator(context, self.options, self.store())
+
+    def restore_enumerator(self, context: SplitEnumeratorContext[FileSplit], checkpoint: Any) -> FileEnumerator:
+        return FileEnumerator.restore(context, self.options, self.store(), checkpoint)
+
+    def create_reader(self, context: SourceReaderContext) -> FileSourceReader:
+        return FileSourceReader(self.options, self.store(), self.schema, context)
+
+    # -- position ranges (sluicegate.api.ranges) --------------------------------------
+
+    def _view(self) -> PlanningView:
+        if self._planning is None:
+            self._planning = PlanningView(self.options, self.store, self.schema)
+        return self._planning
+
+    def split_position(self, split: FileSplit) -> int:
+        return split.position
+
+    def with_position(self, split: FileSplit, position: int) -> FileSplit:
+        return split.copy(position)
+
+    def split_end(self, split: FileSplit) -> int | None:
+        return self._view().end(split)
+
+    def prepare_planning(self, splits: Sequence[FileSplit]) -> None:
+        self._view().refresh(splits)
+
+    def available_end(self, split: FileSplit, now_ms: int) -> int:
+        end = self._view().end(split)
+        return split.position if end is None else max(split.position, end)
+
+    def take_skipped_input(self) -> list[SkippedInput]:
+        return self._view().take_skipped()
+
+    def arrow_schema(self) -> Any:
+        return self.schema()
+
+    def read_arrow(self, split: FileSplit, start: int, end: int, max_rows: int) -> Iterator[Any]:
+        from .badfiles import BadFile, BadFileError, change_of
+
+        store = self.store()
+        change = change_of(split, store.info(split.path))
+        if change is not None:
+            raise BadFileError(BadFile(split.path, change))
+        try:
+            yield from store.batches(split, self.schema(), start, end, min(max_rows, RANGE_BATCH_ROWS))
+        except BadFile as bad:
+            raise BadFileError(bad) from None
+
+    def read_range(self, split: FileSplit, start: int, end: int, max_rows: int) -> Iterator[RangeChunk]:
+        """Rows as JSON-ready dicts and event times, for hosts without the connector's schema."""
+        column = self.options.event_time_column
+        for batch in self.read_arrow(split, start, end, max_rows):
+            times = None if column is None else event_time_ms(batch.column(batch.schema.get_field_index(column)))
+            yield RangeChunk(batch.to_pylist(), times)
+
+    def event_time_at(self, split: FileSplit, position: int) -> int | None:
+        return None
