@@ -48,9 +48,9 @@ log = logging.getLogger("sluicegate.tests.outage")
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
 
 READERS = 3
-READER_OPTIONS = {"splits": "6", "records_per_split": "3000", "rate": "50"}
-READER_TOTAL = 6 * 3000
-"""Three readers at 50 records/s each for two splits: two minutes of reading."""
+READER_OPTIONS = {"splits": "6", "records_per_split": "2000", "rate": "50"}
+READER_TOTAL = 6 * 2000
+"""Three readers at 50 records/s each for two splits: 80 s of reading."""
 SPARK_PARALLELISM = 2
 SPARK_OPTIONS = {"splits": "8", "records_per_split": "20000"}
 SPARK_TOTAL = 8 * 20000

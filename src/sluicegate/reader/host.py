@@ -68,6 +68,7 @@ PROGRESS_INTERVAL_S = 5.0
 REGISTRATION_NOTICE_INTERVAL_S = 10.0
 IDLE_POLL_MS = 100
 BUSY_BACKOFF_MS = 5
+PRODUCER_RETRY_S = 1.0
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -695,7 +696,29 @@ class ReaderHost:
         except (ProducerFenced, IllegalOperation) as exc:
             raise self._taken_over() from exc
         except KafkaError as exc:
+            # e.g. the broker, back from an outage, no longer knows the transaction (it
+            # aborted it past its timeout): aiokafka's producer is then unusable for good
             log.warning("aborting the open transaction failed: %s", exc)
+            await self._renew_txn_producer()
+
+    async def _renew_txn_producer(self) -> None:
+        """A new transactional producer on the same id (init_transactions aborts whatever
+        the old one left open), retried until the broker answers."""
+        old, self._txn, self._in_txn = self._txn, None, False
+        if old is not None:
+            await _stop_producer(old)
+        while True:
+            producer = self._new_txn_producer()
+            try:
+                await producer.start()
+            except KafkaError as exc:
+                await _stop_producer(producer)
+                log.warning("cannot start a new transactional producer yet: %s; retrying", exc)
+                await asyncio.sleep(PRODUCER_RETRY_S)
+                continue
+            self._txn = producer
+            log.info("started a new transactional producer for %s", self.settings.transactional_id)
+            return
 
     async def _txn_send_control(self, body: Body) -> asyncio.Future[Any]:
         env = self._session.envelope(body, _now_ms())
