@@ -60,7 +60,7 @@ TRANSACTION_TIMEOUT_S = 60.0
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[LocalKafkaBroker]:
-    own = LocalKafkaBroker(run_dir=tmp_path / "broker", die_with_parent=True, echo=log.info)
+    own = LocalKafkaBroker(run_dir=tmp_path / "broker", keep=True, die_with_parent=True, echo=log.info)
     own.start(timeout_s=180)
     yield own
     own.stop()
@@ -116,7 +116,7 @@ def _restart_broker(run_dir: Path, port: int, controller_port: int, timeout_s: f
     deadline = time.monotonic() + timeout_s
     while True:
         again = LocalKafkaBroker(
-            run_dir=run_dir, port=port, controller_port=controller_port, die_with_parent=True, echo=log.info
+            run_dir=run_dir, port=port, controller_port=controller_port, keep=True, die_with_parent=True, echo=log.info
         )
         try:
             return again.start(timeout_s=max(10.0, deadline - time.monotonic()))
