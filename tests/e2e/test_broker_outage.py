@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from processes import Proc, ProcessGroup, read_topic
 
 from sluicegate.audit.commands import run_audit
-from sluicegate.devtools.broker.local import BrokerError, LocalKafkaBroker
+from sluicegate.devtools.broker.local import LocalKafkaBroker
 from sluicegate.kafka.topics import apply_topics
 from sluicegate.protocol.topics import TopicSpec
 
@@ -110,20 +110,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _restart_broker(run_dir: Path, port: int, controller_port: int, timeout_s: float = 180) -> str:
-    """The broker again on the same data and ports. The killed broker's accepted
-    connections may hold its port in TIME_WAIT for a while: retried until it binds."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        again = LocalKafkaBroker(
-            run_dir=run_dir, port=port, controller_port=controller_port, keep=True, die_with_parent=True, echo=log.info
-        )
-        try:
-            return again.start(timeout_s=max(10.0, deadline - time.monotonic()))
-        except BrokerError as exc:
-            if "already in use" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
+def _restart_broker(run_dir: Path, port: int, controller_port: int) -> str:
+    """The broker again on the same data directory and ports (the killed broker's
+    connections leave its port in TIME_WAIT: the broker module binds with SO_REUSEADDR)."""
+    again = LocalKafkaBroker(
+        run_dir=run_dir, port=port, controller_port=controller_port, keep=True, die_with_parent=True, echo=log.info
+    )
+    return again.start(timeout_s=180)
 
 
 def _committed_values(bootstrap: str, topic: str) -> Counter[int]:
