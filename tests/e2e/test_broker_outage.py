@@ -8,12 +8,16 @@ On a broker of its own (the session's broker is shared by the other tests):
 - source B: the windowed Spark job (``python -m sluicegate.spark.job``, local mode),
   whose driver talks to B's coordinator while its executors read.
 
-The broker is killed once both have committed work, and stays down until every
-reader host and the Spark driver have fenced themselves (nothing could be sent for
-longer than their session timeout) and longer than the readers' transaction
-timeout, so the broker aborts their open transactions when it comes back. Then every
-value of A is in OUT exactly once (read_committed), B's window table is exact, and
-the audit of both sources is clean.
+The broker is killed once both have committed work, and stays down until the Spark
+driver has fenced its subtasks (nothing could be sent for longer than its session
+timeout, 10 s) and for longer than the readers' transaction timeout (60 s, the
+floor the host sets), so that the broker, back, aborts the transactions the readers
+had open, fencing their producers, and the coordinators fail every attempt they did
+not hear from for a session timeout. Those are the timeouts that decide what happens;
+the 82 s of the outage first tried by hand exercise nothing more, so the outage here
+is the transaction timeout plus 2 s (event-driven for the fence). Then every value of
+A is in OUT exactly once (read_committed), B's window table is exact, no process
+died, and the audit of both sources is clean.
 """
 
 from __future__ import annotations
@@ -48,12 +52,13 @@ log = logging.getLogger("sluicegate.tests.outage")
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
 
 READERS = 3
-READER_OPTIONS = {"splits": "6", "records_per_split": "2000", "rate": "50"}
-READER_TOTAL = 6 * 2000
-"""Three readers at 50 records/s each for two splits: 80 s of reading."""
+READER_OPTIONS = {"splits": "6", "records_per_split": "1000", "rate": "50"}
+READER_TOTAL = 6 * 1000
+"""Three readers at 50 records/s each for two splits: 40 s of reading, most of it after
+the outage."""
 SPARK_PARALLELISM = 2
-SPARK_OPTIONS = {"splits": "8", "records_per_split": "20000"}
-SPARK_TOTAL = 8 * 20000
+SPARK_OPTIONS = {"splits": "8", "records_per_split": "10000"}
+SPARK_TOTAL = 8 * 10000
 TRANSACTION_TIMEOUT_S = 60.0
 """The reader host's producer transaction timeout (its floor, reader/host.py)."""
 
@@ -166,6 +171,7 @@ def test_everything_rides_out_a_broker_outage_exactly_once(
         # both have committed work before the kill
         _wait(lambda: _batches_done(job) >= 2, 180, "Spark batches", group)
         _wait(lambda: sum(_committed_values(bootstrap, out_topic).values()) > 0, 120, "committed output", group)
+        assert all(r.returncode is None for r in readers), "a reader finished before the outage"
         killed_at = time.monotonic()
         _kill_broker(broker)
 
