@@ -83,7 +83,7 @@ def _start_spark_job(group: ProcessGroup, source: str, tmp_path: Path) -> Proc:
         "--output", str(tmp_path / "windows"),
         "--checkpoint", str(tmp_path / "checkpoint"),
         "--parallelism", str(SPARK_PARALLELISM),
-        "--max-records-per-trigger", "4000",
+        "--max-records-per-trigger", "8000",
         "--progress-interval", "1",
         "--check",
         "--quiet",
