@@ -124,6 +124,7 @@ def spark_standalone(run_dir: Path, workers: int = WORKERS) -> Iterator[SparkClu
 
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
-    """A standalone master and two one-core workers on 127.0.0.1 for the session."""
+    """A standalone master and two one-core workers on 127.0.0.1 for the session. A test
+    that kills a worker leaves the cluster with one: such a test is the last user."""
     with spark_standalone(tmp_path_factory.mktemp("spark-cluster")) as cluster:
         yield cluster
