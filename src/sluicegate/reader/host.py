@@ -68,6 +68,7 @@ PROGRESS_INTERVAL_S = 5.0
 REGISTRATION_NOTICE_INTERVAL_S = 10.0
 IDLE_POLL_MS = 100
 BUSY_BACKOFF_MS = 5
+PRODUCER_RETRY_S = 1.0
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -189,6 +190,8 @@ class ReaderHost:
         self.stats = _Stats(self.channel)
         self._output: Output | None = None
         self._in_txn = False
+        self._txn_fenced = False
+        """The producer was fenced and is not replaced yet (see _after_producer_fenced)."""
         self._registration_sent_s: float | None = None
         self._last_registration_notice_s = 0.0
         self._finished_idle = False
@@ -609,7 +612,7 @@ class ReaderHost:
         await self._abort_txn()
         self._output_.discarded()
         last = session.last_checkpoint
-        if last is not None:
+        if last is not None and not self._txn_fenced:
             # Writing the last checkpoint again in a transaction proves this process still
             # owns the subtask's transactional id: a zombie fails here and stops.
             try:
@@ -640,6 +643,11 @@ class ReaderHost:
         self._producer_fences = [t for t in self._producer_fences if now - t < 60.0] + [now]
         if len(self._producer_fences) > MAX_PRODUCER_FENCES_PER_MINUTE:
             raise exc
+        # The broker also fences a producer whose transaction it aborted past its timeout
+        # (the broker was down longer than that): its transaction is gone either way, and
+        # a fence read below must not try to abort it or write with it.
+        self._in_txn = False
+        self._txn_fenced = True
         # What the coordinator says about our attempt: the twin registers right after it
         # initialised the id, and the coordinator answers within a step.
         for _ in range(SUPERSEDED_WAIT_POLLS):
@@ -650,6 +658,7 @@ class ReaderHost:
             await _stop_producer(old)
         self._txn = self._new_txn_producer()
         await self._txn.start()
+        self._txn_fenced = False
         if self._session.phase is not Phase.CLOSED:
             self._session.self_fence("the transactional id was taken")
             await self._recover_after_fence("the transactional id was taken")
@@ -695,7 +704,29 @@ class ReaderHost:
         except (ProducerFenced, IllegalOperation) as exc:
             raise self._taken_over() from exc
         except KafkaError as exc:
+            # e.g. the broker, back from an outage, no longer knows the transaction (it
+            # aborted it past its timeout): aiokafka's producer is then unusable for good
             log.warning("aborting the open transaction failed: %s", exc)
+            await self._renew_txn_producer()
+
+    async def _renew_txn_producer(self) -> None:
+        """A new transactional producer on the same id (init_transactions aborts whatever
+        the old one left open), retried until the broker answers."""
+        old, self._txn, self._in_txn = self._txn, None, False
+        if old is not None:
+            await _stop_producer(old)
+        while True:
+            producer = self._new_txn_producer()
+            try:
+                await producer.start()
+            except KafkaError as exc:
+                await _stop_producer(producer)
+                log.warning("cannot start a new transactional producer yet: %s; retrying", exc)
+                await asyncio.sleep(PRODUCER_RETRY_S)
+                continue
+            self._txn = producer
+            log.info("started a new transactional producer for %s", self.settings.transactional_id)
+            return
 
     async def _txn_send_control(self, body: Body) -> asyncio.Future[Any]:
         env = self._session.envelope(body, _now_ms())

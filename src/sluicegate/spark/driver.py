@@ -36,6 +36,7 @@ protocols are only ever touched by the loop's thread.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -83,6 +84,9 @@ TOPIC_WAIT_TIMEOUT_S = 120.0
 """A Spark query does not wait for ever for its source's topics: it fails, naming them."""
 REGISTRATION_NOTICE_INTERVAL_S = 15.0
 CALL_TIMEOUT_S = 60.0
+ACK_WAIT_S = 10.0
+"""How long a Spark call waits for an acknowledgement to be delivered. The broker may be
+down for minutes: the call then says "not yet" and the send goes on in the background."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,7 @@ class SparkReaderDriver:
         """Set on the loop when the query cannot go on; raised to Spark by the next call."""
         self.metrics = DriverMetrics(self)
         self._rows_acknowledged = 0
+        self._ack_turn = asyncio.Lock()
 
     # -- life cycle (Spark thread) ---------------------------------------------------
 
@@ -263,6 +268,15 @@ class SparkReaderDriver:
             raise RuntimeError("the sluicegate driver is not running")
         return asyncio.run_coroutine_threadsafe(factory(), loop).result(timeout=timeout_s)
 
+    def _call_or(self, factory: Callable[[], Coroutine[Any, Any, T]], timeout_s: float, pending: T) -> T:
+        """As _call for work that waits on the broker: ``pending`` if it is not done within
+        ``timeout_s``. The work is not cancelled (a send cannot be taken back): it finishes
+        on the loop, and the next call of the same kind queues behind it."""
+        try:
+            return self._call(factory, timeout_s)
+        except concurrent.futures.TimeoutError:
+            return pending
+
     # -- what the Spark thread asks --------------------------------------------------
 
     def dead_letter(self, skipped: list[SkippedInput]) -> None:
@@ -284,8 +298,9 @@ class SparkReaderDriver:
         """Tell the coordinator that ``offset`` is durable (Spark wrote it to its offset
         log): for each subtask whose current attempt planned it, ``SplitsFinished``
         for its finished splits, then ``CheckpointAck``. True once every such subtask
-        has its ack delivered (or had it before)."""
-        return self._call(lambda: self._acknowledge(offset))
+        has its ack delivered (or had it before); False also while the broker does not
+        answer (within ACK_WAIT_S): the caller tries again later."""
+        return self._call_or(lambda: self._acknowledge_in_turn(offset), ACK_WAIT_S, False)
 
     def status(self) -> DriverStatus:
         return self._call(self._status)
@@ -299,8 +314,9 @@ class SparkReaderDriver:
         return self._call(self._all_active)
 
     def leave(self) -> None:
-        """ReaderLeaving with no splits from every subtask (only once all are finished)."""
-        self._call(self._leave)
+        """ReaderLeaving with no splits from every subtask (only once all are finished);
+        a broker that does not answer leaves it to the coordinator's timeout."""
+        self._call_or(self._leave, ACK_WAIT_S, None)
 
     @property
     def generation(self) -> int:
@@ -505,6 +521,7 @@ class SparkReaderDriver:
 
     async def _heartbeat_loop(self) -> None:
         interval = self.settings.heartbeat_interval_ms / 1000
+        delivery_timeout = max(interval, self.settings.session_timeout_ms / 2000)
         while True:
             await asyncio.sleep(interval)
             if self._left:
@@ -526,7 +543,13 @@ class SparkReaderDriver:
                 for body in bodies:
                     sends.append(self._send(s, body))
             if sends:
-                await asyncio.gather(*sends)
+                # Bounded, as the standalone host's: while the broker is down a send waits
+                # for ever, and the contact check below must still run to fence in time.
+                try:
+                    async with asyncio.timeout(delivery_timeout):
+                        await asyncio.gather(*sends)
+                except TimeoutError:
+                    log.warning("heartbeats were not delivered within %.1f s", delivery_timeout)
             self._check_contact()
 
     def _check_contact(self) -> None:
@@ -573,6 +596,11 @@ class SparkReaderDriver:
                 protocol.max_allowed_watermark,
             )
         return out
+
+    async def _acknowledge_in_turn(self, offset: SourceOffset) -> bool:
+        """One acknowledgement at a time: a later one waits for a call that gave up waiting."""
+        async with self._ack_turn:
+            return await self._acknowledge(offset)
 
     async def _acknowledge(self, offset: SourceOffset) -> bool:
         started_s = time.monotonic()

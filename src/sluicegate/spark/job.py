@@ -24,7 +24,9 @@ are dropped (``numRowsDroppedByWatermark``).
 Run it as ``python -m sluicegate.spark.job --source S --output DIR --checkpoint DIR
 [--option k=v ...]``: it prints ``progress ...`` lines and a final ``RESULT {json}``
 line; with ``--check`` it compares the table with the one a ``sequence`` source
-must give and exits 1 if they differ. ``sluicegate demo`` (devtools/spark_demo.py) runs
+must give and exits 1 if they differ. On a cluster, ``spark-submit --master URL
+.../sluicegate/spark/job.py --source S ...`` runs the same (the master is then
+spark-submit's; docs/deploy.md, "Spark on a cluster"). ``sluicegate demo`` (devtools/spark_demo.py) runs
 the same job in-process with a live view.
 """
 
@@ -168,23 +170,24 @@ def _window_slices(origin: int, step: int, records: int, window_ms: int) -> Iter
 
 def spark_session(
     app_name: str = "sluicegate-job",
-    master: str = "local[2]",
+    master: str | None = "local[2]",
     shuffle_partitions: int = 4,
     quiet: bool = False,
     extra_conf: Mapping[str, str] | None = None,
 ) -> Any:
-    """A local SparkSession with the sluicegate source registered (Python workers run
-    this interpreter)."""
+    """A SparkSession with the sluicegate source registered (Python workers run this
+    interpreter). ``master`` None: the one spark-submit was given."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     from sluicegate.spark.datasource import register
 
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.ui.enabled", "false")
+        builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
@@ -298,6 +301,14 @@ def run_job(
     return read_windows(spark, config.output_dir)
 
 
+def _master(chosen: str | None) -> str | None:
+    """The master to set: the one chosen, none under spark-submit (whose ``--master``
+    and ``--conf`` the session already has), local[2] for ``python -m``."""
+    if chosen:
+        return chosen
+    return None if os.environ.get("PYSPARK_GATEWAY_PORT") else "local[2]"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sluicegate.spark.job", description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", required=True)
@@ -315,7 +326,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="plan no split past the earliest next event time + this, and set a watermark of this delay",
     )
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="the Spark master; default: spark-submit's --master when submitted, local[2] otherwise",
+    )
     parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--progress-interval", type=float, default=1.0)
     parser.add_argument("--check", action="store_true", help="compare with the table a sequence source must give")
@@ -342,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"sluicegate.spark.job: {exc}", file=sys.stderr)
         return 2
-    spark = spark_session(f"sluicegate-{args.source}", args.master, args.shuffle_partitions, quiet=args.quiet)
+    spark = spark_session(f"sluicegate-{args.source}", _master(args.master), args.shuffle_partitions, quiet=args.quiet)
     last_print = [0.0]
 
     def report(p: JobProgress) -> None:

@@ -25,6 +25,7 @@ from sluicegate.spark.offsets import EventTimeBound, OwnedSplit, SourceOffset, S
 log = logging.getLogger("sluicegate.spark")
 
 WAITING_NOTICE_S = 30.0
+ACK_RETRY_S = 0.5
 SETTLE_S = 3.0
 """How long a batch that would read nothing waits for the other subtasks to register."""
 
@@ -53,10 +54,9 @@ class NextOffsetPlanner:
     def next_offset(self, start: SourceOffset, max_rows: int | None, available_now_ms: int | None) -> SourceOffset:
         driver = self.driver
         self._available_now_ms = available_now_ms
-        if not driver.acknowledge(start):
-            log.warning("checkpoint %d is not acknowledged yet: no new batch", start.checkpoint_id)
-            return start
         available_now = available_now_ms is not None
+        if not self._acknowledged(start, available_now):
+            return start
         generation = driver.generation
         waited = False
         since = time.monotonic()
@@ -104,6 +104,24 @@ class NextOffsetPlanner:
             if time.monotonic() - since >= WAITING_NOTICE_S:
                 since = time.monotonic()
                 log.info("source %s: waiting for the coordinator (%s)", self.source_name, driver.status())
+
+    def _acknowledged(self, start: SourceOffset, available_now: bool) -> bool:
+        """Whether the coordinator has ``start``'s ack. A batch planned before it had would
+        let its splits run ahead of what the coordinator holds, so there is no batch until
+        then. With ``Trigger.AvailableNow`` an offset equal to ``start`` ends the query, so
+        this waits (the broker may be down for minutes) instead of answering "no batch"."""
+        since = time.monotonic()
+        while not self.driver.acknowledge(start):
+            if not available_now:
+                log.warning("checkpoint %d is not acknowledged yet: no new batch", start.checkpoint_id)
+                return False
+            if time.monotonic() - since >= WAITING_NOTICE_S:
+                since = time.monotonic()
+                log.warning(
+                    "source %s: checkpoint %d is not acknowledged yet; waiting", self.source_name, start.checkpoint_id
+                )
+            time.sleep(ACK_RETRY_S)
+        return True
 
     def _done(self) -> bool:
         """availableNow: a bounded source is done when every subtask has finished; an
