@@ -13,6 +13,7 @@ from sluicegate.audit.commands import audit_command
 from sluicegate.coordinator.commands import coordinator_command
 from sluicegate.devtools.broker.commands import broker_app
 from sluicegate.kafka.acls_commands import acls_command
+from sluicegate.kafka.log_repeats import quiet_repeats
 from sluicegate.kafka.security_options import kafka_security_callback
 from sluicegate.kafka.topics_commands import topics_app
 from sluicegate.reader.commands import reader_command
@@ -80,6 +81,7 @@ def _setup_logging() -> None:
     )
     for noisy in ("aiokafka", "kafka", "faust", "mode", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_repeats()
 
 
 def main() -> None:

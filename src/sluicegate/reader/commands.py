@@ -13,6 +13,7 @@ import typer
 from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import load_source, parse_options
 from sluicegate.kafka.access import KafkaAccessError, require_access
+from sluicegate.kafka.log_repeats import quiet_repeats
 from sluicegate.reader.host import EXIT_CONFIG, ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
 
@@ -190,3 +191,4 @@ def setup_logging(level: str = "INFO") -> None:
     )
     for noisy in ("aiokafka", "kafka"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_repeats()

@@ -68,6 +68,7 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
 from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
+from sluicegate.kafka.log_repeats import RepeatFilter
 from sluicegate.spark.driver import SparkReaderDriver
 from sluicegate.spark.offsets import (
     SourceOffset,
@@ -311,8 +312,13 @@ def _configure_logging() -> None:
     if not logging.getLogger().handlers and not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+        handler.addFilter(RepeatFilter())
         logger.addHandler(handler)
         logger.propagate = False
+        # aiokafka's own lines (a broker outage: thousands a minute) through the same, filtered
+        clients = logging.getLogger("aiokafka")
+        clients.addHandler(handler)
+        clients.propagate = False
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
 
 
