@@ -40,6 +40,8 @@ class FileSource(
     SupportsSplitReassignmentOnRecovery,
     SupportsPositionRanges[FileSplit],
 ):
+    reads_splits_in_order = True  # a Parquet row group is decoded whole: no thin slices of every file
+
     def __init__(self, options: FileOptions) -> None:
         self.options = options
         self._codec = FileSplitCodec()

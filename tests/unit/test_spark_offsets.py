@@ -17,6 +17,7 @@ from sluicegate.spark.offsets import (
     SubtaskOffset,
     SubtaskView,
     allocate,
+    allocate_in_order,
     plan_next,
     ranges_between,
 )
@@ -146,6 +147,48 @@ def test_max_rows_is_shared_by_backlog_across_subtasks() -> None:
     assert second.rows == 100
     assert second.subtasks[0].splits["seq-00000"].pos == 75
     assert second.subtasks[1].splits["seq-00001"].pos == 100 + 25
+
+
+def test_in_order_a_subtask_s_share_goes_to_its_splits_one_after_another() -> None:
+    # two subtasks of four 100-row splits each, 300 rows a batch: each subtask gets 150,
+    # that is one split whole and half of the next; no split is sliced thinner
+    views = {
+        0: view(1, owned(0, 1), owned(1, 1), owned(2, 1), owned(3, 1)),
+        1: view(1, owned(4, 1), owned(5, 1), owned(6, 1), owned(7, 1)),
+    }
+    first = plan_next(SourceOffset(1), views, None, all_available)
+    second = plan_next(first, views, 300, all_available, in_order=True)
+    read = {
+        sid: e.pos - k * 100
+        for s in (0, 1)
+        for k, (sid, e) in enumerate(sorted(second.subtasks[s].splits.items()), start=4 * s)
+    }
+    assert second.rows == 300
+    assert read == {
+        "seq-00000": 100,
+        "seq-00001": 50,
+        "seq-00002": 0,
+        "seq-00003": 0,
+        "seq-00004": 100,
+        "seq-00005": 50,
+        "seq-00006": 0,
+        "seq-00007": 0,
+    }
+    # the next batch finishes the split started first, then takes the next one
+    third = plan_next(second, views, 300, all_available, in_order=True)
+    assert third.subtasks[0].splits["seq-00001"].pos == 100 + 100
+    assert third.subtasks[0].splits["seq-00002"].pos == 200 + 100
+    assert third.subtasks[0].splits["seq-00003"].pos == 300  # not yet
+    # by backlog, the same limit slices every split
+    shared = plan_next(first, views, 300, all_available)
+    assert all(0 < e.pos % 100 < 100 for s in (0, 1) for e in shared.subtasks[s].splits.values())
+
+
+def test_allocate_in_order_spends_each_subtask_s_share_and_no_more_than_a_backlog() -> None:
+    backlog = {(0, "a"): 30, (0, "b"): 30, (1, "c"): 10, (1, "d"): 50}
+    granted = allocate_in_order(backlog, lambda key: key[1], 60)
+    assert granted == {(0, "a"): 30, (1, "c"): 10, (1, "d"): 20}
+    assert allocate_in_order(backlog, lambda key: key[1], None) == backlog
 
 
 def test_available_limits_the_advance_and_is_asked_at_the_base_position() -> None:

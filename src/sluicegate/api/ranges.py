@@ -63,6 +63,14 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
     """
 
     value_type: str = "bigint"
+    reads_splits_in_order: bool = False
+    """How a host shares a batch's row limit (``maxRecordsPerTrigger``) among the splits.
+    False: in proportion to each split's backlog, so every split advances (Spark's Kafka
+    source does the same for partitions). True: each subtask's share goes to its splits
+    one after another (a split started before first, then in assignment order), so a
+    batch reads whole splits and cuts at most one per subtask: for splits that are
+    costly to enter in the middle (a Parquet row group is decoded whole, so reading a
+    file in 200 slices decodes it 200 times)."""
 
     @abstractmethod
     def split_position(self, split: SplitT) -> int:

@@ -242,6 +242,27 @@ def allocate(backlog: Mapping[K, int], max_rows: int | None) -> dict[K, int]:
     return {k: n for k, n in shares.items() if n > 0}
 
 
+def allocate_in_order(
+    backlog: Mapping[tuple[int, str], int], order: Callable[[tuple[int, str]], Any], max_rows: int | None
+) -> dict[tuple[int, str], int]:
+    """Share ``max_rows`` among the subtasks in proportion to their backlog (``allocate``),
+    then give each subtask's share to its splits one after another in ``order``: every
+    split but at most one per subtask is planned whole or not at all."""
+    by_subtask: dict[int, list[tuple[int, str]]] = {}
+    for key, rows in backlog.items():
+        if rows > 0:
+            by_subtask.setdefault(key[0], []).append(key)
+    shares = allocate({s: sum(backlog[k] for k in keys) for s, keys in by_subtask.items()}, max_rows)
+    granted: dict[tuple[int, str], int] = {}
+    for s, share in shares.items():
+        for key in sorted(by_subtask[s], key=order):
+            if share <= 0:
+                break
+            granted[key] = min(backlog[key], share)
+            share -= granted[key]
+    return granted
+
+
 def _sort_key(key: Any) -> Any:
     return key if isinstance(key, tuple) else (key,)
 
@@ -304,12 +325,14 @@ def plan_next(
     reported_finished: Collection[str] = (),
     event_time_before: Callable[[OwnedSplit, int], int | None] | None = None,
     event_time_bound: EventTimeBound | None = None,
+    in_order: bool = False,
 ) -> SourceOffset:
     """The next offset after ``start``, or ``start`` itself when nothing changed.
 
     Active subtasks (``attempt`` set) list every split they own: one read under the
     same identity as in ``start`` advances to what is available
-    (``available(split, base_position)``), within ``max_rows`` shared by backlog; a
+    (``available(split, base_position)``), within ``max_rows`` shared by backlog (or,
+    ``in_order``, each subtask's share split after split: ``allocate_in_order``); a
     new identity starts where the assignment says, or further if this query already
     read further. A subtask that is not active (registering) keeps its entry from
     ``start``. Splits that leave every subtask are parked with their positions,
@@ -352,7 +375,15 @@ def plan_next(
     if event_time_bound is not None:
         limits = event_time_bound.clamp(readable, arriving)
     backlog = {k: max(0, limits[k] - readable[k][1]) for k in readable}
-    granted = allocate(backlog, max_rows)
+    if in_order:
+
+        def started_then_assigned(key: tuple[int, str]) -> tuple[bool, int, str]:
+            owned, base, _ = readable[key]
+            return (base == owned.assigned_pos, owned.seq, owned.split_id)
+
+        granted = allocate_in_order(backlog, started_then_assigned, max_rows)
+    else:
+        granted = allocate(backlog, max_rows)
     subtasks: dict[int, SubtaskOffset] = {}
     for s, view in sorted(views.items()):
         if view.attempt is None:

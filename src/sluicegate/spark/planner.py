@@ -73,6 +73,7 @@ class NextOffsetPlanner:
                 planning.reported_finished,
                 self._event_time_before,
                 self._event_time_bound(),
+                in_order=self.ranges.reads_splits_in_order,
             )
             if end is not start:
                 if end.rows == start.rows:
