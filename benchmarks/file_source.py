@@ -15,9 +15,7 @@ by default), each ``Trigger.AvailableNow`` into ``writeStream.format("noop")``:
 Native runs first, so both find the Python workers of the session already started only
 for sluicegate's second and later batches; the figures are steady state: from the end of
 the first batch that read data to the end of the last (the first pays for starting the
-Python workers, ~7 s). Prints rows/s of each and the ratio (sluicegate / native), and
-(unless ``--no-ceiling``) the rate of a Python Data Source that hands Spark ready-made
-Arrow batches of the same schema from memory: the ceiling of any Python source here.
+Python workers, ~7 s). Prints rows/s of each and the ratio (sluicegate / native).
 Exit code 1 if a query's row count is not files x rows per file.
 """
 
@@ -107,53 +105,6 @@ def steady(progress: list[dict[str, Any]]) -> tuple[int, float, float]:
     return rows, steady_rows / (end_s(data[-1]) - end_s(data[0])), rows / (end_s(data[-1]) - start_s(data[0]))
 
 
-def python_source_ceiling(spark: Any, rows: int) -> float:
-    """Rows/s of a Python Data Source whose reads hand Spark ready-made Arrow batches of the
-    same schema from memory (no file, no sluicegate): what any Python source can reach here.
-    Timed on its second run (the first starts Python workers)."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-
-    per_partition = rows // 4
-
-    class MemoryReader(DataSourceReader):
-        def partitions(self) -> list[InputPartition]:
-            return [InputPartition(i) for i in range(4)]
-
-        def read(self, partition: InputPartition) -> Any:
-            import pyarrow as pa
-            import pyarrow.compute as pc
-
-            ids = pa.array(range(per_partition), pa.int64())
-            table = pa.table(
-                {
-                    "id": ids,
-                    "value": pc.multiply(pc.cast(ids, pa.float64()), 0.5),
-                    "name": pc.binary_join_element_wise("n", pc.cast(pc.bit_wise_and(ids, 1023), pa.string()), ""),
-                    "ts": pc.cast(pc.add(ids, 1_700_000_000_000), pa.timestamp("us", tz="UTC")),
-                }
-            )
-            yield from table.to_batches(65_536)
-
-    class MemorySource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "sluicegate_bench_memory"
-
-        def schema(self) -> str:
-            return SCHEMA_DDL
-
-        def reader(self, schema: Any) -> MemoryReader:
-            return MemoryReader()
-
-    spark.dataSource.register(MemorySource)
-    elapsed = 0.0
-    for _ in range(2):
-        started = time.monotonic()
-        spark.read.format("sluicegate_bench_memory").load().write.format("noop").mode("overwrite").save()
-        elapsed = time.monotonic() - started
-    return per_partition * 4 / elapsed
-
-
 def run(args: argparse.Namespace) -> int:
     from sluicegate.devtools.broker.local import LocalKafkaBroker
     from sluicegate.spark.job import spark_session
@@ -167,7 +118,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.files} Parquet files x {args.rows_per_file:,} rows = {total:,} rows in {data}", end="")
     print(f" (written in {time.monotonic() - started:.1f} s)")
     broker = coordinator = spark = None
-    ceiling: float | None = None
     bootstrap = args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
     try:
         if not bootstrap:
@@ -193,7 +143,6 @@ def run(args: argparse.Namespace) -> int:
             .option("option.schema", SCHEMA_DDL)
         )
         ours = run_query(stream.load(), workdir / "sluicegate-checkpoint", args.timeout)
-        ceiling = python_source_ceiling(spark, args.files_per_batch * args.rows_per_file) if args.ceiling else None
     finally:
         if spark is not None:
             spark.stop()
@@ -223,11 +172,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name} per steady batch, median ms: {', '.join(parts)}")
     ratio = our_rate / native_rate
     print(f"ratio sluicegate / native (steady state): {ratio:.2f} (target >= {TARGET_RATIO})")
-    if ceiling is not None:
-        print(
-            f"ceiling: a Python Data Source handing Spark Arrow batches from memory, same schema: "
-            f"{ceiling:,.0f} rows/s ({ceiling / native_rate:.2f} of native)"
-        )
     ok = native_rows == total and our_rows == total
     print(f"rows: native {native_rows:,}, sluicegate {our_rows:,} of {total:,} -> {'OK' if ok else 'WRONG'}")
     return 0 if ok else 1
@@ -243,9 +187,6 @@ def main() -> int:
     parser.add_argument("--bootstrap-servers", default="")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (files, logs)")
-    parser.add_argument(
-        "--no-ceiling", dest="ceiling", action="store_false", help="skip timing an in-memory Python Data Source"
-    )
     return run(parser.parse_args())
 
 
