@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluicegate.api import SplitDistributor, SplitEnumerator, SplitEnumeratorContext
+from sluicegate.api.retries import repeated_failure_level
 
 from .badfiles import BAD_FILE_EVENT
 from .options import FileOptions
@@ -118,9 +119,8 @@ class FileEnumerator(SplitEnumerator[FileSplit]):
         if error is not None or found is None:
             self._failures += 1
             self._context.metrics.counter("discovery_failures")
-            level = logging.ERROR if self._failures in (1, 10) or self._failures % 60 == 0 else logging.WARNING
             log.log(
-                level,
+                repeated_failure_level(self._failures),
                 "listing %s failed (%d in a row), retrying in %d s: %s",
                 self._options.path,
                 self._failures,

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluicegate.api import SplitDistributor, SplitEnumerator, SplitEnumeratorContext
+from sluicegate.api.retries import repeated_failure_level
 
 from .cluster import DataCluster, TopicPartitionKey
 from .options import EARLIEST, LATEST, KafkaOptions
@@ -158,9 +159,8 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
         if error is not None or found is None:
             self._failures += 1
             self._context.metrics.counter("discovery_failures")
-            level = logging.ERROR if self._failures in (1, 10) or self._failures % 60 == 0 else logging.WARNING
             log.log(
-                level,
+                repeated_failure_level(self._failures),
                 "partition discovery failed (%d in a row), retrying in %d s: %s",
                 self._failures,
                 RETRY_MS // 1000,
