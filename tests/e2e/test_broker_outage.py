@@ -71,12 +71,6 @@ def broker(tmp_path: Path) -> Iterator[LocalKafkaBroker]:
     own.stop()
 
 
-def _kill_group(proc: Proc) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.popen.pid, signal.SIGKILL)
-    proc.popen.wait(10)
-
-
 def _start_spark_job(group: ProcessGroup, source: str, tmp_path: Path) -> Proc:
     args = [
         "--source", source,
@@ -206,4 +200,4 @@ def test_everything_rides_out_a_broker_outage_exactly_once(
     finally:
         for proc in group.procs:
             if proc.popen.poll() is None:
-                _kill_group(proc)
+                proc.kill_group()

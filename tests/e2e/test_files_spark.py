@@ -8,9 +8,7 @@ exactly the files' rows: every id once, with its name and time; the audit is cle
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import sys
 import time
 from collections import Counter
@@ -75,8 +73,7 @@ def procs(tmp_path: Path, kafka_bootstrap: str) -> Iterator[ProcessGroup]:
     yield group
     for proc in group.procs:
         if proc.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.kill_group()
     group.stop_all()
 
 

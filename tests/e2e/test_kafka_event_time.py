@@ -44,10 +44,8 @@ produced timestamps, window for window.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -220,9 +218,7 @@ def procs(tmp_path: Path, kafka_bootstrap: str) -> Iterator[ProcessGroup]:
     yield group
     for proc in group.procs:
         if proc.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.popen.pid, signal.SIGKILL)  # the Spark child's JVM and Python workers too
-            proc.popen.wait(10)
+            proc.kill_group()  # the Spark child's JVM and Python workers too
     group.stop_all()
 
 

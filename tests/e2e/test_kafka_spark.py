@@ -40,7 +40,6 @@ import os
 import random
 import re
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -322,20 +321,13 @@ def spark(kafka_bootstrap: str) -> Iterator[Any]:
     session.stop()
 
 
-def _kill_group(proc: Proc) -> None:
-    """SIGKILL the process and everything it started (its session: JVM, Python workers)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.popen.pid, signal.SIGKILL)
-    proc.popen.wait(10)
-
-
 @pytest.fixture
 def procs(tmp_path: Path, kafka_bootstrap: str) -> Iterator[ProcessGroup]:
     group = ProcessGroup(tmp_path, kafka_bootstrap)
     yield group
     for proc in group.procs:
         if proc.popen.poll() is None:
-            _kill_group(proc)
+            proc.kill_group()
     group.stop_all()
 
 
@@ -460,7 +452,7 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
         assert time.monotonic() < deadline, f"the job made no progress:\n{first.tail(40)}"
         time.sleep(0.2)
     time.sleep(random.uniform(0.0, 1.5))  # land anywhere in a batch
-    _kill_group(first)
+    first.kill_group()
     assert not first.lines_with("DONE") and job_rows(first) < first_half.rows, "the job ended before it was killed"
 
     second = start_job(procs, "job-2", unique_source, options, tmp_path)

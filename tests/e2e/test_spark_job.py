@@ -18,13 +18,11 @@ is clean:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -73,15 +71,8 @@ def procs(tmp_path: Path, kafka_bootstrap: str) -> Iterator[ProcessGroup]:
     yield group
     for proc in group.procs:
         if proc.popen.poll() is None:
-            _kill_group(proc)
+            proc.kill_group()
     group.stop_all()
-
-
-def _kill_group(proc: Proc) -> None:
-    """SIGKILL the process and everything it started (its session: JVM, Python workers)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.popen.pid, signal.SIGKILL)
-    proc.popen.wait(10)
 
 
 def _config(
@@ -192,7 +183,7 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
         assert time.monotonic() < deadline, f"the job made no progress:\n{first.tail(40)}"
         time.sleep(0.2)
     time.sleep(random.uniform(0.0, 1.5))  # land anywhere in a batch
-    _kill_group(first)
+    first.kill_group()
     killed_at = _rows_planned(first)
     assert killed_at < TOTAL and not first.lines_with("RESULT "), "the job finished before it was killed"
     if down_s:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -64,10 +63,9 @@ class SparkCluster:
 
 
 def kill_group(proc: Proc) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.popen.pid, signal.SIGKILL)
+    """Proc.kill_group, tolerating a process that is slow to exit (a worker's JVM)."""
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.popen.wait(10)
+        proc.kill_group()
 
 
 def _spark_class(name: str, log_dir: Path, args: list[str]) -> Proc:

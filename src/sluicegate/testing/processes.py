@@ -10,6 +10,7 @@ sleeping (``poll_until``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -33,6 +34,13 @@ class Proc:
     popen: subprocess.Popen[bytes]
     log_path: Path
     args: list[str] = field(default_factory=list)
+
+    def kill_group(self, wait_s: float = 10.0) -> None:
+        """SIGKILL the process and everything it started (its session: a Spark job's JVM
+        and Python workers), and wait for it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(wait_s)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
