@@ -40,6 +40,7 @@ class FileSource(
     SupportsSplitReassignmentOnRecovery,
     SupportsPositionRanges[FileSplit],
 ):
+    LOCAL_OPTIONS = ("storage.",)  # fsspec arguments: endpoints and credentials
     reads_splits_in_order = True  # a Parquet row group is decoded whole: no thin slices of every file
 
     def __init__(self, options: FileOptions) -> None:

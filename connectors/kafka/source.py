@@ -34,6 +34,16 @@ class KafkaSource(
     SupportsSplitReassignmentOnRecovery,
     SupportsPositionRanges[KafkaPartitionSplit],
 ):
+    # How to reach the data cluster (its address may differ between networks, each process
+    # has its own principal) and how long an executor waits: not what the source reads.
+    LOCAL_OPTIONS = ("kafka.", "bootstrap_servers", "poll_timeout_ms")
+    DEFINITION_DEFAULTS = {
+        "starting_offsets": "earliest",
+        "stopping_offsets": "none",
+        "fail_on_data_loss": "true",
+        "partition_discovery_interval_ms": "30000",
+    }
+
     def __init__(self, options: KafkaOptions, cluster: Callable[[KafkaOptions], DataCluster] = DataCluster) -> None:
         self.options = options
         self._cluster = cluster

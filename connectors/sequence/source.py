@@ -217,6 +217,9 @@ class StallClock:
 
 
 class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery, SupportsPositionRanges[SequenceSplit]):
+    # A reader's throttle and stalls change when records come, not which
+    LOCAL_OPTIONS = ("rate", "stall_split", "stall_at", "stall_ms")
+
     def __init__(self, options: SequenceOptions) -> None:
         self.options = options
         self._codec = SequenceSplitCodec()

@@ -23,14 +23,19 @@ def available_connectors() -> list[str]:
 def load_source(connector: str, options: Mapping[str, str]) -> Source[Any]:
     """Build the connector's Source from its options; ConfigError names what is wrong.
     ``connector`` is an entry-point name, or ``package.module:SourceClass``."""
-    source_cls = _source_class(connector)
-    if not (isinstance(source_cls, type) and issubclass(source_cls, Source)):
-        raise ConfigError("connector", f"{connector!r} does not name a sluicegate Source class")
-    source: Source[Any] = source_cls.from_options(options)
+    source: Source[Any] = source_class(connector).from_options(options)
     return source
 
 
-def _source_class(connector: str) -> Any:
+def source_class(connector: str) -> type[Source[Any]]:
+    """The connector's Source class (not built); ConfigError if there is none by that name."""
+    found = _find_class(connector)
+    if not (isinstance(found, type) and issubclass(found, Source)):
+        raise ConfigError("connector", f"{connector!r} does not name a sluicegate Source class")
+    return found
+
+
+def _find_class(connector: str) -> Any:
     module_name, colon, class_name = connector.partition(":")
     if colon:
         try:

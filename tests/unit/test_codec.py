@@ -21,6 +21,7 @@ from sluicegate.protocol import (
     Envelope,
     Heartbeat,
     MaxParallelismRaised,
+    SourceRedefined,
     NoMoreSplits,
     ReaderLeaving,
     ReaderRegistered,
@@ -51,6 +52,18 @@ EXAMPLES: list[Body] = [
     SlotRequest(incarnation="3f2d", location="host-2", name="reader-a"),
     SlotRequest(incarnation="3f2e", location="host-2"),
     MaxParallelismRaised(max_parallelism=16),
+    SourceRedefined(definition={"connector": "kafka", "options": {"topics": "b"}}),
+    SourceRedefined(
+        definition={"connector": "kafka", "options": {"topics": "b"}},
+        previous={"connector": "kafka", "options": {"topics": "a"}},
+    ),
+    ReaderRegistration(
+        incarnation="3f2f",
+        location="host-2",
+        reported_splits=[],
+        restored_checkpoint_id=None,
+        definition={"connector": "sequence", "options": {"splits": "8"}},
+    ),
     RequestSplit(hostname="host-1"),
     RequestSplit(hostname=None),
     ReaderSourceEvent(payload={"kind": "lag", "values": [1, 2.5, None, True, "x"]}),
@@ -65,6 +78,7 @@ EXAMPLES: list[Body] = [
     SlotGranted(incarnation="3f2e"),
     RegistrationRefused(incarnation="3f2c", reason="held", holder_incarnation="3f2a", holder_location="host-1"),
     RegistrationRefused(incarnation="3f2e", reason="no free slot"),
+    RegistrationRefused(incarnation="3f2g", reason="another definition", cause="definition"),
     ReleaseRequest(seq=4, split_ids=["a"]),
     AddSplits(seq=1, splits=[SPLIT, {"split_id": "other"}]),
     NoMoreSplits(seq=9),
@@ -117,14 +131,14 @@ def test_round_trip_of_every_message_type(body: Body) -> None:
     decoded = decode(encode(env), body.DIRECTION)
     assert decoded == env
     assert type(decoded.body) is type(body)
-    assert decoded.v == PROTOCOL_VERSION == 4
+    assert decoded.v == PROTOCOL_VERSION == 5
 
 
 def test_encoded_record_is_the_documented_envelope() -> None:
     env = _env(AddSplits(seq=1, splits=[SPLIT]), inbox_offset=7, cseq=8)
     data = orjson.loads(encode(env))
     assert data == {
-        "v": 4,
+        "v": 5,
         "type": "AddSplits",
         "source": "orders",
         "subtask": 3,
@@ -162,7 +176,7 @@ def test_a_json_value_that_is_not_an_object_is_malformed(data: Any) -> None:
     assert "object" in error.detail
 
 
-@pytest.mark.parametrize("v", [5, 0, -1, "2", 2.0, True, None])
+@pytest.mark.parametrize("v", [6, 0, -1, "2", 2.0, True, None])
 def test_unknown_version(v: Any) -> None:
     error = _decode_error(_raw(Heartbeat(watermark=1, idle=False), v=v))
     assert error.kind is DecodeErrorKind.UNKNOWN_VERSION

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from sluicegate.api.split import JsonStateCodec, SplitCodec, SplitT, StateCodec
 
@@ -24,7 +24,18 @@ class Source(ABC, Generic[SplitT]):
 
     Splits cross the wire through ``split_codec``; the enumerator checkpoint
     through ``enumerator_state_codec`` (by default the state already is JSON data).
+
+    The options, less ``LOCAL_OPTIONS``, are the source's definition (protocol/definition.py):
+    every coordinator, reader and Spark query of a source must bring the same one.
     """
+
+    LOCAL_OPTIONS: ClassVar[tuple[str, ...]] = ()
+    """Options that say how to reach the data or how fast to read, not what is read (client
+    settings, credentials, throttles): names, or prefixes ending in ``.``. They may differ
+    between the processes of one source and are never written to the control topics."""
+    DEFINITION_DEFAULTS: ClassVar[Mapping[str, str]] = {}
+    """Defaults of defining options, so that leaving one out and giving its default value
+    define the same source."""
 
     @classmethod
     @abstractmethod

@@ -9,9 +9,10 @@ import asyncio
 import sys
 
 from sluicegate.api.errors import ConfigError
-from sluicegate.coordinator.faust_app import build_app, prepare_topics
+from sluicegate.coordinator.faust_app import build_app, check_definitions, prepare_topics
 from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.kafka.topics import TopicApplyError
+from sluicegate.protocol.definition import DefinitionMismatchError
 
 
 def _prepared_settings() -> CoordinatorSettings:
@@ -24,8 +25,12 @@ def _prepared_settings() -> CoordinatorSettings:
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(prepare_topics(settings))
+        loop.run_until_complete(check_definitions(settings))
     except TopicApplyError as exc:
         sys.exit(f"sluicegate coordinator app: {exc}")
+    except DefinitionMismatchError as exc:
+        print(f"sluicegate coordinator app: {exc.problem}", file=sys.stderr)
+        sys.exit(2)
     finally:
         loop.close()
     return settings

@@ -125,14 +125,23 @@ def _settings(
 def run_coordinator(settings: CoordinatorSettings) -> None:
     import faust
 
-    from sluicegate.coordinator.faust_app import build_app, prepare_topics
+    from sluicegate.coordinator.faust_app import build_app, check_definitions, prepare_topics
     from sluicegate.kafka.topics import TopicApplyError
+    from sluicegate.protocol.definition import DefinitionMismatchError
 
     try:
         asyncio.run(prepare_topics(settings))
+        asyncio.run(check_definitions(settings))
     except TopicApplyError as exc:  # e.g. not authorized to create a missing topic: one line
         typer.echo(f"sluicegate coordinator: {exc}", err=True)
         raise typer.Exit(1) from None
+    except DefinitionMismatchError as exc:
+        typer.echo(f"sluicegate coordinator: {exc.problem}", err=True)
+        raise typer.Exit(2) from None
     app = build_app(settings)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)
     worker.execute_from_commandline()
+    refusal = getattr(app, "sluicegate_refusal", None)
+    if refusal is not None:
+        typer.echo(f"sluicegate coordinator: {refusal}", err=True)
+        raise typer.Exit(2)

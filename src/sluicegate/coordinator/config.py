@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_source
 
 
@@ -18,6 +19,9 @@ class CoordinatorConfig:
     max_watermark_drift_ms: int | None = None
     max_message_bytes: int = 900_000
     """Largest AddSplits record; bigger assignments are split over several seqs."""
+    definition: SourceDefinition | None = None
+    """What the source is. A restored state's own definition takes precedence (the host
+    refuses to start when they differ); None: registrations are not compared."""
 
     def __post_init__(self) -> None:
         validate_source(self.source)

@@ -41,6 +41,7 @@ from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.slots import SlotState, SubtaskSlot, slot_for_request
 from sluicegate.coordinator.tracker import SplitAssignmentTracker
 from sluicegate.coordinator.watermarks import WatermarkAggregator
+from sluicegate.protocol.definition import SourceDefinition, mismatch_message
 from sluicegate.protocol.messages import (
     SOURCE_WIDE,
     AddSplits,
@@ -61,6 +62,7 @@ from sluicegate.protocol.messages import (
     RequestSplit,
     SlotGranted,
     SlotRequest,
+    SourceRedefined,
     SplitsFinished,
     SplitsReleased,
     WatermarkAnnouncement,
@@ -164,6 +166,9 @@ class CoordinatorCore(Generic[SplitT]):
         self._dirty_slots: set[int] = set()
         self._enumerator_dirty = True
         self._loads = _LiveLoads(self)
+        self.definition = config.definition
+        """The source's committed definition (protocol/definition.py)."""
+        self._definition_dirty = config.definition is not None
         if snapshot is None:
             self.slots = [SubtaskSlot(s) for s in range(config.max_parallelism)]
             self.tracker = SplitAssignmentTracker()
@@ -306,9 +311,12 @@ class CoordinatorCore(Generic[SplitT]):
         if self._enumerator_dirty or not only_changed:
             state = self.enumerator.snapshot_state(self.cseq)
             parts["enumerator"] = self.source.enumerator_state_codec.to_json(state)
+        if self.definition is not None and (self._definition_dirty or not only_changed):
+            parts["definition"] = self.definition.to_json()
         if only_changed:
             self._dirty_slots.clear()
             self._enumerator_dirty = False
+            self._definition_dirty = False
         return parts
 
     def _restore(self, parts: Mapping[str, Any]) -> None:
@@ -336,11 +344,17 @@ class CoordinatorCore(Generic[SplitT]):
         self.inbox_offset = meta["inbox_offset"]
         state = self.source.enumerator_state_codec.from_json(parts["enumerator"])
         self.enumerator = self.source.restore_enumerator(self._context, state)
+        stored = parts.get("definition")
+        if stored is not None:
+            self.definition = SourceDefinition.from_json(stored)
+            self._definition_dirty = False
+        elif self.definition is not None:
+            log.info("source %s: recording its definition (%s)", self.config.source, self.definition.describe())
 
     @property
     def has_state_changes(self) -> bool:
         """Whether state_parts(only_changed=True) holds more than ``meta``."""
-        return bool(self._dirty_slots) or self._enumerator_dirty
+        return bool(self._dirty_slots) or self._enumerator_dirty or self._definition_dirty
 
     def _touch(self, subtask: int) -> None:
         """Every change of a slot (liveness, ownership) passes here, for the state and
@@ -402,7 +416,24 @@ class CoordinatorCore(Generic[SplitT]):
             return self._step(now_ms, lambda: self._grant_slot(body, now_ms), during)
         if isinstance(body, MaxParallelismRaised):
             return self._step(now_ms, lambda: self._raise_max_parallelism(body.max_parallelism), during)
-        return self._reject(f"{body.TYPE} must name a subtask (only SlotRequest and MaxParallelismRaised may not)")
+        if isinstance(body, SourceRedefined):
+            return self._step(now_ms, lambda: self._redefine(body), during)
+        return self._reject(
+            f"{body.TYPE} must name a subtask (only SlotRequest, MaxParallelismRaised and SourceRedefined may not)"
+        )
+
+    def _redefine(self, body: SourceRedefined) -> None:
+        """``sluicegate source redefine`` rewrote the committed definition and fenced the
+        coordinator that served the old one; this one was started with the new one (its
+        host checked it against the state), so this only records it."""
+        new = SourceDefinition.from_json(body.definition)
+        if self.definition is not None and new.fingerprint == self.definition.fingerprint:
+            log.info("source %s: redefined as %s", self.config.source, new.describe())
+            return
+        changes = "; ".join(self.definition.differences(new)) if self.definition else new.describe()
+        log.warning("source %s: redefined from the control log: %s", self.config.source, changes)
+        self.definition = new
+        self._definition_dirty = True
 
     def _grant_slot(self, body: SlotRequest, now_ms: int) -> None:
         """Hand out a slot as a consumer group hands out member ids. The slot is held for the
@@ -421,7 +452,7 @@ class CoordinatorCore(Generic[SplitT]):
                 "stop a reader or grow the source (sluicegate topics scale)"
             )
             log.warning("refused a slot to %s (%s): %s", body.location or "?", body.incarnation, reason)
-            self._send(0, None, RegistrationRefused(incarnation=body.incarnation, reason=reason))
+            self._send(0, None, RegistrationRefused(incarnation=body.incarnation, reason=reason, cause="slots"))
             return
         slot.name = body.name
         slot.reserved_for = body.incarnation
@@ -490,6 +521,11 @@ class CoordinatorCore(Generic[SplitT]):
     def _register(self, slot: SubtaskSlot, body: ReaderRegistration, now_ms: int) -> None:
         """Semantics 1: next attempt, fence the previous one, ReaderRegistered, then add_reader."""
         s = slot.subtask
+        if body.definition is not None and self.definition is not None:
+            given = SourceDefinition.from_json(body.definition)
+            if given.fingerprint != self.definition.fingerprint:
+                self._refuse_definition(slot, body, given)
+                return
         if body.exclusive and slot.live and slot.incarnation != body.incarnation:
             self._refuse_registration(slot, body)
             return
@@ -533,8 +569,21 @@ class CoordinatorCore(Generic[SplitT]):
             reason=f"subtask {slot.subtask} is held by a live reader",
             holder_incarnation=slot.incarnation,
             holder_location=slot.location,
+            cause="held",
         )
         self._send(slot.subtask, None, refusal)
+
+    def _refuse_definition(self, slot: SubtaskSlot, body: ReaderRegistration, given: SourceDefinition) -> None:
+        """A reader that reads something else under this source's name would mix two
+        sources' data in one output and one audit: refused for good."""
+        assert self.definition is not None
+        self.metrics.counter("registrations_refused_definition")
+        who = f"the reader of subtask {slot.subtask} at {body.location or '?'}"
+        reason = mismatch_message(self.config.source, who, self.definition, given)
+        log.warning("refused a registration: %s", reason)
+        self._send(
+            slot.subtask, None, RegistrationRefused(incarnation=body.incarnation, reason=reason, cause="definition")
+        )
 
     def _reported_splits_kept(self, slot: SubtaskSlot, body: ReaderRegistration) -> set[str]:
         """Which reported splits the new attempt keeps reading (semantics 1, FLIP-537)."""

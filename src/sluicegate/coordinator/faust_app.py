@@ -32,6 +32,7 @@ import asyncio
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,10 @@ STABLE_AFTER_S = 60.0
 """A runner that served this long before failing starts a new streak of restarts."""
 
 
+class DefinitionRefused(RuntimeError):
+    """A runner of this worker brought another definition of its source than the committed one."""
+
+
 class RestartBackoff:
     """Exponential, capped delays between restarts of a coordinator that keeps failing:
     1, 2, 4 ... 60 s. A coordinator whose commit cannot succeed (a record the broker
@@ -75,8 +80,10 @@ class SourceRunners:
     """The runners of the sources this worker is active for, kept in line with the
     Faust assignment."""
 
-    def __init__(self, settings: CoordinatorSettings) -> None:
+    def __init__(self, settings: CoordinatorSettings, on_refused: Callable[[str], None] | None = None) -> None:
         self.settings = settings
+        self._on_refused = on_refused
+        """Called when a runner is refused (another definition of its source): the worker stops."""
         self.runners: dict[str, SourceRunner] = {}
         self.assigned: set[str] = set()
         self.leadership = leadership_topic_spec(settings.group_id, len(settings.sources))
@@ -133,6 +140,12 @@ class SourceRunners:
         if self.runners.get(runner.source) is not runner:
             return
         del self.runners[runner.source]
+        if runner.state is RunnerState.REFUSED:
+            message = f"source {runner.source}: {runner.failure}"
+            log.error("%s; this worker stops (restarting it would not change the definition)", message)
+            if self._on_refused is not None:
+                self._on_refused(message)
+            return
         if runner.state is not RunnerState.FAILED:
             return
         backoff = self._backoff.setdefault(runner.source, RestartBackoff())
@@ -190,7 +203,14 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
         key_serializer="raw",
         value_serializer="raw",
     )
-    runners = SourceRunners(settings)
+    def stop_refused(message: str) -> None:
+        # A worker that cannot serve its source with the definition it was given must not
+        # sit on its partition of the leadership topic: it stops, non-zero, so that the
+        # group moves the source to a worker that can and the operator sees why.
+        app.sluicegate_refusal = message  # type: ignore[attr-defined]
+        asyncio.get_running_loop().create_task(app.crash(DefinitionRefused(message)))
+
+    runners = SourceRunners(settings, on_refused=stop_refused)
     metrics = CoordinatorMetrics(runners)
     if settings.takeover_silence_ms:
         watch = TakeoverWatch(
@@ -246,3 +266,16 @@ async def prepare_topics(settings: CoordinatorSettings) -> None:
     specs = [spec for s in settings.sources for spec in topic_specs(settings.namespace, s.source, s.max_parallelism)]
     specs.append(leadership_topic_spec(settings.group_id, len(settings.sources)))
     await apply_topics(settings.bootstrap_servers, specs)
+
+
+async def check_definitions(settings: CoordinatorSettings) -> None:
+    """Refuse to start (DefinitionMismatchError) if a source's committed definition differs
+    from this worker's: a standby must be refused now, not when it takes over."""
+    from sluicegate.coordinator.source_runner import check_definition
+    from sluicegate.coordinator.state_store import read_state
+    from sluicegate.protocol.topics import ControlTopics
+
+    for source in settings.sources:
+        topic = ControlTopics.for_source(source.source, settings.namespace).coordinator_state
+        stored = await read_state(settings.bootstrap_servers, topic, source.source)
+        check_definition(source.source, stored.parts if stored else None, source.definition(), "this coordinator")

@@ -17,6 +17,7 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import load_source
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.silence import LIVENESS_FRACTION, MAX_SILENCE_MS, MIN_SILENCE_MS
+from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_namespace
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -58,7 +59,12 @@ class SourceSettings:
             reader_departure_timeout_ms=self.reader_departure_timeout_ms,
             watermark_announce_interval_ms=self.watermark_announce_interval_ms,
             max_watermark_drift_ms=self.max_watermark_drift_ms,
+            definition=self.definition(),
         )
+
+    def definition(self) -> SourceDefinition:
+        """What this coordinator says the source is (compared with the committed one)."""
+        return SourceDefinition.of(self.connector, self.options)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> SourceSettings:

@@ -22,7 +22,7 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from sluicegate.coordinator.state_store import (
 from sluicegate.kafka.clients import security_settings
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
+from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
 from sluicegate.protocol.messages import Direction
 from sluicegate.protocol.topics import ControlTopics
 
@@ -69,6 +70,16 @@ def commit_due(
     return liveness_interval_ms is not None and since_ms >= liveness_interval_ms
 
 
+def check_definition(source: str, parts: Mapping[str, Any] | None, given: SourceDefinition, who: str) -> None:
+    """Raise DefinitionMismatchError if the committed state defines ``source`` otherwise."""
+    stored = parts.get("definition") if parts else None
+    if stored is None:
+        return  # a new source (or one from before definitions): this one defines it
+    committed = SourceDefinition.from_json(stored)
+    if committed.fingerprint != given.fingerprint:
+        raise DefinitionMismatchError(source, who, committed, given)
+
+
 class CommitFailedError(RuntimeError):
     """A transaction of the coordinator failed; its message says why."""
 
@@ -79,6 +90,7 @@ class RunnerState(enum.Enum):
     FENCED = "fenced"  # a newer incarnation took over; this one stepped down
     STOPPED = "stopped"
     FAILED = "failed"
+    REFUSED = "refused"  # brought another definition than the source's: never restarted
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +190,9 @@ class SourceRunner:
             )
         except asyncio.CancelledError:
             raise
+        except DefinitionMismatchError as exc:
+            self.state = RunnerState.REFUSED
+            self.failure = exc.problem
         except CommitFailedError as exc:
             self.state = RunnerState.FAILED
             self.failure = str(exc)  # the host logs it once, with its restart delay
@@ -213,8 +228,11 @@ class SourceRunner:
         )
         await self._producer.start()  # init_transactions: fences the previous incarnation
         stored = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
-        self._state_writer = StateWriter.restored(self.source, stored)
         parts = stored.parts if stored is not None else None
+        # Before anything is committed: a coordinator of another definition (a standby
+        # started with other options) must not serve this source's state, even once.
+        check_definition(self.source, parts, self.settings.definition(), "this coordinator")
+        self._state_writer = StateWriter.restored(self.source, stored)
         epoch = parts["meta"]["epoch"] + 1 if parts else 1
         core: CoordinatorCore[Any] = CoordinatorCore(source, self.settings.core_config(), epoch, snapshot=parts)
         self.core = core

@@ -8,12 +8,13 @@ from typing import Any, ClassVar
 
 from sluicegate.api.split import WireSplit
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 """Version this code sends. v2 added SplitsReleased and the envelope's inbox_offset; v3 added
 slots handed out (SlotRequest, SlotGranted, RegistrationRefused, ReaderRegistration.exclusive), the
 successor named in a fence, cooperative rebalancing (ReleaseRequest, CheckpointAck.returned)
-and growing a source (MaxParallelismRaised)."""
-ACCEPTED_VERSIONS = frozenset({1, 2, 3, 4})
+and growing a source (MaxParallelismRaised); v4 the sender's incarnation; v5 the source's
+definition (ReaderRegistration.definition, RegistrationRefused.cause, SourceRedefined)."""
+ACCEPTED_VERSIONS = frozenset({1, 2, 3, 4, 5})
 
 SOURCE_WIDE = -1
 """The envelope ``subtask`` of a record about the source as a whole (v3): a SlotRequest from
@@ -49,6 +50,10 @@ class ReaderRegistration(Body):
     """v3: if another incarnation's attempt of the subtask is live, refuse this registration
     (RegistrationRefused) instead of fencing that attempt. A Spark query registers so, so that
     a second query on the same source fails instead of disturbing the first."""
+    definition: dict[str, Any] | None = None
+    """v5: the source's definition as this reader brings it (``{"connector", "options"}``,
+    protocol/definition.py; local options left out). A registration whose definition differs
+    from the source's is refused (cause ``definition``). None: not compared (older readers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +78,18 @@ class MaxParallelismRaised(Body):
     TYPE = "MaxParallelismRaised"
     DIRECTION = Direction.TO_COORDINATOR
     max_parallelism: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRedefined(Body):
+    """v5, envelope subtask SOURCE_WIDE: an operator changed what the source is
+    (``sluicegate source redefine``), in the same transaction that rewrote the committed
+    definition. ``previous`` is the definition it replaced (None: there was none)."""
+
+    TYPE = "SourceRedefined"
+    DIRECTION = Direction.TO_COORDINATOR
+    definition: dict[str, Any]
+    previous: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +181,9 @@ class RegistrationRefused(Body):
     reason: str
     holder_incarnation: str | None = None
     holder_location: str | None = None
+    cause: str | None = None
+    """v5: ``held`` (a live holder; it may go away: retry), ``slots`` (no free slot) or
+    ``definition`` (the reader brings another definition of the source: final)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +270,7 @@ BODY_TYPES: dict[tuple[Direction, str], type[Body]] = {
         ReaderLeaving,
         SlotRequest,
         MaxParallelismRaised,
+        SourceRedefined,
         ReaderRegistered,
         SlotGranted,
         RegistrationRefused,

@@ -51,6 +51,7 @@ from sluicegate.kafka.clients import control_consumer, transactional_producer
 from sluicegate.kafka.compacted import read_latest_value
 from sluicegate.kafka.control_channel import KafkaControlChannel
 from sluicegate.protocol.codec import encode, encode_key
+from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.messages import Body, ReaderLeaving
 from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.protocol.topics import ControlTopics
@@ -307,6 +308,7 @@ class ReaderHost:
             location=self.location,
             restored=restored,
             split_idle_timeout_ms=s.split_idle_timeout_ms,
+            definition=SourceDefinition.of(s.connector, s.options, type(self.source)),
         )
         self._output = open_output(s.output, self._txn_producer)
         await self._output.open()
@@ -477,7 +479,9 @@ class ReaderHost:
         elif outcome is Disposition.SUPERSEDED and session.superseded is not None:
             raise ReaderSuperseded(session.superseded.describe(self.settings.source, self.subtask))
         elif outcome is Disposition.REFUSED:
-            await asyncio.sleep(1.0)  # only exclusive registrations are refused; retry
+            if session.refused is not None and session.refused.final:
+                raise ConfigError("source definition", session.refused.reason)
+            await asyncio.sleep(1.0)  # a holder that may be gone soon: retry
         return True
 
     async def _register(self) -> None:

@@ -41,6 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sluicegate.api.split import WireSplit
+from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.messages import (
     AddSplits,
     Body,
@@ -170,13 +171,20 @@ class Superseded:
 
 @dataclass(frozen=True)
 class Refused:
-    """Our exclusive registration was refused: a live attempt of another incarnation holds
-    the subtask. The host may retry (that attempt may be a dead process not yet timed out)."""
+    """Our registration was refused. Cause ``held`` (an exclusive registration; a live attempt
+    of another incarnation holds the subtask): the host may retry, that attempt may be a dead
+    process not yet timed out. Cause ``definition``: this reader brings another definition of
+    the source than the committed one; final (``final``)."""
 
     reason: str
     holder_incarnation: str | None
     holder_location: str | None
     disposition: Disposition = Disposition.REFUSED
+    cause: str | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.cause == "definition"
 
 
 @dataclass(frozen=True)
@@ -264,8 +272,11 @@ class ReaderProtocol:
         location: str,
         reassign_on_recovery: bool,
         restored: ReaderCheckpoint | None = None,
+        definition: SourceDefinition | None = None,
     ) -> None:
         self.source_name = source_name
+        self.definition = definition
+        """What this reader says the source is; sent with every registration (v5)."""
         self.subtask = subtask
         self.location = location
         self.reassign_on_recovery = reassign_on_recovery
@@ -316,6 +327,7 @@ class ReaderProtocol:
             reported_splits=self.restored_splits,
             restored_checkpoint_id=cp.checkpoint_id if cp else None,
             exclusive=exclusive,
+            definition=self.definition.to_json() if self.definition is not None else None,
         )
 
     # -- incoming ---------------------------------------------------------------
@@ -384,13 +396,15 @@ class ReaderProtocol:
             return Ignored(Disposition.IGNORED_ATTEMPT)
         self.counters["refused"] += 1
         self.phase = Phase.UNREGISTERED
+        if body.cause == "definition":
+            return Refused(body.reason, None, None, cause=body.cause)
         log.warning(
             "registration refused: %s (held by %s at %s)",
             body.reason,
             body.holder_incarnation,
             body.holder_location or "?",
         )
-        return Refused(body.reason, body.holder_incarnation, body.holder_location)
+        return Refused(body.reason, body.holder_incarnation, body.holder_location, cause=body.cause)
 
     def _activate(self, attempt: int, dropped_split_ids: list[str]) -> Registered:
         """Registered: keep the restored splits minus the dropped ones (none at all for a

@@ -29,6 +29,7 @@ from sluicegate.api.reader import (
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import SplitT, WireSplit
 from sluicegate.protocol.dead_letter import DeadLetter
+from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.messages import (
     Body,
     Envelope,
@@ -46,6 +47,7 @@ from sluicegate.reader.protocol import (
     NoMoreSplitsApplied,
     Phase,
     ReaderProtocol,
+    Refused,
     Registered,
     SourceEventReceived,
     SplitsAdded,
@@ -84,6 +86,7 @@ class ReaderSession(Generic[SplitT]):
         restored: ReaderCheckpoint | None = None,
         split_idle_timeout_ms: int = 0,
         clock_ms: Callable[[], int] = lambda: int(time.monotonic() * 1000),
+        definition: SourceDefinition | None = None,
     ) -> None:
         self.protocol = ReaderProtocol(
             source_name,
@@ -91,11 +94,14 @@ class ReaderSession(Generic[SplitT]):
             location=location,
             reassign_on_recovery=isinstance(source, SupportsSplitReassignmentOnRecovery),
             restored=restored,
+            definition=definition,
         )
         self.source = source
         self.codec = source.split_codec
         self.reader: SourceReader[SplitT] | None = None
         self.superseded: Superseded | None = None
+        self.refused: Refused | None = None
+        """The last refusal of our registration (``final`` for another definition)."""
         """Set when another live process took the subtask: the host stops for good."""
         self.watermarks = SplitWatermarks(split_idle_timeout_ms)
         self._clock_ms = clock_ms
@@ -221,6 +227,8 @@ class ReaderSession(Generic[SplitT]):
         elif isinstance(outcome, Superseded):
             self.superseded = outcome
             self._drop()
+        elif isinstance(outcome, Refused):
+            self.refused = outcome
         return outcome.disposition
 
     def _start_reader(self, attempt: int) -> None:

@@ -55,6 +55,7 @@ from sluicegate.api.split import WireSplit
 from sluicegate.kafka.control_channel import KafkaControlChannel
 from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.protocol.dead_letter import DeadLetter
+from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.messages import Body, Heartbeat, ReaderLeaving
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
@@ -106,6 +107,9 @@ class DriverSettings:
     """The control-plane client settings (None: the process's, from SLUICEGATE_KAFKA_*)."""
     metrics_port: int = 0
     """Serve Prometheus metrics from the driver on this port (spark/metrics.py); 0: off."""
+    definition: SourceDefinition | None = None
+    """What this query says the source is (connector and options); the coordinator refuses
+    the query's registrations if the source was defined otherwise."""
 
     def __post_init__(self) -> None:
         if self.parallelism < 1:
@@ -202,6 +206,7 @@ class SparkReaderDriver:
                 location=self.settings.location,
                 reassign_on_recovery=isinstance(self.source, SupportsSplitReassignmentOnRecovery),
                 restored=self._restored_checkpoint(restored, s),
+                definition=self.settings.definition,
             )
         self._thread = threading.Thread(target=self._run_loop, name="sluicegate-spark-driver", daemon=True)
         self._thread.start()
@@ -483,7 +488,11 @@ class SparkReaderDriver:
 
     def _on_refused(self, subtask: int, outcome: Refused) -> None:
         """Retry each second while the holder may be this query's own previous run (not yet
-        timed out); past a session timeout, it is another live query or reader."""
+        timed out); past a session timeout, it is another live query or reader. Another
+        definition of the source is final: the query stops now, naming the options."""
+        if outcome.final:
+            self._fail(outcome.reason)
+            return
         now = time.monotonic()
         since = self._refused_since.setdefault(subtask, now)
         patience_s = (self.settings.session_timeout_ms + 2 * self.settings.heartbeat_interval_ms) / 1000

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.options import int_option
 from sluicegate.kafka.security import KafkaSecurity
+from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
@@ -121,6 +122,7 @@ class SparkSourceConfig:
             split_idle_timeout_ms=self.split_idle_timeout_ms,
             security=self.security,
             metrics_port=self.metrics_port,
+            definition=SourceDefinition.of(self.connector, dict(self.connector_options)),
         )
 
 
