@@ -11,6 +11,7 @@ from rich.logging import RichHandler
 
 from sluicegate.audit.commands import audit_command
 from sluicegate.coordinator.commands import coordinator_command
+from sluicegate.coordinator.source_commands import source_app
 from sluicegate.devtools.broker.commands import broker_app
 from sluicegate.kafka.acls_commands import acls_command
 from sluicegate.kafka.log_repeats import quiet_repeats
@@ -69,6 +70,7 @@ def demo(
 
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
+app.add_typer(source_app, name="source")
 
 
 def _setup_logging() -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from sluicegate.audit.replay import (
@@ -44,7 +45,6 @@ from sluicegate.audit.replay import (
 from sluicegate.protocol import (
     SOURCE_WIDE,
     AddSplits,
-    Body,
     CheckpointAck,
     CoordinatorSourceEvent,
     Direction,
@@ -56,12 +56,14 @@ from sluicegate.protocol import (
     ReleaseReason,
     ReleaseRequest,
     SlotRequest,
+    SourceRedefined,
     SplitsFinished,
     SplitsReleased,
     WatermarkAnnouncement,
     decode,
 )
 from sluicegate.protocol.codec import DecodeError
+from sluicegate.protocol.definition import SourceDefinition
 
 _FAILURE_REASONS = frozenset({ReleaseReason.FENCED.value, ReleaseReason.SESSION_TIMEOUT.value})
 _SHOWN = 5
@@ -156,6 +158,8 @@ class AuditSummary:
     low_watermark: int | None
     last_cseq: int | None
     notes: list[str]
+    redefinitions: list[str] = field(default_factory=list)
+    """Each ``sluicegate source redefine`` in the control log: where, when and what changed."""
 
     @property
     def undecodable_total(self) -> int:
@@ -183,6 +187,7 @@ class AuditSummary:
             "low_watermark": self.low_watermark,
             "last_cseq": self.last_cseq,
             "notes": list(self.notes),
+            "redefinitions": list(self.redefinitions),
         }
 
 
@@ -224,6 +229,7 @@ class OwnershipModel:
         self.released_by_reason: Counter[str] = Counter()
         self.fenced_messages = 0
         self.rejected_messages = 0
+        self.redefinitions: list[str] = []
         self.ignored_acks = 0
         self.finished_not_owned = 0
         self.messages_by_type: Counter[str] = Counter()
@@ -270,7 +276,7 @@ class OwnershipModel:
     def _apply_inbox(self, record: ReplayRecord) -> None:
         env = record.env
         if env.subtask == SOURCE_WIDE:
-            self._apply_source_wide(env.body)
+            self._apply_source_wide(record)
             return
         if (self.source is not None and env.source != self.source) or (
             self.max_parallelism is not None and not 0 <= env.subtask < self.max_parallelism
@@ -302,11 +308,15 @@ class OwnershipModel:
         elif isinstance(body, ReaderLeaving):
             slot.live = False
 
-    def _apply_source_wide(self, body: Body) -> None:
+    def _apply_source_wide(self, record: ReplayRecord) -> None:
         """A slot request changes no ownership (its SlotGranted neither: the registration
-        that follows does); a raised max_parallelism admits the new subtasks from here on."""
+        that follows does); a raised max_parallelism admits the new subtasks from here on;
+        a redefinition is listed for people (what the source reads changed there)."""
+        body = record.env.body
         if isinstance(body, MaxParallelismRaised) and self.max_parallelism is not None:
             self.max_parallelism = max(self.max_parallelism, body.max_parallelism)
+        elif isinstance(body, SourceRedefined):
+            self.redefinitions.append(_describe_redefinition(record, body))
         elif not isinstance(body, SlotRequest | MaxParallelismRaised):
             self.rejected_messages += 1
 
@@ -622,7 +632,19 @@ class OwnershipModel:
             low_watermark=self.low_watermark,
             last_cseq=self.last_cseq,
             notes=list(notes),
+            redefinitions=list(self.redefinitions),
         )
+
+
+def _describe_redefinition(record: ReplayRecord, body: SourceRedefined) -> str:
+    new = SourceDefinition.from_json(body.definition)
+    if body.previous is None:
+        changes = new.describe()
+    else:
+        lines = SourceDefinition.from_json(body.previous).differences(new)
+        changes = "; ".join(line.replace("(source)", "(old)").replace("(given)", "(new)") for line in lines)
+    when = datetime.fromtimestamp(record.env.ts / 1000, tz=UTC).isoformat(timespec="seconds")
+    return f"inbox offset {record.location.offset} at {when}: {changes}"
 
 
 def _infer_source(inbox: Sequence[InboxRecord], readers: Sequence[ReadersRecord]) -> str | None:

@@ -95,6 +95,7 @@ def totals_table(result: AuditResult) -> Table:
         ("epochs", ", ".join(map(str, summary.epochs)) or "none"),
         ("low watermark", "none" if summary.low_watermark is None else str(summary.low_watermark)),
         ("last cseq", "none" if summary.last_cseq is None else str(summary.last_cseq)),
+        ("source redefined", "; ".join(summary.redefinitions) or "never"),
     ]
     for what, value in rows:
         table.add_row(what, escape(value))

@@ -43,6 +43,7 @@ from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
 from sluicegate.protocol.messages import Direction
+from sluicegate.protocol.names import coordinator_transactional_id
 from sluicegate.protocol.topics import ControlTopics
 
 log = logging.getLogger("sluicegate.coordinator")
@@ -128,7 +129,7 @@ class SourceRunner:
         self.settings = settings
         self.bootstrap = bootstrap
         self.topics = ControlTopics.for_source(settings.source, namespace)
-        self.transactional_id = f"{namespace}.{settings.source}.coordinator"
+        self.transactional_id = coordinator_transactional_id(namespace, settings.source)
         self.tick_interval_ms = tick_interval_ms
         self.commit_interval_ms = commit_interval_ms
         self.liveness_interval_ms = liveness_interval_ms

@@ -88,6 +88,11 @@ class DefinitionMismatchError(ConfigError):
         super().__init__("source definition", mismatch_message(source, who, committed, given))
 
 
+class DefinitionRefusedError(RuntimeError):
+    """The coordinator refused this reader's registration: it brings another definition of
+    the source (the message says what differs). Final: the process stops."""
+
+
 def mismatch_message(source: str, who: str, committed: SourceDefinition, given: SourceDefinition) -> str:
     """What a person reads when ``who`` is refused: what differs and the two ways out."""
     lines = "; ".join(committed.differences(given))

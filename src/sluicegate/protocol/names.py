@@ -31,3 +31,9 @@ def _validate(name: object, setting: str, what: str) -> str:
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ConfigError(setting, f"{name!r} is not a valid {what}: use {_RULE} ({NAME_PATTERN.pattern})")
     return name
+
+
+def coordinator_transactional_id(namespace: str, source: str) -> str:
+    """The one transactional id of a source's coordinators: a new holder fences the old one
+    (a takeover, or ``sluicegate source redefine``)."""
+    return f"{namespace}.{source}.coordinator"

@@ -51,7 +51,7 @@ from sluicegate.kafka.clients import control_consumer, transactional_producer
 from sluicegate.kafka.compacted import read_latest_value
 from sluicegate.kafka.control_channel import KafkaControlChannel
 from sluicegate.protocol.codec import encode, encode_key
-from sluicegate.protocol.definition import SourceDefinition
+from sluicegate.protocol.definition import DefinitionRefusedError, SourceDefinition
 from sluicegate.protocol.messages import Body, ReaderLeaving
 from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.protocol.topics import ControlTopics
@@ -226,7 +226,7 @@ class ReaderHost:
                     return await self._main_loop()
                 except ReaderTakenOver as exc:
                     await self._after_producer_fenced(exc)
-        except ConfigError as exc:
+        except (ConfigError, DefinitionRefusedError) as exc:
             log.error("%s", exc)
             return EXIT_CONFIG
         except NoFreeSlot as exc:
@@ -480,7 +480,7 @@ class ReaderHost:
             raise ReaderSuperseded(session.superseded.describe(self.settings.source, self.subtask))
         elif outcome is Disposition.REFUSED:
             if session.refused is not None and session.refused.final:
-                raise ConfigError("source definition", session.refused.reason)
+                raise DefinitionRefusedError(session.refused.reason)
             await asyncio.sleep(1.0)  # a holder that may be gone soon: retry
         return True
 
