@@ -34,11 +34,13 @@ def procs(tmp_path: Path, kafka_bootstrap: str) -> Iterator[ProcessGroup]:
     group.stop_all()
 
 
-def _query(spark: Any, source: str, bootstrap: str, name: str, checkpoint: Path) -> Any:
+def _query(
+    spark: Any, source: str, bootstrap: str, name: str, checkpoint: Path, options: dict[str, str] = OPTIONS
+) -> Any:
     reader = spark.readStream.format("sluicegate").option("source", source).option("parallelism", "2")
     reader = reader.option("kafka.bootstrap.servers", bootstrap).option("sessionTimeoutMs", "3000")
     reader = reader.option("maxRecordsPerTrigger", "5000")
-    for key, value in OPTIONS.items():
+    for key, value in options.items():
         reader = reader.option(f"option.{key}", value)
     return (
         reader.load()
@@ -87,6 +89,17 @@ def test_a_second_query_on_one_source_fails_at_start_and_the_first_runs_on(
         fences = [m for m in after[len(before) :] if m["type"] == "SplitsReleased" and m["body"]["failed_attempt"]]
         assert not fences, fences
         assert any(m["type"] == "RegistrationRefused" for m in after[len(before) :])
+
+        # a query that brings another definition of the source fails at once, naming the option
+        other = {**OPTIONS, "records_per_split": "5"}
+        started = time.monotonic()
+        third = _query(spark, unique_source, kafka_bootstrap, "third", tmp_path / "cp-3", other)
+        with pytest.raises(StreamingQueryException) as failure:
+            third.awaitTermination(60)
+        error = " ".join(str(failure.value).split())
+        assert "option records_per_split: 10000000 (source) vs 5 (given)" in error, error
+        assert time.monotonic() - started < 30, "the refusal took longer than a start"
+        assert first.isActive and first.exception() is None
     finally:
         for query in (first, second):
             if query is not None and query.isActive:
