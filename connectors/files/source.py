@@ -21,6 +21,7 @@ from sluicegate.api import (
     SupportsPositionRanges,
     SupportsSplitReassignmentOnRecovery,
 )
+from sluicegate.api.assigners import ASSIGNMENT_OPTIONS
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.ranges import SkippedInput
 
@@ -40,7 +41,7 @@ class FileSource(
     SupportsSplitReassignmentOnRecovery,
     SupportsPositionRanges[FileSplit],
 ):
-    LOCAL_OPTIONS = ("storage.",)  # fsspec arguments: endpoints and credentials
+    LOCAL_OPTIONS = ("storage.", *ASSIGNMENT_OPTIONS)  # fsspec arguments: endpoints and credentials
     reads_splits_in_order = True  # a Parquet row group is decoded whole: no thin slices of every file
 
     def __init__(self, options: FileOptions) -> None:

@@ -20,6 +20,7 @@ from sluicegate.api import (
     SupportsPositionRanges,
     SupportsSplitReassignmentOnRecovery,
 )
+from sluicegate.api.assigners import ASSIGNMENT_OPTIONS
 
 from .cluster import DataCluster
 from .enumerator import KafkaEnumerator
@@ -36,7 +37,7 @@ class KafkaSource(
 ):
     # How to reach the data cluster (its address may differ between networks, each process
     # has its own principal) and how long an executor waits: not what the source reads.
-    LOCAL_OPTIONS = ("kafka.", "bootstrap_servers", "poll_timeout_ms")
+    LOCAL_OPTIONS = ("kafka.", "bootstrap_servers", "poll_timeout_ms", *ASSIGNMENT_OPTIONS)
     DEFINITION_DEFAULTS = {
         "starting_offsets": "earliest",
         "stopping_offsets": "none",

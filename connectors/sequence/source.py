@@ -53,6 +53,7 @@ from sluicegate.api import (
 )
 from sluicegate.api.assigners import (
     ASSIGNER_OPTION,
+    ASSIGNMENT_OPTIONS,
     GRACE_OPTION,
     REBALANCE_OPTION,
     FairShareAssigner,
@@ -217,8 +218,8 @@ class StallClock:
 
 
 class SequenceSource(Source[SequenceSplit], SupportsSplitReassignmentOnRecovery, SupportsPositionRanges[SequenceSplit]):
-    # A reader's throttle and stalls change when records come, not which
-    LOCAL_OPTIONS = ("rate", "stall_split", "stall_at", "stall_ms")
+    # A reader's throttle and stalls change when records come, not which; assignment, who reads them
+    LOCAL_OPTIONS = ("rate", "stall_split", "stall_at", "stall_ms", *ASSIGNMENT_OPTIONS)
 
     def __init__(self, options: SequenceOptions) -> None:
         self.options = options

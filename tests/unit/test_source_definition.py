@@ -30,6 +30,10 @@ def test_local_options_are_not_part_of_the_definition() -> None:
     assert SourceDefinition.of("sequence", {"splits": "8", "rate": "4000"}) == SourceDefinition.of(
         "sequence", {"splits": "8"}
     )
+    # assignment decides who reads a split, not what is read: readers need not repeat it
+    assert SourceDefinition.of("sequence", {"splits": "8", "assigner": "sticky", "assignment_grace_ms": "1"}) == (
+        SourceDefinition.of("sequence", {"splits": "8"})
+    )
     assert "storage.secret" not in SourceDefinition.of("files", {"path": "/x", "storage.secret": "s"}).options
 
 

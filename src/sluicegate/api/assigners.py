@@ -67,6 +67,9 @@ for all of them moves each split once instead of once per registration."""
 ASSIGNER_OPTION = "assigner"
 GRACE_OPTION = "assignment_grace_ms"
 REBALANCE_OPTION = "assignment_rebalance"
+ASSIGNMENT_OPTIONS = (ASSIGNER_OPTION, GRACE_OPTION, REBALANCE_OPTION)
+"""They decide who reads a split, not what is read: a connector names them in its
+``Source.LOCAL_OPTIONS`` (readers need not repeat them)."""
 """``true`` (default) or ``false``: whether splits move when readers join or leave."""
 
 
