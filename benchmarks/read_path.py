@@ -33,7 +33,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kafka_clients import bench_broker, default_topic, fill_topic, topic_counts
-
 from sluicegate_connectors.kafka.options import KafkaOptions
 from sluicegate_connectors.kafka.ranges import RangeReader
 from sluicegate_connectors.kafka.read_path import RangeConsumer, native_available, new_range_consumer
