@@ -14,10 +14,12 @@ each path's own consumer (made once, as the executor's shared consumer is):
 - ``native-poll``: ``sluicegate_native`` with the rdkafka crate's ``BaseConsumer::poll``,
   one message per call (a prototype kept for this comparison).
 
-The paths take turns (python, native-batch, native-poll, python, ...) ``--repeats`` times;
-each figure is the median. The topic is kafka_clients.py's (``fill_topic``), reused while it
-holds exactly those records; without ``--bootstrap-servers`` it is on the kept local broker
-of ``<cache root>/bench-broker``. Exit code 1 if a path reads a different number of rows.
+Each figure: rows/s (wall clock) and the process's CPU seconds per million rows
+(librdkafka's threads included), which a busy machine disturbs less, the median of
+``--repeats`` runs; the paths take turns (python, native-batch, native-poll, python, ...).
+The topic is kafka_clients.py's (``fill_topic``), reused while it holds exactly those
+records; without ``--bootstrap-servers`` it is on the kept local broker of
+``<cache root>/bench-broker``. Exit code 1 if a path reads a different number of rows.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def main() -> int:
     if len(paths) < len(args.paths):
         print("sluicegate_native is not built: native paths skipped (make install)", flush=True)
     failed = False
-    for bootstrap in bench_broker(args.bootstrap_servers):
+    with bench_broker(args.bootstrap_servers) as bootstrap:
         for partitions in args.partitions:
             topic = default_topic(args.records, partitions)
             fill_topic(bootstrap, topic, args.records, partitions)
@@ -77,12 +79,14 @@ def main() -> int:
             config: dict[str, Any] = {"fetch.wait.max.ms": 10, **options.consumer_config()}
             consumers: dict[str, RangeConsumer] = {p: new_range_consumer(config, *PATHS[p]) for p in paths}
             times: dict[str, list[float]] = {p: [] for p in paths}
+            cpu: dict[str, list[float]] = {p: [] for p in paths}
             for _round in range(args.repeats):
                 for path in paths:
                     reader = RangeReader(options, headers=not args.no_headers, consumer=consumers[path])
-                    began = time.perf_counter()
+                    began, began_cpu = time.perf_counter(), time.process_time()
                     rows, _size = read_all(reader, topic, ends, args.max_rows, not args.no_headers)
                     seconds = time.perf_counter() - began
+                    cpu[path].append(time.process_time() - began_cpu)
                     if rows != args.records:
                         print(f"  {path}: read {rows:,} rows, expected {args.records:,}", flush=True)
                         failed = True
@@ -93,7 +97,12 @@ def main() -> int:
                 median = statistics.median(times[path])
                 ratio = f"  x{base / median:.1f} python" if base else ""
                 runs = ", ".join(f"{args.records / t / 1e6:.2f}" for t in times[path])
-                print(f"  {path:13s} {args.records / median / 1e6:6.2f} M rows/s  (runs: {runs}){ratio}", flush=True)
+                per_m = statistics.median(cpu[path]) / (args.records / 1e6)
+                print(
+                    f"  {path:13s} {args.records / median / 1e6:6.2f} M rows/s  {per_m:5.2f} CPU s per M rows"
+                    f"  (runs: {runs}){ratio}",
+                    flush=True,
+                )
     return 1 if failed else 0
 
 

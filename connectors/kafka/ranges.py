@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from .cluster import DataCluster, TopicPartitionKey
 from .options import KafkaOptions
-from .read_path import Event, RangeConsumer, new_range_consumer, read_path
+from .read_path import PYTHON_ONLY, Event, RangeConsumer, new_range_consumer, read_path
 from .reader import DataLossError
 from .split import KafkaPartitionSplit
 
@@ -73,7 +73,7 @@ def shared_consumer(options: KafkaOptions) -> RangeConsumer:
     at every switch to another range (unless the user set it)."""
     path = read_path()
     config = {"fetch.wait.max.ms": 10, **options.consumer_config()}
-    key = (path, tuple(sorted((k, str(v)) for k, v in config.items() if not callable(v))))
+    key = (path, tuple(sorted((k, str(v)) for k, v in config.items() if k not in PYTHON_ONLY and not callable(v))))
     with _CONSUMERS_LOCK:
         consumer = _CONSUMERS.get(key)
         if consumer is None:

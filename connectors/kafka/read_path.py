@@ -96,11 +96,15 @@ def read_path() -> str:
         return path
 
 
+PYTHON_ONLY = frozenset({"logger", "error_cb", "throttle_cb", "stats_cb", "oauth_cb", "on_commit"})
+"""confluent-kafka's settings that take Python objects: not librdkafka's."""
+
+
 def native_config(config: dict[str, Any]) -> list[tuple[str, str]]:
-    """librdkafka settings as strings; callables (``logger``, ``error_cb``) dropped."""
+    """librdkafka settings as strings; confluent-kafka's Python-object settings dropped."""
     out = []
     for key, value in sorted(config.items()):
-        if callable(value):
+        if key in PYTHON_ONLY or callable(value):
             continue
         out.append((key, ("true" if value else "false") if isinstance(value, bool) else str(value)))
     return out
