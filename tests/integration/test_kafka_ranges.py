@@ -193,8 +193,8 @@ def test_data_loss_fails_or_is_skipped_and_counted(kafka_bootstrap: str, read_pa
     for i in range(30):
         producer.produce(topic, value=f"{i}".encode(), partition=0)
     producer.flush(30)
-    deleted = AdminClient({"bootstrap.servers": kafka_bootstrap}).delete_records([TopicPartition(topic, 0, 12)])
-    for future in deleted.values():
+    client = AdminClient({"bootstrap.servers": kafka_bootstrap})  # kept: its futures end with it
+    for future in client.delete_records([TopicPartition(topic, 0, 12)]).values():
         future.result(30)
     make = make_reader(read_path)
 
