@@ -119,7 +119,10 @@ impl Builders {
     fn new(capacity: usize, with_headers: bool) -> Self {
         let structs = StructBuilder::new(
             header_fields(),
-            vec![Box::new(StringBuilder::new()), Box::new(BinaryBuilder::new())],
+            vec![
+                Box::new(StringBuilder::new()),
+                Box::new(BinaryBuilder::new()),
+            ],
         );
         Builders {
             key: BinaryBuilder::with_capacity(capacity, capacity * 16),
@@ -190,7 +193,10 @@ impl Builders {
             {
                 break;
             }
-            self.header(CStr::from_ptr(name).to_bytes(), bytes(value as *mut c_void, size));
+            self.header(
+                CStr::from_ptr(name).to_bytes(),
+                bytes(value as *mut c_void, size),
+            );
             idx += 1;
         }
         self.headers.append(true);
@@ -241,7 +247,11 @@ unsafe fn bytes<'a>(data: *mut c_void, len: usize) -> Option<&'a [u8]> {
 }
 
 fn err_name(code: rd::rd_kafka_resp_err_t) -> String {
-    unsafe { CStr::from_ptr(rd::rd_kafka_err2str(code)).to_string_lossy().into_owned() }
+    unsafe {
+        CStr::from_ptr(rd::rd_kafka_err2str(code))
+            .to_string_lossy()
+            .into_owned()
+    }
 }
 
 fn cstring(text: &str) -> PyResult<CString> {
@@ -375,11 +385,18 @@ impl NativeRangeConsumer {
                 let mut errstr = [0 as c_char; 512];
                 for (k, v) in &config {
                     let (ck, cv) = (cstring(k)?, cstring(v)?);
-                    if rd::rd_kafka_conf_set(conf, ck.as_ptr(), cv.as_ptr(), errstr.as_mut_ptr(), 512)
-                        != rd::rd_kafka_conf_res_t::RD_KAFKA_CONF_OK
+                    if rd::rd_kafka_conf_set(
+                        conf,
+                        ck.as_ptr(),
+                        cv.as_ptr(),
+                        errstr.as_mut_ptr(),
+                        512,
+                    ) != rd::rd_kafka_conf_res_t::RD_KAFKA_CONF_OK
                     {
                         rd::rd_kafka_conf_destroy(conf);
-                        let e = CStr::from_ptr(errstr.as_ptr()).to_string_lossy().into_owned();
+                        let e = CStr::from_ptr(errstr.as_ptr())
+                            .to_string_lossy()
+                            .into_owned();
                         return Err(PyValueError::new_err(e));
                     }
                 }
@@ -394,7 +411,9 @@ impl NativeRangeConsumer {
                 );
                 if rk.is_null() {
                     rd::rd_kafka_conf_destroy(conf);
-                    let e = CStr::from_ptr(errstr.as_ptr()).to_string_lossy().into_owned();
+                    let e = CStr::from_ptr(errstr.as_ptr())
+                        .to_string_lossy()
+                        .into_owned();
                     return Err(PyRuntimeError::new_err(e));
                 }
                 rd::rd_kafka_poll_set_consumer(rk);
@@ -406,11 +425,21 @@ impl NativeRangeConsumer {
                 for (k, v) in &config {
                     cc.set(k, v);
                 }
-                Backend::Poll(cc.create().map_err(|e| PyRuntimeError::new_err(e.to_string()))?)
+                Backend::Poll(
+                    cc.create()
+                        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
+                )
             }
-            other => return Err(PyValueError::new_err(format!("mode must be batch or poll, got {other:?}"))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "mode must be batch or poll, got {other:?}"
+                )))
+            }
         };
-        Ok(NativeRangeConsumer { backend, pending: Mutex::new(VecDeque::new()) })
+        Ok(NativeRangeConsumer {
+            backend,
+            pending: Mutex::new(VecDeque::new()),
+        })
     }
 
     /// Read ``partition`` of ``topic`` from ``offset`` on (the only assignment).
@@ -426,7 +455,10 @@ impl NativeRangeConsumer {
             err
         };
         if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return Err(PyRuntimeError::new_err(format!("assign {topic}-{partition}: {}", err_name(err))));
+            return Err(PyRuntimeError::new_err(format!(
+                "assign {topic}-{partition}: {}",
+                err_name(err)
+            )));
         }
         Ok(())
     }
@@ -435,13 +467,22 @@ impl NativeRangeConsumer {
         self.pending.lock().unwrap().clear();
         let err = unsafe { rd::rd_kafka_assign(self.rk(), ptr::null()) };
         if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return Err(PyRuntimeError::new_err(format!("unassign: {}", err_name(err))));
+            return Err(PyRuntimeError::new_err(format!(
+                "unassign: {}",
+                err_name(err)
+            )));
         }
         Ok(())
     }
 
     /// (low, high) watermarks of a partition, asked of the broker.
-    fn watermarks(&self, py: Python<'_>, topic: &str, partition: i32, timeout_ms: i32) -> PyResult<(i64, i64)> {
+    fn watermarks(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+        timeout_ms: i32,
+    ) -> PyResult<(i64, i64)> {
         let ctopic = cstring(topic)?;
         let rk = self.rk() as usize;
         let (err, low, high) = py.detach(|| unsafe {
@@ -457,7 +498,10 @@ impl NativeRangeConsumer {
             (err, low, high)
         });
         if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return Err(PyRuntimeError::new_err(format!("watermarks of {topic}-{partition}: {}", err_name(err))));
+            return Err(PyRuntimeError::new_err(format!(
+                "watermarks of {topic}-{partition}: {}",
+                err_name(err)
+            )));
         }
         Ok((low, high))
     }
@@ -490,7 +534,11 @@ impl NativeRangeConsumer {
                 Backend::Batch(h) => self.fill_batch(h, &mut b, &mut pos, end, max_rows, wait),
                 Backend::Poll(c) => Self::fill_poll(c, &mut b, &mut pos, end, max_rows, wait),
             };
-            let batch = if b.len() > 0 { Some(b.finish(topic, partition)) } else { None };
+            let batch = if b.len() > 0 {
+                Some(b.finish(topic, partition))
+            } else {
+                None
+            };
             (batch, pos, event)
         });
         let batch = match batch {
@@ -505,7 +553,9 @@ impl NativeRangeConsumer {
 fn sluicegate_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeRangeConsumer>()?;
     m.add("LIBRDKAFKA_VERSION", unsafe {
-        CStr::from_ptr(rd::rd_kafka_version_str()).to_string_lossy().into_owned()
+        CStr::from_ptr(rd::rd_kafka_version_str())
+            .to_string_lossy()
+            .into_owned()
     })?;
     Ok(())
 }
