@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install demo test unit lint kafka clean
+.PHONY: install native demo test unit lint kafka clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,7 +12,26 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-install: $(BIN)/.installed
+# The native Kafka range reader (native/, Rust): built into the venv when cargo is there,
+# incrementally (cargo's target dir is kept outside the clone, shared by every clone on
+# this machine). Without cargo, or if the build fails, one line says so and the kafka
+# connector reads with confluent-kafka: install never fails for it.
+NATIVE_TARGET ?= $(HOME)/.cache/sluicegate/native-target
+NATIVE_SRC := $(wildcard native/Cargo.toml native/Cargo.lock native/pyproject.toml native/*.pyi native/src/*.rs)
+
+$(VENV)/.native: $(BIN)/.installed $(NATIVE_SRC)
+	@if ! command -v cargo >/dev/null 2>&1; then \
+	  echo "native kafka reader: cargo not found, not built (the kafka connector reads with confluent-kafka)"; \
+	elif VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(NATIVE_TARGET) CARGO_BUILD_JOBS=2 \
+	     $(BIN)/maturin develop --release --manifest-path native/Cargo.toml > $(VENV)/native-build.log 2>&1; then \
+	  touch $@; echo "native kafka reader: built"; \
+	else \
+	  echo "native kafka reader: build failed, see $(VENV)/native-build.log (the kafka connector reads with confluent-kafka)"; \
+	fi
+
+native: $(VENV)/.native  ## the native kafka reader alone
+
+install: $(BIN)/.installed $(VENV)/.native
 
 kafka: install  ## resolve Apache Kafka from Maven Central into the cache (first run only)
 	$(BIN)/sluicegate broker fetch

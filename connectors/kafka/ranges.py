@@ -4,8 +4,9 @@ Executor side (``RangeReader``): a Spark executor reads ``[start, end)`` of one
 partition. Connecting is the expensive part, so each executor process keeps one
 consumer per data-cluster configuration and reuses it for every range it reads,
 as Spark's own Kafka source caches its consumers; a range only re-assigns the
-consumer to its partition and offset. Records go straight from librdkafka's
-messages into Arrow columns with the schema of Spark's Kafka source.
+consumer to its partition and offset. Records go from librdkafka's messages into
+Arrow columns with the schema of Spark's Kafka source, in native code where
+``sluicegate_native`` is built, else in Python (read_path.py chooses).
 
 Driver side (``PlanningView``): how far each partition can be read now (its last
 stable offset, fetched once per planning round for all partitions in one
@@ -22,19 +23,22 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from .cluster import DataCluster, TopicPartitionKey
 from .options import KafkaOptions
+from .read_path import PYTHON_ONLY, Event, RangeConsumer, new_range_consumer, read_path
 from .reader import DataLossError
 from .split import KafkaPartitionSplit
 
 log = logging.getLogger("sluicegate.connectors.kafka")
 
-_CONSUMERS: dict[tuple[tuple[str, Any], ...], Consumer] = {}
+_CONSUMERS: dict[tuple[str, tuple[tuple[str, str], ...]], RangeConsumer] = {}
 _CONSUMERS_LOCK = threading.Lock()
 TIMESTAMP_CACHE = 100_000
-CONSUME_CHUNK = 1_000
+FILL_WAIT_MS = 500
+"""How long one fill waits for a message before it hands back what it has (and the
+reader checks ``poll_timeout_ms``)."""
 PROBE_FETCH_WAIT_MS = 10
 """The probe's fetch.wait.max.ms. A probe re-assigns its consumer for every read, and a
 new partition's fetch waits for the fetch in flight, which the broker holds up to
@@ -60,66 +64,62 @@ def arrow_schema() -> Any:
     )
 
 
-def shared_consumer(options: KafkaOptions) -> Consumer:
-    """This process's consumer for the options' data cluster (created once).
+def shared_consumer(options: KafkaOptions) -> RangeConsumer:
+    """This process's range consumer for the options' data cluster (created once), on
+    this process's read path (``read_path.read_path()``: native or python).
 
     A range only asks for records that exist, so the broker need not hold a fetch
     open for more: librdkafka's default ``fetch.wait.max.ms`` (500 ms) would be paid
     at every switch to another range (unless the user set it)."""
+    path = read_path()
     config = {"fetch.wait.max.ms": 10, **options.consumer_config()}
-    key = tuple(sorted((k, str(v)) for k, v in config.items() if k not in ("logger", "error_cb")))
+    key = (path, tuple(sorted((k, str(v)) for k, v in config.items() if k not in PYTHON_ONLY and not callable(v))))
     with _CONSUMERS_LOCK:
         consumer = _CONSUMERS.get(key)
         if consumer is None:
-            consumer = Consumer(config)
+            consumer = new_range_consumer(config, path)
             _CONSUMERS[key] = consumer
         return consumer
 
 
 class RangeReader:
-    """Reads ``[start, end)`` of a partition with this process's shared consumer."""
+    """Reads ``[start, end)`` of a partition with this process's shared range consumer.
 
-    def __init__(self, options: KafkaOptions) -> None:
+    The policy of both read paths: what an event means (the partition's end, data loss, a
+    deleted topic) and how long to wait for records (``poll_timeout_ms``). ``headers=False``
+    leaves the headers column null (a query that does not use it)."""
+
+    def __init__(self, options: KafkaOptions, headers: bool = True, consumer: RangeConsumer | None = None) -> None:
         self.options = options
+        self.headers = headers
         self.records_lost = 0
+        self._consumer = consumer
+        """A range consumer of its own (tests, benchmarks); else the process's shared one."""
 
     def read(self, split: KafkaPartitionSplit, start: int, end: int, max_rows: int) -> Iterator[Any]:
         """Arrow record batches of at most ``max_rows`` rows, in offset order."""
-        import pyarrow as pa
-
-        schema = arrow_schema()
         if end <= start:
             return
-        consumer = shared_consumer(self.options)
-        consumer.assign([TopicPartition(split.topic, split.partition, start)])
+        consumer = self._consumer or shared_consumer(self.options)
+        consumer.assign(split.topic, split.partition, start)
         try:
             position = start
             waited_since = time.monotonic()
-            topic = pa.scalar(split.topic, pa.string())
-            partition = pa.scalar(split.partition, pa.int32())
-            rows: list[Message] = []
             while position < end:
-                # Small consume calls, joined into batches of max_rows: librdkafka hands out
-                # a few hundred messages at a time far faster than tens of thousands.
-                wanted = min(CONSUME_CHUNK, max_rows - len(rows), end - position)
-                messages = consumer.consume(num_messages=max(1, wanted), timeout=0.5)
-                for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        position = self._on_error(consumer, split, error, message, position, end)
-                        continue
-                    offset = message.offset()
-                    if offset >= end:
-                        position = end
-                        break
-                    rows.append(message)
-                    position = offset + 1
-                if messages:
+                batch, position, event = consumer.fill(
+                    split.topic, split.partition, position, end, max_rows, FILL_WAIT_MS, self.headers
+                )
+                if batch is not None or event is not None:
                     waited_since = time.monotonic()
-                if len(rows) >= max_rows or (rows and position >= end):
-                    yield _batch(rows, topic, partition, schema)
-                    rows = []
-                elif position < end and time.monotonic() - waited_since > self.options.poll_timeout_ms / 1000:
+                if batch is not None:
+                    yield batch
+                if event is not None:
+                    position = self._on_event(consumer, split, event, position, end)
+                elif (
+                    batch is None
+                    and position < end
+                    and time.monotonic() - waited_since > self.options.poll_timeout_ms / 1000
+                ):
                     raise TimeoutError(
                         f"{split.split_id}: no records for {self.options.poll_timeout_ms} ms while reading offsets "
                         f"{position}..{end - 1} from {self.options.bootstrap_servers} (poll_timeout_ms)"
@@ -127,26 +127,18 @@ class RangeReader:
         finally:
             consumer.unassign()
 
-    def _on_error(
-        self,
-        consumer: Consumer,
-        split: KafkaPartitionSplit,
-        error: KafkaError,
-        message: Message,
-        position: int,
-        end: int,
+    def _on_event(
+        self, consumer: RangeConsumer, split: KafkaPartitionSplit, event: Event, position: int, end: int
     ) -> int:
-        code = error.code()
+        code, text, offset = event
         if code == KafkaError._PARTITION_EOF:
             # the end of the partition: a range ends at a last stable offset, so what is left
             # below ``end`` are transaction markers, never records
-            return end if message.offset() >= end else position
+            return end if offset >= end else position
         if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-            low, _high = consumer.get_watermark_offsets(
-                TopicPartition(split.topic, split.partition), timeout=10.0, cached=False
-            )
+            low, _high = consumer.watermarks(split.topic, split.partition, 10_000)
             if low <= position:
-                raise RuntimeError(f"{split.split_id}: offset {position} is out of range: {error.str()}")
+                raise RuntimeError(f"{split.split_id}: offset {position} is out of range: {text}")
             if self.options.fail_on_data_loss:
                 raise DataLossError(split.topic, split.partition, position, low)
             skipped_to = int(min(low, end))
@@ -158,37 +150,12 @@ class RangeReader:
                 skipped_to - 1,
             )
             if skipped_to < end:
-                consumer.seek(TopicPartition(split.topic, split.partition, skipped_to))
+                consumer.assign(split.topic, split.partition, skipped_to)
             return skipped_to
         if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            raise RuntimeError(f"{split.split_id}: {error.str()} (was the topic deleted?)")
-        log.warning("%s: %s", split.split_id, error.str())
+            raise RuntimeError(f"{split.split_id}: {text} (was the topic deleted?)")
+        log.warning("%s: %s", split.split_id, text)
         return position
-
-
-def _batch(rows: list[Message], topic: Any, partition: Any, schema: Any) -> Any:
-    import pyarrow as pa
-
-    n = len(rows)
-    stamps = [m.timestamp() for m in rows]
-    timestamps = pa.array([t[1] * 1000 for t in stamps], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-    kinds = pa.array([1 if t[0] == 2 else 0 for t in stamps], pa.int32())
-    headers = [m.headers() for m in rows]
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([m.key() for m in rows], pa.binary()),
-            pa.array([m.value() for m in rows], pa.binary()),
-            pa.repeat(topic, n),
-            pa.repeat(partition, n),
-            pa.array([m.offset() for m in rows], pa.int64()),
-            timestamps,
-            kinds,
-            pa.array(headers, schema.field("headers").type)
-            if any(headers)
-            else pa.nulls(n, schema.field("headers").type),
-        ],
-        schema=schema,
-    )
 
 
 class PlanningView:

@@ -25,8 +25,12 @@ topic (module fixture); each reads it as a source of its own:
    record once.
 
 Tests 2 and 3 read the first half of each partition (``stopping_offsets`` as a JSON
-map). The query writes to a Parquet file sink (exactly once through its log), read back
-with pyarrow from the files that log committed; test 4 uses the memory sink.
+map). Test 2's queries (a process of their own) read with the confluent-kafka read path
+(``SLUICEGATE_KAFKA_READ_PATH=python``), the others with the default one (the native
+reader where it is built): both read paths run under Spark, with no extra Spark run
+(tests/integration/test_kafka_ranges.py compares the two row by row). The query writes
+to a Parquet file sink (exactly once through its log), read back with pyarrow from the
+files that log committed; test 4 uses the memory sink.
 Each ends with the audit of the control topics.
 """
 
@@ -311,6 +315,8 @@ def assert_audit(bootstrap: str, source: str, splits: int, bounded: bool = True)
     return result
 
 
+PYTHON_READ_PATH = {"SLUICEGATE_KAFKA_READ_PATH": "python"}
+
 # -- fixtures and processes --------------------------------------------------------------
 
 
@@ -350,7 +356,9 @@ def start_job(procs: ProcessGroup, name: str, source: str, options: Mapping[str,
             [sys.executable, *args],
             stdout=handle,
             stderr=subprocess.STDOUT,
-            env=dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=procs.bootstrap, PYTHONUNBUFFERED="1"),
+            # the other read path than the in-process tests' default (native where it is built):
+            # both run under Spark without a second Spark run
+            env=dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=procs.bootstrap, PYTHONUNBUFFERED="1", **PYTHON_READ_PATH),
             start_new_session=True,
         )
     proc = Proc(name, popen, log_path, args)

@@ -1,0 +1,110 @@
+"""The kafka connector's range read paths, in one process, on the same topic: rows/s.
+
+    .venv/bin/python benchmarks/read_path.py                               # 2M records of 110 B, 1 and 4 partitions
+    .venv/bin/python benchmarks/read_path.py --records 2000000 --partitions 1 --repeats 3 \\
+        --bootstrap-servers 127.0.0.1:9092                                 # an existing broker
+
+What a Spark executor does in ``KafkaSource.read_arrow``: ``RangeReader.read`` of every
+partition of the topic from its first to its last offset, batches of ``--max-rows``, with
+each path's own consumer (made once, as the executor's shared consumer is):
+
+- ``python``: confluent-kafka ``consume()`` and Arrow columns built in Python;
+- ``native-batch``: ``sluicegate_native`` with ``rd_kafka_consume_batch_queue`` (the one
+  the connector uses);
+- ``native-poll``: ``sluicegate_native`` with the rdkafka crate's ``BaseConsumer::poll``,
+  one message per call (a prototype kept for this comparison).
+
+Each figure: rows/s (wall clock) and the process's CPU seconds per million rows
+(librdkafka's threads included), which a busy machine disturbs less, the median of
+``--repeats`` runs; the paths take turns (python, native-batch, native-poll, python, ...).
+The topic is kafka_clients.py's (``fill_topic``), reused while it holds exactly those
+records; without ``--bootstrap-servers`` it is on the kept local broker of
+``<cache root>/bench-broker``. Exit code 1 if a path reads a different number of rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kafka_clients import bench_broker, default_topic, fill_topic, topic_counts
+from sluicegate_connectors.kafka.options import KafkaOptions
+from sluicegate_connectors.kafka.ranges import RangeReader
+from sluicegate_connectors.kafka.read_path import RangeConsumer, native_available, new_range_consumer
+from sluicegate_connectors.kafka.split import KafkaPartitionSplit
+
+PATHS = {"python": ("python", "batch"), "native-batch": ("native", "batch"), "native-poll": ("native", "poll")}
+
+
+def read_all(
+    reader: RangeReader, topic: str, ends: dict[int, tuple[int, int]], max_rows: int, headers: bool
+) -> tuple[int, int]:
+    rows = size = 0
+    for partition, (low, high) in sorted(ends.items()):
+        split = KafkaPartitionSplit(topic, partition, low)
+        for batch in reader.read(split, low, high, max_rows):
+            rows += batch.num_rows
+            size += batch.column("value").nbytes
+    return rows, size
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-rows", type=int, default=100_000)
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
+    parser.add_argument("--no-headers", action="store_true", help="skip the headers column (nulls)")
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", ""))
+    args = parser.parse_args()
+    paths = [p for p in args.paths if PATHS[p][0] == "python" or native_available()]
+    if len(paths) < len(args.paths):
+        print("sluicegate_native is not built: native paths skipped (make install)", flush=True)
+    failed = False
+    with bench_broker(args.bootstrap_servers) as bootstrap:
+        for partitions in args.partitions:
+            topic = default_topic(args.records, partitions)
+            fill_topic(bootstrap, topic, args.records, partitions)
+            ends = topic_counts(bootstrap, topic)
+            assert ends is not None
+            options = KafkaOptions.parse({"topics": topic, "bootstrap_servers": bootstrap})
+            config: dict[str, Any] = {"fetch.wait.max.ms": 10, **options.consumer_config()}
+            consumers: dict[str, RangeConsumer] = {p: new_range_consumer(config, *PATHS[p]) for p in paths}
+            times: dict[str, list[float]] = {p: [] for p in paths}
+            cpu: dict[str, list[float]] = {p: [] for p in paths}
+            for _round in range(args.repeats):
+                for path in paths:
+                    reader = RangeReader(options, headers=not args.no_headers, consumer=consumers[path])
+                    began, began_cpu = time.perf_counter(), time.process_time()
+                    rows, _size = read_all(reader, topic, ends, args.max_rows, not args.no_headers)
+                    seconds = time.perf_counter() - began
+                    cpu[path].append(time.process_time() - began_cpu)
+                    if rows != args.records:
+                        print(f"  {path}: read {rows:,} rows, expected {args.records:,}", flush=True)
+                        failed = True
+                    times[path].append(seconds)
+            print(f"{args.records:,} records of 110 B, {partitions} partition(s), batches of {args.max_rows:,}:")
+            base = statistics.median(times["python"]) if "python" in times else None
+            for path in paths:
+                median = statistics.median(times[path])
+                ratio = f"  x{base / median:.1f} python" if base else ""
+                runs = ", ".join(f"{args.records / t / 1e6:.2f}" for t in times[path])
+                per_m = statistics.median(cpu[path]) / (args.records / 1e6)
+                print(
+                    f"  {path:13s} {args.records / median / 1e6:6.2f} M rows/s  {per_m:5.2f} CPU s per M rows"
+                    f"  (runs: {runs}){ratio}",
+                    flush=True,
+                )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""sluicegate's native Kafka range reader (native/src/lib.rs)."""
+
+from typing import Any
+
+LIBRDKAFKA_VERSION: str
+
+Event = tuple[int, str, int]
+"""librdkafka's error code (-191: partition EOF), its text, the message's offset (-1: unknown)."""
+
+class NativeRangeConsumer:
+    def __init__(self, config: list[tuple[str, str]], mode: str = "batch") -> None: ...
+    def assign(self, topic: str, partition: int, offset: int) -> None: ...
+    def unassign(self) -> None: ...
+    def watermarks(self, topic: str, partition: int, timeout_ms: int) -> tuple[int, int]: ...
+    def fill(
+        self,
+        topic: str,
+        partition: int,
+        position: int,
+        end: int,
+        max_rows: int,
+        wait_ms: int = 500,
+        headers: bool = True,
+    ) -> tuple[Any | None, int, Event | None]: ...
