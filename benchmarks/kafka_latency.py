@@ -63,7 +63,9 @@ from kafka_source import (
     NATIVE_TUNED_SIDE,
     READ_PATH_ENV,
     READ_PATHS,
+    REPO,
     RESULTS_DIR,
+    HelpFormatter,
     WorkerMemory,
     available_read_paths,
     kill_tree,
@@ -254,18 +256,20 @@ def _admin(bootstrap: str) -> Any:
 
     from sluicegate.kafka.security import current_security
 
-    return AdminClient({"bootstrap.servers": bootstrap, **current_security().librdkafka_config()})
+    return AdminClient({"bootstrap.servers": bootstrap, **current_security().librdkafka_config(), "log_level": 4})
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import NewTopic
 
-    _admin(bootstrap).create_topics([NewTopic(topic, partitions, 1)])[topic].result()
+    admin = _admin(bootstrap)  # held: the futures fail if the client is collected first
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result()
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:
     try:
-        _admin(bootstrap).delete_topics([topic])[topic].result()
+        admin = _admin(bootstrap)
+        admin.delete_topics([topic])[topic].result()
     except Exception as exc:  # best effort: a left-over topic only takes disk
         print(f"    (could not delete {topic}: {exc})", flush=True)
 
@@ -345,7 +349,8 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
             producer_max_behind_s=produced["max_behind_s"],
             data_batches=len(sizes),
             median_batch_rows=sorted(sizes)[len(sizes) // 2] if sizes else 0,
-            worker_rss_mb=memory.peak_total_mb,
+            worker_rss_mb=memory.worker_rss_mb,
+            workers_pss_mb=memory.workers_pss_mb,
         )
         want_sum = expected * (expected - 1) // 2
         problems = []
@@ -381,9 +386,9 @@ def fmt_ms(value: Any) -> str:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n\n")[0],
+        description=__doc__,
         epilog="See the module docstring and benchmarks/README.md for the method.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--rate", type=int, default=50_000, help="records/s the producer writes")
     parser.add_argument("--duration", type=float, default=120, help="seconds the producer writes, per side")
@@ -414,10 +419,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a librdkafka setting of sluicegate's consumers",
     )
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", ""))
+    parser.add_argument("--master", default="local[2]", help="Spark master of every query")
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", ""),
+        help="an existing broker (default: $KAFKA_BOOTSTRAP_SERVERS, else the kept local bench broker)",
+    )
     parser.add_argument("--timeout", type=float, default=300, help="seconds a query may lag behind the producer's end")
-    parser.add_argument("--results", default="", help=f"the results JSON (default: under {RESULTS_DIR})")
+    parser.add_argument(
+        "--results",
+        default="",
+        help=f"the results JSON (default: {RESULTS_DIR.relative_to(REPO)}/kafka-latency-<config>-<UTC time>.json)",
+    )
     parser.add_argument(
         "--plot",
         default=str(DEFAULT_PLOT.with_name("kafka-source-latency.png")),

@@ -104,7 +104,10 @@ NATIVE_TUNED: dict[str, str] = {
 ARROW_BATCH_ROWS = 65_536
 DEFAULT_PLOT = REPO / "docs" / "images" / "kafka-source-benchmark.png"
 RESULTS_DIR = REPO / "benchmarks" / "results"
-WORKER_CMDLINE = re.compile(r"pyspark[./](daemon|worker)|pyspark/(daemon|worker)\.py")
+#: PySpark's Python processes (by cmdline), and among them the executors' workers
+#: (Spark 4: ``python -m pyspark.daemon pyspark.worker`` and its forks).
+PYSPARK_CMDLINE = re.compile(r"pyspark[./]")
+EXECUTOR_WORKER_CMDLINE = re.compile(r"pyspark\.daemon( pyspark\.worker)?$|pyspark\.worker$")
 
 
 def sluicegate_side(path: str) -> str:
@@ -216,12 +219,20 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
 
 @dataclass
 class WorkerMemory:
-    """Peak RSS of the PySpark Python workers under one Spark driver process, sampled."""
+    """Peak memory of the PySpark Python processes under one Spark driver process, sampled.
 
-    peak_total_mb: float = 0.0
-    """The largest sum over the workers alive at one sample (forked workers share pages: an upper bound)."""
-    peak_process_mb: float = 0.0
-    """The largest single worker."""
+    Executor workers are the ``pyspark.daemon`` of ``pyspark.worker`` and the workers it
+    forks: they run the reads (a sluicegate ``DataSourceStreamReader.read``). The others are
+    the driver's helpers (data source lookup, planning, ``python_streaming_source_runner``).
+    Forked workers share pages, so sums are of PSS (each shared page counted once overall).
+    """
+
+    worker_rss_mb: float = 0.0
+    """The largest RSS of one executor worker at any sample: what a batch costs a worker."""
+    workers_pss_mb: float = 0.0
+    """The largest sum of PSS over the executor workers (with their daemon) at one sample."""
+    all_pss_mb: float = 0.0
+    """The largest sum of PSS over every PySpark Python process at one sample."""
     max_workers: int = 0
     samples: int = 0
 
@@ -232,18 +243,27 @@ class WorkerMemory:
             procs = psutil.Process(root_pid).children(recursive=True)
         except psutil.Error:
             return
-        sizes = []
+        worker_rss, worker_pss, all_pss = [], 0.0, 0.0
         for proc in procs:
             try:
-                if WORKER_CMDLINE.search(" ".join(proc.cmdline())):
-                    sizes.append(proc.memory_info().rss / 1e6)
+                cmdline = " ".join(proc.cmdline())
+                if not PYSPARK_CMDLINE.search(cmdline):
+                    continue
+                info = proc.memory_full_info()
             except psutil.Error:
                 continue
+            pss = float(getattr(info, "pss", info.rss)) / 1e6
+            all_pss += pss
+            if EXECUTOR_WORKER_CMDLINE.search(cmdline):
+                worker_pss += pss
+                if proc.parent() is not None and EXECUTOR_WORKER_CMDLINE.search(" ".join(proc.parent().cmdline())):
+                    worker_rss.append(info.rss / 1e6)  # a forked worker, not the daemon
         self.samples += 1
-        if sizes:
-            self.peak_total_mb = max(self.peak_total_mb, sum(sizes))
-            self.peak_process_mb = max(self.peak_process_mb, max(sizes))
-            self.max_workers = max(self.max_workers, len(sizes))
+        self.all_pss_mb = max(self.all_pss_mb, all_pss)
+        self.workers_pss_mb = max(self.workers_pss_mb, worker_pss)
+        if worker_rss:
+            self.worker_rss_mb = max(self.worker_rss_mb, max(worker_rss))
+            self.max_workers = max(self.max_workers, len(worker_rss))
 
 
 def run_sampled(
@@ -373,7 +393,8 @@ class Result:
     error: str = ""
     windows_ok: bool | None = None
     worker_rss_mb: float = 0.0
-    worker_rss_max_process_mb: float = 0.0
+    workers_pss_mb: float = 0.0
+    pyspark_pss_mb: float = 0.0
     workers: int = 0
 
     @property
@@ -457,8 +478,8 @@ def run_one(
         code, memory = run_sampled(
             [sys.executable, __file__, "--child", json.dumps(spec)], env, stderr_log, args.timeout + 120
         )
-        res.worker_rss_mb, res.worker_rss_max_process_mb = memory.peak_total_mb, memory.peak_process_mb
-        res.workers = memory.max_workers
+        res.worker_rss_mb, res.workers_pss_mb = memory.worker_rss_mb, memory.workers_pss_mb
+        res.pyspark_pss_mb, res.workers = memory.all_pss_mb, memory.max_workers
         if code != 0 or not out.is_file():
             tail = "\n".join(stderr_log.read_text(errors="replace").splitlines()[-40:])
             res.error = f"the Spark process failed (exit {code}), {stderr_log}:\n{tail}"
@@ -477,8 +498,8 @@ def run_line(r: Result) -> str:
         return f"  -> {r.side} {r.job}: FAILED"
     steady = f"{r.steady_rate:,.0f} rows/s, {r.steady_mb:,.1f} MB/s steady" if r.steady_s > 0 else "no steady state"
     memory = (
-        f"; Python workers' peak RSS {r.worker_rss_mb:,.0f} MB "
-        f"({r.workers} processes, largest {r.worker_rss_max_process_mb:,.0f} MB)"
+        f"\n     executor Python workers: peak RSS {r.worker_rss_mb:,.0f} MB (largest of {r.workers}), "
+        f"{r.workers_pss_mb:,.0f} MB PSS together; all PySpark Python processes {r.pyspark_pss_mb:,.0f} MB PSS"
         if r.workers
         else ""
     )
@@ -559,12 +580,17 @@ def report(results: list[Result], summary: list[Summary], args: argparse.Namespa
                 print(f"{job}: {ours.side} = {', '.join(ratios)} (median steady rows/s)")
     sg_runs = [r for r in results if r.side.startswith("sluicegate-") and r.workers]
     if sg_runs:
-        peak = max(r.worker_rss_mb for r in sg_runs)
         print(
-            f"\nsluicegate Python workers' peak RSS: {peak:,.0f} MB at arrowBatchRows={args.arrow_batch_rows:,}, "
-            f"maxRecordsPerTrigger={args.max_per_trigger:,}, backlog {records:,} records "
-            f"({records * size / 1e6:,.0f} MB)"
+            f"\nmemory of sluicegate's executor Python workers, backlog {records:,} records "
+            f"({records * size / 1e6:,.0f} MB), "
+            f"maxRecordsPerTrigger={args.max_per_trigger:,} ({args.max_per_trigger * size / 1e6:,.0f} MB), "
+            f"arrowBatchRows={args.arrow_batch_rows:,}:"
         )
+        for r in sg_runs:
+            print(
+                f"  {r.side} {r.job} #{r.repetition + 1}: peak RSS of one worker {r.worker_rss_mb:,.0f} MB, "
+                f"workers together {r.workers_pss_mb:,.0f} MB PSS"
+            )
     print()
     ok = True
     for r in results:
@@ -690,16 +716,25 @@ def load_results(paths: Sequence[str]) -> list[dict[str, Any]]:
 # --- the command -------------------------------------------------------------------------------
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and the options' defaults where they say something."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in ("", [], None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n\n")[0],
+        description=__doc__,
         epilog=(
             "Sides: native-defaults, native-tuned (with "
             + ", ".join(f"{k}={v}" for k, v in NATIVE_TUNED.items())
             + "), sluicegate-python and, when sluicegate_native imports, sluicegate-native. "
             "See the module docstring and benchmarks/README.md for the method."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--records", type=int, default=10_000_000, help="records in the topic")
     parser.add_argument(
