@@ -12,9 +12,11 @@ kafka_source.py names them; ``--sides`` chooses), on the same settings:
    ``starting_offsets=earliest`` and no stopping offsets), ``trigger(processingTime="0
    seconds")``, into a ``foreachBatch`` sink;
 3. once the query has run its first trigger, a producer process (confluent-kafka,
-   ``linger.ms=5``, ``acks=all``) writes ``--rate`` records/s for ``--duration`` s (record
-   i: key ``%010d`` of i, partition i % P, ``--record-bytes`` of key + value), paced every
-   millisecond, CreateTime set by the producer when it hands the record to librdkafka;
+   ``linger.ms=5``, ``acks=all``) writes one warm-up record per partition and waits until
+   the query has read them (that first data batch starts the Python workers), then writes
+   ``--rate`` records/s for ``--duration`` s (record i: key ``%010d`` of i, partition
+   i % P, ``--record-bytes`` of key + value), paced every millisecond, CreateTime set by
+   librdkafka when the producer hands it the record;
 4. the sink, per micro-batch, collects the batch's ``unix_millis(timestamp)`` and keys as
    one Arrow table into the driver (``DataFrame.toArrow``), then reads the wall clock:
    each row's latency is that sink time minus its record timestamp. So a row counts as
@@ -24,8 +26,8 @@ kafka_source.py names them; ``--sides`` chooses), on the same settings:
    1 ms bins keyed by the record's second, so nothing per row is kept;
 5. the query stops once it has seen every produced record.
 
-Records of the first ``--warmup`` seconds are left out of the figures (they include starting
-the Python workers). Prints p50/p90/p99/max per side. Exit code 1 if a side did not see
+Records of the first ``--warmup`` seconds of the paced writing are left out of the figures
+too. Prints p50/p90/p99/max per side. Exit code 1 if a side did not see
 exactly the produced records (count, and the sum of their keys), or the producer fell
 behind its schedule by more than a second.
 
@@ -113,6 +115,18 @@ def producer(spec: dict[str, Any]) -> int:
         }
     )
     produce = prod.produce
+    # Warm-up: one record per partition (keys after the measured ones), then wait until the
+    # query has read them (its first data batch starts the Python workers).
+    for p in range(partitions):
+        key = b"%010d" % (total + p)
+        produce(topic, value=key + tail, key=key, partition=p, on_delivery=on_delivery)
+    prod.flush(30)
+    deadline = time.monotonic() + 300
+    while not Path(spec["go"]).exists():
+        if time.monotonic() > deadline:
+            print("    producer: the query did not read the warm-up records within 300 s", flush=True)
+            return 1
+        time.sleep(0.05)
     start_wall_ms = time.time() * 1000
     started = time.monotonic()
     i, behind, last_print = 0, 0.0, started
@@ -162,7 +176,7 @@ def child(spec: dict[str, Any]) -> int:
 
     from sluicegate.spark.job import spark_session
 
-    side, expected = spec["side"], int(spec["expected"])
+    side, expected, warmup_records = spec["side"], int(spec["expected"]), int(spec["warmup_records"])
     spark = spark_session(
         f"kafka-latency-{side}", spec["master"], quiet=True, extra_conf=spark_extra_conf(side, spec["read_path"])
     )
@@ -200,8 +214,12 @@ def child(spec: dict[str, Any]) -> int:
     started = time.monotonic()
     while query.lastProgress is None and query.isActive and time.monotonic() - started < 120:
         time.sleep(0.2)
-    Path(spec["ready"]).write_text("ready", encoding="utf-8")
+    Path(spec["started"]).write_text("started", encoding="utf-8")
     print(f"    {side}: query running ({time.monotonic() - started:.1f} s to its first trigger)", flush=True)
+    while state["rows"] < warmup_records and query.isActive and time.monotonic() - started < 300:
+        time.sleep(0.05)
+    Path(spec["ready"]).write_text("ready", encoding="utf-8")
+    print(f"    {side}: warm-up records read ({time.monotonic() - started:.1f} s after the start)", flush=True)
     deadline = time.monotonic() + spec["timeout"]
     last_print = time.monotonic()
     while state["rows"] < expected and query.isActive:
@@ -278,7 +296,8 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
     topic = f"sluicegate-latency-{stamp}-{side}-{secrets.token_hex(2)}"
     read_path = side.removeprefix("sluicegate-") if side.startswith("sluicegate-") else None
-    expected = int(args.rate * args.duration)
+    paced = int(args.rate * args.duration)
+    expected = paced + args.partitions  # and one warm-up record per partition
     result: dict[str, Any] = {"side": side, "topic": topic, "expected": expected, "ok": False, "error": ""}
     spec: dict[str, Any] = {
         "side": side,
@@ -293,7 +312,9 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
         "expected": expected,
         "timeout": args.duration + args.timeout,
         "out": str(workdir / f"latency-{side}.json"),
+        "started": str(workdir / f"started-{side}"),
         "ready": str(workdir / f"ready-{side}"),
+        "warmup_records": args.partitions,
         "source": "",
         "client_settings": parse_settings(args.client_setting),
         "native_settings": args.native_tuned if side == NATIVE_TUNED_SIDE else {},
@@ -306,6 +327,7 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
         "partitions": args.partitions,
         "value_bytes": args.value_bytes,
         "out": str(workdir / f"producer-{side}.json"),
+        "go": spec["ready"],
     }
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, PYTHONUNBUFFERED="1")
     env.pop(READ_PATH_ENV, None)
@@ -322,7 +344,7 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
         err = (workdir / f"spark-latency-{side}.log").open("wb")
         query = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)], env=env, stderr=err)
         deadline = time.monotonic() + 180
-        while not Path(spec["ready"]).exists():
+        while not Path(spec["started"]).exists():
             if query.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the query did not start; see {err.name}")
             time.sleep(0.2)
@@ -354,8 +376,8 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
         )
         want_sum = expected * (expected - 1) // 2
         problems = []
-        if produced["produced"] != expected or produced["undelivered"] or produced["errors"]:
-            problems.append(f"the producer wrote {produced['produced']:,} of {expected:,} ({produced['errors']})")
+        if produced["produced"] != paced or produced["undelivered"] or produced["errors"]:
+            problems.append(f"the producer wrote {produced['produced']:,} of {paced:,} ({produced['errors']})")
         if produced["max_behind_s"] > MAX_BEHIND_S:
             problems.append(f"the producer fell {produced['max_behind_s']:.1f} s behind its schedule")
         if got["rows"] != expected or got["key_sum"] != want_sum or got["bad_keys"]:
