@@ -649,7 +649,7 @@ def plot(datasets: Sequence[dict[str, Any]], path: Path) -> None:
                 ys.append(s["rows_per_s"] / 1e6)
                 lo.append((s["rows_per_s"] - s["rows_per_s_min"]) / 1e6)
                 hi.append((s["rows_per_s_max"] - s["rows_per_s"]) / 1e6)
-                notes.append(f"{s['rows_per_s'] / 1e6:.2f}M\n{s['mb_per_s']:.0f} MB/s")
+                notes.append(f"{_rate(s['rows_per_s'])}\n{s['mb_per_s']:,.1f} MB/s")
             bars = ax.bar(xs, ys, width, label=side, color=colors.get(side), yerr=[lo, hi], capsize=3)
             for bar, note in zip(bars, notes, strict=True):
                 ax.annotate(
@@ -707,6 +707,10 @@ def plot(datasets: Sequence[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     print(f"picture written to {path}", flush=True)
+
+
+def _rate(rows_per_s: float) -> str:
+    return f"{rows_per_s / 1e6:.2f}M" if rows_per_s >= 1e6 else f"{rows_per_s / 1e3:,.0f}k"
 
 
 def load_results(paths: Sequence[str]) -> list[dict[str, Any]]:
