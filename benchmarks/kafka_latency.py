@@ -72,6 +72,7 @@ from kafka_source import (
     available_read_paths,
     kill_tree,
     machine_info,
+    native_settings,
     parse_settings,
     plot,
     save_results,
@@ -317,7 +318,7 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
         "warmup_records": args.partitions,
         "source": "",
         "client_settings": parse_settings(args.client_setting),
-        "native_settings": args.native_tuned if side == NATIVE_TUNED_SIDE else {},
+        "native_settings": native_settings(side, args),
     }
     prod_spec = {
         "bootstrap": bootstrap,
@@ -466,6 +467,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--warmup must be shorter than --duration")
     args.value_bytes = args.record_bytes - KEY_BYTES
     args.native_tuned = {**NATIVE_TUNED, **parse_settings(args.tuned)}
+    args.variants = {}
     paths = available_read_paths()
     all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS)]
     if args.sides:

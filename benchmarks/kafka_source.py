@@ -114,6 +114,20 @@ def sluicegate_side(path: str) -> str:
     return f"sluicegate-{path}"
 
 
+def is_native(side: str) -> bool:
+    """Spark's own Kafka source: native-defaults, native-tuned, native-tuned+<variant>."""
+    return side.startswith("native-")
+
+
+def native_settings(side: str, args: argparse.Namespace) -> dict[str, str]:
+    """The reader options a native side adds to the common ones."""
+    if side == NATIVE_TUNED_SIDE:
+        return dict(args.native_tuned)
+    if side.startswith(NATIVE_TUNED_SIDE + "+"):
+        return {**args.native_tuned, **args.variants[side.split("+", 1)[1]]}
+    return {}
+
+
 def available_read_paths() -> list[str]:
     """``python``, and ``native`` when its module is importable in this interpreter."""
     return ["python", "native"] if importlib.util.find_spec(NATIVE_MODULE) is not None else ["python"]
@@ -138,7 +152,7 @@ def expected_windows(records: int, value_bytes: int = VALUE_BYTES) -> dict[int, 
 
 def spark_extra_conf(side: str, read_path: str | None) -> dict[str, str]:
     extra: dict[str, str] = {}
-    if side in NATIVE_SIDES:
+    if is_native(side):
         from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
 
         extra["spark.jars"] = ",".join(str(p) for p in ensure_spark_kafka_jars())
@@ -151,7 +165,7 @@ def stream_reader(spark: Any, spec: dict[str, Any]) -> Any:
     """``spark.readStream`` of ``spec``'s side over its topic (not loaded)."""
     side, bootstrap, topic = spec["side"], spec["bootstrap"], spec["topic"]
     limit = spec.get("max_per_trigger")
-    if side in NATIVE_SIDES:
+    if is_native(side):
         reader = (
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", bootstrap)
@@ -335,7 +349,7 @@ def child(spec: dict[str, Any]) -> int:
     )
     df = stream_reader(spark, spec).load()
     checkpoint = str(Path(spec["workdir"]) / f"checkpoint-{side}-{job}-{spec['run']}")
-    name = f"windows_{side.replace('-', '_')}"
+    name = "windows_" + re.sub(r"\W", "_", side)
     if job == "noop":
         writer = df.writeStream.format("noop")
     else:
@@ -463,7 +477,7 @@ def run_one(
         "out": str(out),
         "source": "",
         "client_settings": parse_settings(args.client_setting),
-        "native_settings": args.native_tuned if side == NATIVE_TUNED_SIDE else {},
+        "native_settings": native_settings(side, args),
     }
     try:
         if read_path is not None:
@@ -784,6 +798,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(e.g. kafka.receive.buffer.bytes=1048576), repeatable",
     )
     parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+        help="one more native side, native-tuned+LABEL: the tuned settings with these added or overridden, "
+        "run in turn with the others (to try a setting), repeatable",
+    )
+    parser.add_argument(
         "--client-setting",
         action="append",
         default=[],
@@ -822,6 +844,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--repetitions is at least 1")
     args.value_bytes = args.record_bytes - KEY_BYTES
     args.native_tuned = {**NATIVE_TUNED, **parse_settings(args.tuned)}
+    args.variants = {}
+    for text in args.variant:
+        label, _, pairs = text.partition(":")
+        settings = [kv.strip() for kv in pairs.split(",") if kv.strip()]
+        if not label or not settings or any("=" not in kv for kv in settings):
+            parser.error(f"--variant takes LABEL:KEY=VALUE[,KEY=VALUE], not {text!r}")
+        args.variants[label] = parse_settings(settings)
     paths = available_read_paths()
     all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS)]
     if args.sides:
@@ -832,6 +861,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error(f"sluicegate-native needs the module {NATIVE_MODULE}, which does not import here")
     else:
         args.sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in paths)]
+    variant_sides = [f"{NATIVE_TUNED_SIDE}+{label}" for label in args.variants]
+    native_end = max((i + 1 for i, s in enumerate(args.sides) if is_native(s)), default=0)
+    args.sides[native_end:native_end] = variant_sides
     args.jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     if set(args.jobs) - set(JOBS):
         parser.error(f"--jobs is a subset of {', '.join(JOBS)}")
@@ -852,11 +884,14 @@ def main() -> int:
     with bench_broker(args.bootstrap_servers) as bootstrap:
         print(f"Kafka {bootstrap}; work directory {workdir}; load average {machine['load_average'][0]:.1f}", flush=True)
         fill_topic(bootstrap, topic, args.records, args.partitions, args.value_bytes)
-        if any(s in NATIVE_SIDES for s in args.sides):
+        if any(is_native(s) for s in args.sides):
             from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
 
             print(f"Spark's Kafka source: {', '.join(p.name for p in ensure_spark_kafka_jars())}", flush=True)
         print(f"native-tuned: {', '.join(f'{k}={v}' for k, v in args.native_tuned.items())}", flush=True)
+        for label, settings in args.variants.items():
+            extra = ", ".join(f"{k}={v}" for k, v in settings.items())
+            print(f"{NATIVE_TUNED_SIDE}+{label}: native-tuned with {extra}", flush=True)
         if args.client_setting:
             print(f"sluicegate sides' librdkafka settings: {', '.join(args.client_setting)}", flush=True)
         paths = available_read_paths()
@@ -891,6 +926,7 @@ def main() -> int:
         "jobs": args.jobs,
         "sides": args.sides,
         "native_tuned": args.native_tuned,
+        "variants": args.variants,
         "client_settings": parse_settings(args.client_setting),
         "master": args.master,
     }
