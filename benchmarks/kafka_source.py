@@ -565,20 +565,21 @@ def report(results: list[Result], summary: list[Summary], args: argparse.Namespa
         f"{args.repetitions} repetition(s), median (min - max) of steady-state rows/s; "
         f"batch limit {args.max_per_trigger:,} records\n"
     )
+    w = max([18, *(len(s.side) for s in summary)])
     header = (
-        f"{'job':<9} {'side':<18} {'rows/s':>12} {'(min - max)':>25} {'MB/s':>8} "
+        f"{'job':<9} {'side':<{w}} {'rows/s':>12} {'(min - max)':>25} {'MB/s':>8} "
         f"{'seconds':>8} {'1st batch s':>11} {'worker RSS MB':>13}"
     )
     print(header)
     print("-" * len(header))
     for s in summary:
         if s.rows_per_s != s.rows_per_s:  # nan: no good run
-            print(f"{s.job:<9} {s.side:<18} {'FAILED':>12}")
+            print(f"{s.job:<9} {s.side:<{w}} {'FAILED':>12}")
             continue
         spread = f"({s.rows_per_s_min:,.0f} - {s.rows_per_s_max:,.0f})"
         rss = f"{s.worker_rss_mb:,.0f}" if s.worker_rss_mb else "-"
         print(
-            f"{s.job:<9} {s.side:<18} {s.rows_per_s:>12,.0f} {spread:>25} {s.mb_per_s:>8.1f} "
+            f"{s.job:<9} {s.side:<{w}} {s.rows_per_s:>12,.0f} {spread:>25} {s.mb_per_s:>8.1f} "
             f"{s.seconds:>8.1f} {s.first_batch_s:>11.1f} {rss:>13}"
         )
     print()
