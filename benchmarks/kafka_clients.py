@@ -117,9 +117,18 @@ def topic_counts(bootstrap: str, topic: str) -> dict[int, tuple[int, int]] | Non
         {"bootstrap.servers": bootstrap, **current_security().librdkafka_config(), "group.id": "sluicegate-bench-probe"}
     )
     try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(info.partitions)
-        }
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return {
+                    p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                    for p in sorted(info.partitions)
+                }
+            except Exception as exc:  # a broker just (re)started has no leaders yet for a while
+                if time.monotonic() > deadline:
+                    raise
+                print(f"  {topic}: {exc}; retrying", flush=True)
+                time.sleep(1)
     finally:
         consumer.close()
 
