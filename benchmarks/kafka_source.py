@@ -889,7 +889,8 @@ def main() -> int:
             from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
 
             print(f"Spark's Kafka source: {', '.join(p.name for p in ensure_spark_kafka_jars())}", flush=True)
-        print(f"native-tuned: {', '.join(f'{k}={v}' for k, v in args.native_tuned.items())}", flush=True)
+        if NATIVE_TUNED_SIDE in args.sides:
+            print(f"native-tuned: {', '.join(f'{k}={v}' for k, v in args.native_tuned.items())}", flush=True)
         for label, settings in args.variants.items():
             extra = ", ".join(f"{k}={v}" for k, v in settings.items())
             print(f"{NATIVE_TUNED_SIDE}+{label}: native-tuned with {extra}", flush=True)
