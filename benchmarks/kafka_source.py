@@ -629,12 +629,16 @@ def plot(datasets: Sequence[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    throughput = [d for d in datasets if d.get("kind") == "throughput"]
+    throughput = sorted(
+        (d for d in datasets if d.get("kind") == "throughput"),
+        key=lambda d: (d["config"]["partitions"], d["config"]["record_bytes"], d["config"]["records"]),
+    )
     latency = [d for d in datasets if d.get("kind") == "latency"]
     panels = (1 if throughput else 0) + (1 if latency else 0)
     if not panels:
         raise ValueError("nothing to plot: no throughput or latency results")
-    fig, axes = plt.subplots(panels, 1, figsize=(12, 5.2 * panels), squeeze=False)
+    bars = sum(len(d["config"]["jobs"]) * len(d["config"]["sides"]) for d in throughput)
+    fig, axes = plt.subplots(panels, 1, figsize=(max(12.0, 0.62 * bars + 2), 5.2 * panels), squeeze=False)
     colors = {
         NATIVE_DEFAULTS: "#9e9e9e",
         NATIVE_TUNED_SIDE: "#546e7a",
