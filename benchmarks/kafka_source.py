@@ -53,7 +53,7 @@ of ``<cache root>/bench-broker`` (as kafka_clients.py does).
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import os
 import re
@@ -129,8 +129,12 @@ def native_settings(side: str, args: argparse.Namespace) -> dict[str, str]:
 
 
 def available_read_paths() -> list[str]:
-    """``python``, and ``native`` when its module is importable in this interpreter."""
-    return ["python", "native"] if importlib.util.find_spec(NATIVE_MODULE) is not None else ["python"]
+    """``python``, and ``native`` when its module imports in this interpreter (the workers run it too)."""
+    try:
+        importlib.import_module(NATIVE_MODULE)
+    except ImportError:
+        return ["python"]
+    return ["python", "native"]
 
 
 def record_bytes(value_bytes: int) -> int:
