@@ -578,7 +578,7 @@ def report(results: list[Result], summary: list[Summary], args: argparse.Namespa
     print("-" * len(header))
     for s in summary:
         if s.rows_per_s != s.rows_per_s:  # nan: no good run
-            print(f"{s.job:<9} {s.side:<{w}} {'FAILED':>12}")
+            print(f"{s.job:<9} {s.side:<{w}} {'no steady state (one data batch)' if s.ok else 'FAILED':>12}")
             continue
         spread = f"({s.rows_per_s_min:,.0f} - {s.rows_per_s_max:,.0f})"
         rss = f"{s.worker_rss_mb:,.0f}" if s.worker_rss_mb else "-"
@@ -782,8 +782,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-per-trigger",
         type=int,
-        default=2_000_000,
-        help="the batch size: maxOffsetsPerTrigger (Spark's source) and maxRecordsPerTrigger (sluicegate)",
+        default=0,
+        help="the batch size: maxOffsetsPerTrigger (Spark's source) and maxRecordsPerTrigger (sluicegate); "
+        "default: a fifth of --records (2,000,000 for 10M), so every run has a steady state of 4 batches",
     )
     parser.add_argument(
         "--arrow-batch-rows",
@@ -851,6 +852,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--record-bytes is at least {2 * KEY_BYTES}")
     if args.repetitions < 1:
         parser.error("--repetitions is at least 1")
+    if args.max_per_trigger <= 0:
+        args.max_per_trigger = max(1, args.records // 5)
     args.value_bytes = args.record_bytes - KEY_BYTES
     args.native_tuned = {**NATIVE_TUNED, **parse_settings(args.tuned)}
     args.variants = {}
