@@ -511,13 +511,14 @@ def run_one(
             stop_process(coordinator)
 
 
-def run_line(r: Result) -> str:
+def run_line(r: Result, args: argparse.Namespace) -> str:
     if r.error and not r.rows:
         return f"  -> {r.side} {r.job}: FAILED"
     steady = f"{r.steady_rate:,.0f} rows/s, {r.steady_mb:,.1f} MB/s steady" if r.steady_s > 0 else "no steady state"
     memory = (
         f"\n     executor Python workers: peak RSS {r.worker_rss_mb:,.0f} MB (largest of {r.workers}), "
-        f"{r.workers_pss_mb:,.0f} MB PSS together; all PySpark Python processes {r.pyspark_pss_mb:,.0f} MB PSS"
+        f"{r.workers_pss_mb:,.0f} MB PSS together; all PySpark Python processes {r.pyspark_pss_mb:,.0f} MB PSS; "
+        f"maxRecordsPerTrigger {args.max_per_trigger:,}, arrowBatchRows {args.arrow_batch_rows:,}"
         if r.workers
         else ""
     )
@@ -596,7 +597,7 @@ def report(results: list[Result], summary: list[Summary], args: argparse.Namespa
                 if native and native.rows_per_s == native.rows_per_s and ours.rows_per_s == ours.rows_per_s:
                     ratios.append(f"{ours.rows_per_s / native.rows_per_s:.2f}x {base}")
             if ratios:
-                print(f"{job}: {ours.side} = {', '.join(ratios)} (median steady rows/s)")
+                print(f"{job}: {ours.side} = {', '.join(ratios)} (median steady rows/s, = MB/s ratio)")
     sg_runs = [r for r in results if r.side.startswith("sluicegate-") and r.workers]
     if sg_runs:
         print(
@@ -923,7 +924,7 @@ def main() -> int:
                     n += 1
                     print(f"\n[{n}/{total}] repetition {repetition + 1}: {side} / {job}", flush=True)
                     result = run_one(side, job, repetition, args, bootstrap, topic, workdir)
-                    print(run_line(result), flush=True)
+                    print(run_line(result, args), flush=True)
                     results.append(result)
     machine["load_average_end"] = list(os.getloadavg())
     summary = summaries(results, args.sides, args.jobs)
