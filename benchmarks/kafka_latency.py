@@ -560,7 +560,7 @@ def main() -> int:
     data = {"kind": "latency", "config": config, "machine": machine, "sides": results, "exit_code": code}
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     name = f"kafka-latency-{args.rate}ps-{args.record_bytes}b-{args.partitions}p-{stamp}.json"
-    save_results(data, Path(args.results) if args.results else RESULTS_DIR / name)
+    save_results(data, Path(args.results) if args.results else RESULTS_DIR / name, quiet=False)
     if args.plot:
         plot([data], Path(args.plot))
     if args.keep_logs or code != 0:

@@ -331,10 +331,11 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def save_results(data: dict[str, Any], path: Path) -> None:
+def save_results(data: dict[str, Any], path: Path, quiet: bool = True) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    print(f"results saved to {path}", flush=True)
+    if not quiet:
+        print(f"results saved to {path}", flush=True)
 
 
 # --- one run, in its own process ------------------------------------------------------------
@@ -883,6 +884,40 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _json_safe(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+
+
+def results_data(
+    args: argparse.Namespace, topic: str, machine: dict[str, Any], results: list[Result], code: int | None
+) -> dict[str, Any]:
+    """What --results holds: the configuration, the machine, the summary and every run (``code`` None: partial)."""
+    config = {
+        "records": args.records,
+        "record_bytes": args.record_bytes,
+        "partitions": args.partitions,
+        "topic": topic,
+        "repetitions": args.repetitions,
+        "max_per_trigger": args.max_per_trigger,
+        "arrow_batch_rows": args.arrow_batch_rows,
+        "jobs": args.jobs,
+        "sides": args.sides,
+        "native_tuned": args.native_tuned,
+        "variants": args.variants,
+        "client_settings": parse_settings(args.client_setting),
+        "master": args.master,
+    }
+    return {
+        "kind": "throughput",
+        "config": config,
+        "machine": machine,
+        "summary": [_json_safe(asdict(s)) for s in summaries(results, args.sides, args.jobs)],
+        "runs": [_json_safe({**asdict(r), "steady_rate": r.steady_rate, "steady_mb": r.steady_mb}) for r in results],
+        "complete": code is not None,
+        "exit_code": code,
+    }
+
+
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         return child(json.loads(sys.argv[2]))
@@ -894,6 +929,10 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="sluicegate-kafka-bench-"))
     machine = machine_info()
     results: list[Result] = []
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = f"kafka-source-{args.records}r-{args.record_bytes}b-{args.partitions}p-{stamp}.json"
+    results_path = Path(args.results) if args.results else RESULTS_DIR / name
+    print(f"results go to {results_path} (rewritten after every run)", flush=True)
     with bench_broker(args.bootstrap_servers) as bootstrap:
         print(f"Kafka {bootstrap}; work directory {workdir}; load average {machine['load_average'][0]:.1f}", flush=True)
         fill_topic(bootstrap, topic, args.records, args.partitions, args.value_bytes)
@@ -926,35 +965,12 @@ def main() -> int:
                     result = run_one(side, job, repetition, args, bootstrap, topic, workdir)
                     print(run_line(result, args), flush=True)
                     results.append(result)
+                    save_results(results_data(args, topic, machine, results, None), results_path)
     machine["load_average_end"] = list(os.getloadavg())
     summary = summaries(results, args.sides, args.jobs)
     code = report(results, summary, args)
-    config = {
-        "records": args.records,
-        "record_bytes": args.record_bytes,
-        "partitions": args.partitions,
-        "topic": topic,
-        "repetitions": args.repetitions,
-        "max_per_trigger": args.max_per_trigger,
-        "arrow_batch_rows": args.arrow_batch_rows,
-        "jobs": args.jobs,
-        "sides": args.sides,
-        "native_tuned": args.native_tuned,
-        "variants": args.variants,
-        "client_settings": parse_settings(args.client_setting),
-        "master": args.master,
-    }
-    data = {
-        "kind": "throughput",
-        "config": config,
-        "machine": machine,
-        "summary": [{k: (None if v != v else v) for k, v in asdict(s).items()} for s in summary],
-        "runs": [{**asdict(r), "steady_rate": r.steady_rate, "steady_mb": r.steady_mb} for r in results],
-        "exit_code": code,
-    }
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    name = f"kafka-source-{args.records}r-{args.record_bytes}b-{args.partitions}p-{stamp}.json"
-    save_results(data, Path(args.results) if args.results else RESULTS_DIR / name)
+    data = results_data(args, topic, machine, results, code)
+    save_results(data, results_path, quiet=False)
     if args.plot:
         plot([data], Path(args.plot))
     if args.keep_logs or code != 0:
