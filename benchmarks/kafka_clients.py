@@ -85,8 +85,18 @@ def record_timestamp_ms(i: int) -> int:
     return BASE_TS_MS + i // RECORDS_PER_MS
 
 
-def default_topic(records: int, partitions: int) -> str:
-    return f"sluicegate-bench-{records}r-{partitions}p-v1"
+def filler(value_bytes: int) -> bytes:
+    """The bytes after the 10-digit key in a value of ``value_bytes`` (``VALUE_BYTES`` by default)."""
+    if value_bytes < KEY_BYTES:
+        raise ValueError(f"a value holds its {KEY_BYTES}-digit key: at least {KEY_BYTES} bytes, not {value_bytes}")
+    unit = b"sluicegate-kafka-benchmark-"
+    return (unit * (value_bytes // len(unit) + 1))[: value_bytes - KEY_BYTES]
+
+
+def default_topic(records: int, partitions: int, value_bytes: int = VALUE_BYTES) -> str:
+    """The topic's name; 100-byte values keep the name the topics had before sizes were configurable."""
+    size = "" if value_bytes == VALUE_BYTES else f"-{KEY_BYTES + value_bytes}b"
+    return f"sluicegate-bench-{records}r-{partitions}p{size}-v1"
 
 
 def _admin(bootstrap: str) -> Any:
@@ -107,15 +117,28 @@ def topic_counts(bootstrap: str, topic: str) -> dict[int, tuple[int, int]] | Non
         {"bootstrap.servers": bootstrap, **current_security().librdkafka_config(), "group.id": "sluicegate-bench-probe"}
     )
     try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(info.partitions)
-        }
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return {
+                    p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                    for p in sorted(info.partitions)
+                }
+            except Exception as exc:  # a broker just (re)started has no leaders yet for a while
+                if time.monotonic() > deadline:
+                    raise
+                print(f"  {topic}: {exc}; retrying", flush=True)
+                time.sleep(1)
     finally:
         consumer.close()
 
 
-def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) -> None:
-    """Make ``topic`` hold exactly records 0..N-1 (see the module docstring), reusing it if it does."""
+def fill_topic(bootstrap: str, topic: str, records: int, partitions: int, value_bytes: int = VALUE_BYTES) -> None:
+    """Make ``topic`` hold exactly records 0..N-1 (see the module docstring), reusing it if it does.
+
+    ``value_bytes``: each value's size (its key's 10 digits, then filler); the topic's name
+    should say it (``default_topic``), as only the record counts are checked for reuse.
+    """
     from confluent_kafka import Producer
     from confluent_kafka.admin import NewTopic
 
@@ -164,19 +187,19 @@ def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) -> Non
             errors.append(str(err))
 
     print(
-        f"topic {topic}: writing {records:,} records of {KEY_BYTES} + {VALUE_BYTES} B over {partitions} partitions",
+        f"topic {topic}: writing {records:,} records of {KEY_BYTES} + {value_bytes} B over {partitions} partitions",
         flush=True,
     )
     started = last = time.monotonic()
     produce = producer.produce
-    filler = _FILLER
+    tail = filler(value_bytes)
     for i in range(records):
         key = b"%010d" % i
         while True:
             try:
                 produce(
                     topic,
-                    value=key + filler,
+                    value=key + tail,
                     key=key,
                     partition=i % partitions,
                     timestamp=BASE_TS_MS + i // RECORDS_PER_MS,
