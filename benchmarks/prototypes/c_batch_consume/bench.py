@@ -221,6 +221,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variant", default="wheel", choices=["wheel", "debian"], help="which librdkafka libscb uses")
     parser.add_argument("--bootstrap-servers", default="")
+    parser.add_argument(
+        "--drop-setting", action="append", default=[], help="a librdkafka setting the c reader leaves out (repeatable)"
+    )
     parser.add_argument("--shared-broker", action="store_true", help="kafka_clients.py's bench-broker, not our own")
     parser.add_argument("--only-check", action="store_true")
     parser.add_argument("--check-rows", type=int, default=300_000, help="rows compared per topic (partitions' starts)")
@@ -232,7 +235,7 @@ def main() -> int:
         def options_for(topic: str) -> KafkaOptions:
             return KafkaOptions.parse({"topics": topic, "bootstrap_servers": bootstrap})
 
-        creader = CRangeReader.for_options(options_for("unused"), args.variant)
+        creader = CRangeReader.for_options(options_for("unused"), args.variant, tuple(args.drop_setting))
         import confluent_kafka
 
         print(

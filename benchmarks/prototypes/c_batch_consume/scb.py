@@ -149,9 +149,11 @@ class CRangeReader:
         self.import_s = 0.0
 
     @classmethod
-    def for_options(cls, options: Any, variant: str = "wheel") -> CRangeReader:
-        """The consumer ``shared_consumer(options)`` would make (fetch.wait.max.ms=10 unless set)."""
-        return cls({"fetch.wait.max.ms": 10, **options.consumer_config()}, variant)
+    def for_options(cls, options: Any, variant: str = "wheel", drop: tuple[str, ...] = ()) -> CRangeReader:
+        """The consumer ``shared_consumer(options)`` would make (fetch.wait.max.ms=10 unless set),
+        less the ``drop`` settings (Debian's librdkafka 2.0.2 has no fetch.queue.backoff.ms)."""
+        config = {"fetch.wait.max.ms": 10, **options.consumer_config()}
+        return cls({k: v for k, v in config.items() if k not in drop}, variant)
 
     def breakdown(self) -> Breakdown:
         s = self.stats
