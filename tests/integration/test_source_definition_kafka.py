@@ -69,6 +69,17 @@ def assigned_topics(bootstrap: str, source: str) -> set[str]:
     }
 
 
+OLD = {"splits": "4", "records_per_split": "10"}
+NEW = {"splits": "4", "records_per_split": "20"}
+
+
+def redefine_args(source: str, options: dict[str, str]) -> list[str]:
+    args = ["source", "redefine", "--source", source, "--connector", "sequence"]
+    for key, value in options.items():
+        args += ["--option", f"{key}={value}"]
+    return args
+
+
 def refused_quickly(group: ProcessGroup, name: str, args: list[str]) -> str:
     started = time.monotonic()
     proc = group.run(name, args, timeout_s=REFUSED_WITHIN_S + 30)
@@ -167,49 +178,23 @@ def test_redefine_changes_the_source_on_purpose_and_the_audit_shows_it(
     source = unique_source
     group = ProcessGroup(tmp_path, kafka_bootstrap)
     try:
-        old = group.coordinator(source, 2, {"splits": "4", "records_per_split": "10"})
+        old = group.coordinator(source, 2, OLD)
         redefine = group.run(
             "redefine",
-            [
-                "source",
-                "redefine",
-                "--source",
-                source,
-                "--connector",
-                "sequence",
-                "--option",
-                "splits=4",
-                "--option",
-                "records_per_split=20",
-            ],
+            redefine_args(source, NEW),
         )
         assert redefine.returncode == 0, redefine.tail()
         assert "option records_per_split: 10 (old) vs 20 (new)" in redefine.log(), redefine.log()
         old.wait_for_log("a newer coordinator took over", timeout_s=30)
-        assert committed_definition(kafka_bootstrap, source) == SourceDefinition.of(
-            "sequence", {"splits": "4", "records_per_split": "20"}
-        )
+        assert committed_definition(kafka_bootstrap, source) == SourceDefinition.of("sequence", NEW)
         old.kill_group()
-        log = refused_quickly(
-            group, "old-definition", group.coordinator_args(source, 2, {"splits": "4", "records_per_split": "10"})
-        )
+        log = refused_quickly(group, "old-definition", group.coordinator_args(source, 2, OLD))
         assert "option records_per_split: 20 (source) vs 10 (given)" in log, log
-        new = group.coordinator(source, 2, {"splits": "4", "records_per_split": "20"})
+        new = group.coordinator(source, 2, NEW)
         new.wait_for_log("redefined as", timeout_s=30)
         again = group.run(
             "redefine-again",
-            [
-                "source",
-                "redefine",
-                "--source",
-                source,
-                "--connector",
-                "sequence",
-                "--option",
-                "splits=4",
-                "--option",
-                "records_per_split=20",
-            ],
+            redefine_args(source, NEW),
         )
         assert again.returncode == 0 and "nothing changed" in again.log(), again.log()
         result = audit(kafka_bootstrap, source)
