@@ -182,7 +182,7 @@ def child(spec: dict[str, Any]) -> int:
 
     side, expected, warmup_records = spec["side"], int(spec["expected"]), int(spec["warmup_records"])
     spark = spark_session(
-        f"kafka-latency-{side}", spec["master"], quiet=True, extra_conf=spark_extra_conf(side, spec["read_path"])
+        f"kafka-latency-{side}", spec["master"], quiet=True, extra_conf=spark_extra_conf(side, spec["read_path"], {})
     )
     df = stream_reader(spark, {**spec, "bounded": False}).load()
     rows = df.select(F.unix_millis("timestamp").alias("t"), F.col("key").cast("string").cast("long").alias("k"))

@@ -18,6 +18,8 @@ Sides, each run its own Python process with its own SparkSession (``spark_sessio
   ``ensure_spark_kafka_jars`` via ``spark.jars``), ``subscribe``,
   ``startingOffsets=earliest``, ``kafka.isolation.level=read_committed``, the Kafka
   consumer's defaults;
+- on every side, rows without headers unless ``--include-headers`` (Spark's
+  ``includeHeaders``, sluicegate's ``include_headers``: both default to false);
 - ``native-tuned``: the same with ``NATIVE_TUNED`` (below; ``--tuned KEY=VALUE`` adds or
   overrides one);
 - ``sluicegate-python`` / ``sluicegate-native``: ``readStream.format("sluicegate")``,
@@ -154,8 +156,8 @@ def expected_windows(records: int, value_bytes: int = VALUE_BYTES) -> dict[int, 
 # --- what both benchmarks share: readers, coordinators, processes ---------------------------
 
 
-def spark_extra_conf(side: str, read_path: str | None) -> dict[str, str]:
-    extra: dict[str, str] = {}
+def spark_extra_conf(side: str, read_path: str | None, spark_conf: dict[str, str]) -> dict[str, str]:
+    extra: dict[str, str] = dict(spark_conf)
     if is_native(side):
         from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
 
@@ -176,6 +178,7 @@ def stream_reader(spark: Any, spec: dict[str, Any]) -> Any:
             .option("subscribe", topic)
             .option("startingOffsets", "earliest")
             .option("kafka.isolation.level", "read_committed")
+            .option("includeHeaders", str(spec.get("include_headers", False)).lower())
         )
         if limit:
             reader = reader.option("maxOffsetsPerTrigger", str(limit))
@@ -189,6 +192,7 @@ def stream_reader(spark: Any, spec: dict[str, Any]) -> Any:
         .option("option.topics", topic)
         .option("option.bootstrap_servers", bootstrap)
         .option("option.starting_offsets", "earliest")
+        .option("option.include_headers", str(spec.get("include_headers", False)).lower())
         .option("parallelism", str(spec["parallelism"]))
         .option("arrowBatchRows", str(spec.get("arrow_batch_rows", ARROW_BATCH_ROWS)))
         .option("kafka.bootstrap.servers", bootstrap)
@@ -350,7 +354,10 @@ def child(spec: dict[str, Any]) -> int:
     side, job = spec["side"], spec["job"]
     label = f"{side} {job}"
     spark = spark_session(
-        f"kafka-bench-{side}-{job}", spec["master"], quiet=True, extra_conf=spark_extra_conf(side, spec["read_path"])
+        f"kafka-bench-{side}-{job}",
+        spec["master"],
+        quiet=True,
+        extra_conf=spark_extra_conf(side, spec["read_path"], spec.get("spark_conf", {})),
     )
     df = stream_reader(spark, spec).load()
     checkpoint = str(Path(spec["workdir"]) / f"checkpoint-{side}-{job}-{spec['run']}")
@@ -483,6 +490,8 @@ def run_one(
         "source": "",
         "client_settings": parse_settings(args.client_setting),
         "native_settings": native_settings(side, args),
+        "include_headers": args.include_headers,
+        "spark_conf": parse_settings(args.spark_conf),
     }
     try:
         if read_path is not None:
@@ -824,6 +833,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a librdkafka setting of the sluicegate sides' consumers (option.kafka.KEY), repeatable",
     )
+    parser.add_argument(
+        "--include-headers",
+        action="store_true",
+        help="rows with a headers column on every side (Spark's includeHeaders, sluicegate's include_headers); "
+        "default: without, as both sources default",
+    )
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of every run's session (e.g. a profiler's spark.driver.extraJavaOptions), repeatable",
+    )
     parser.add_argument("--master", default="local[2]", help="Spark master of every run")
     parser.add_argument(
         "--bootstrap-servers",
@@ -905,6 +927,8 @@ def results_data(
         "native_tuned": args.native_tuned,
         "variants": args.variants,
         "client_settings": parse_settings(args.client_setting),
+        "include_headers": args.include_headers,
+        "spark_conf": parse_settings(args.spark_conf),
         "master": args.master,
     }
     return {

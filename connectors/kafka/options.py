@@ -59,6 +59,7 @@ KNOWN = {
     "partition_discovery_interval_ms",
     "fail_on_data_loss",
     "poll_timeout_ms",
+    "include_headers",
     ASSIGNER_OPTION,
     GRACE_OPTION,
     REBALANCE_OPTION,
@@ -102,6 +103,8 @@ class KafkaOptions:
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
     """How long a Spark executor waits for records it knows exist before it fails the task."""
+    include_headers: bool = False
+    """Spark's ``includeHeaders``: rows have a ``headers`` column only when asked for."""
     client_settings: tuple[tuple[str, str], ...] = ()
     assigner: Callable[[], SplitAssigner[Any]] = field(default=StickyHashAssigner, compare=False)
 
@@ -144,6 +147,7 @@ class KafkaOptions:
             partition_discovery_interval_ms=int_option(options, "partition_discovery_interval_ms", 30_000, 0),
             fail_on_data_loss=_bool(options, "fail_on_data_loss", True),
             poll_timeout_ms=int_option(options, "poll_timeout_ms", 120_000, 100),
+            include_headers=_bool(options, "include_headers", False),
             client_settings=tuple(sorted(client.items())),
             assigner=assigner_from_options(options, StickyHashAssigner.name, owner_key=partition_owner_key),
         )

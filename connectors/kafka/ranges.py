@@ -46,22 +46,23 @@ fetch.wait.max.ms (librdkafka: 500 ms) once the previous partition has no more d
 for it: with the default, every probe read after the first took ~0.5 s."""
 
 
-def arrow_schema() -> Any:
-    """Spark's Kafka source schema, in Arrow."""
+def arrow_schema(include_headers: bool = True) -> Any:
+    """Spark's Kafka source schema, in Arrow: the ``headers`` column only with
+    ``include_headers`` (Spark's ``includeHeaders``)."""
     import pyarrow as pa
 
-    return pa.schema(
-        [
-            pa.field("key", pa.binary()),
-            pa.field("value", pa.binary()),
-            pa.field("topic", pa.string()),
-            pa.field("partition", pa.int32()),
-            pa.field("offset", pa.int64()),
-            pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-            pa.field("timestampType", pa.int32()),
-            pa.field("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-        ]
-    )
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))))
+    return pa.schema(fields)
 
 
 def shared_consumer(options: KafkaOptions) -> RangeConsumer:
@@ -87,7 +88,7 @@ class RangeReader:
 
     The policy of both read paths: what an event means (the partition's end, data loss, a
     deleted topic) and how long to wait for records (``poll_timeout_ms``). ``headers=False``
-    leaves the headers column null (a query that does not use it)."""
+    leaves the headers column out (Spark's ``includeHeaders=false``): no header is copied."""
 
     def __init__(self, options: KafkaOptions, headers: bool = True, consumer: RangeConsumer | None = None) -> None:
         self.options = options

@@ -187,23 +187,24 @@ def python_batch(rows: list[Message], topic: str, partition: int, headers: bool 
 
     from .ranges import arrow_schema
 
-    schema = arrow_schema()
+    schema = arrow_schema(headers)
     n = len(rows)
     stamps = [m.timestamp() for m in rows]
     timestamps = pa.array([t[1] * 1000 for t in stamps], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
     kinds = pa.array([1 if t[0] == 2 else 0 for t in stamps], pa.int32())
-    header_type = schema.field("headers").type
-    values = [m.headers() for m in rows] if headers else []
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([m.key() for m in rows], pa.binary()),
-            pa.array([m.value() for m in rows], pa.binary()),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            pa.array([m.offset() for m in rows], pa.int64()),
-            timestamps,
-            kinds,
-            pa.array(values, header_type) if any(v is not None for v in values) else pa.nulls(n, header_type),
-        ],
-        schema=schema,
-    )
+    columns = [
+        pa.array([m.key() for m in rows], pa.binary()),
+        pa.array([m.value() for m in rows], pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array([m.offset() for m in rows], pa.int64()),
+        timestamps,
+        kinds,
+    ]
+    if headers:
+        header_type = schema.field("headers").type
+        values = [m.headers() for m in rows]
+        columns.append(
+            pa.array(values, header_type) if any(v is not None for v in values) else pa.nulls(n, header_type)
+        )
+    return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -2,7 +2,7 @@
 assigned partitions added and removed incrementally, no consumer group.
 
 A record's value is a JSON-ready dict ``{topic, partition, offset, timestamp,
-timestamp_type, key, value, headers}``; key, value and header values are text
+timestamp_type, key, value}`` and ``headers`` with ``include_headers``; key, value and header values are text
 when they are UTF-8, otherwise ``null`` with the bytes in ``key_base64`` /
 ``value_base64`` (header values: ``{"base64": ...}``). Its event time is the
 record's timestamp.
@@ -100,7 +100,11 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit]):
             self._finish(split, result)
             return
         kind, timestamp = message.timestamp()
-        result.records.append(Record(split.split_id, record_value(message, offset, kind, timestamp), timestamp))
+        result.records.append(
+            Record(
+                split.split_id, record_value(message, offset, kind, timestamp, self._options.include_headers), timestamp
+            )
+        )
         split.position = offset + 1
         if split.finished:
             self._finish(split, result)
@@ -210,7 +214,9 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit]):
             self._consumer = None
 
 
-def record_value(message: Message, offset: int, kind: int, timestamp: int) -> dict[str, Any]:
+def record_value(
+    message: Message, offset: int, kind: int, timestamp: int, include_headers: bool = True
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "topic": message.topic(),
         "partition": message.partition(),
@@ -220,8 +226,9 @@ def record_value(message: Message, offset: int, kind: int, timestamp: int) -> di
     }
     _put_bytes(out, "key", message.key())
     _put_bytes(out, "value", message.value())
-    headers = message.headers()
-    out["headers"] = None if headers is None else [[k, _text_or_b64(v)] for k, v in headers]
+    if include_headers:
+        headers = message.headers()
+        out["headers"] = None if headers is None else [[k, _text_or_b64(v)] for k, v in headers]
     return out
 
 

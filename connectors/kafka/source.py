@@ -37,7 +37,9 @@ class KafkaSource(
 ):
     # How to reach the data cluster (its address may differ between networks, each process
     # has its own principal) and how long an executor waits: not what the source reads.
-    LOCAL_OPTIONS = ("kafka.", "bootstrap_servers", "poll_timeout_ms", *ASSIGNMENT_OPTIONS)
+    LOCAL_OPTIONS = ("kafka.", "bootstrap_servers", "poll_timeout_ms", "include_headers", *ASSIGNMENT_OPTIONS)
+    """``include_headers`` shapes a query's rows, not what the source reads: queries on one
+    source may differ in it."""
     DEFINITION_DEFAULTS = {
         "starting_offsets": "earliest",
         "stopping_offsets": "none",
@@ -114,10 +116,10 @@ class KafkaSource(
         return self._view().offset_after(split, event_time_ms)
 
     def arrow_schema(self) -> Any:
-        return arrow_schema()
+        return arrow_schema(self.options.include_headers)
 
     def read_arrow(self, split: KafkaPartitionSplit, start: int, end: int, max_rows: int) -> Iterator[Any]:
-        return RangeReader(self.options).read(split, start, end, max_rows)
+        return RangeReader(self.options, headers=self.options.include_headers).read(split, start, end, max_rows)
 
     def read_range(self, split: KafkaPartitionSplit, start: int, end: int, max_rows: int) -> Iterator[RangeChunk]:
         """Values and event times (ms) only, for hosts without the connector's own schema."""

@@ -93,13 +93,10 @@ fn header_fields() -> Fields {
     ])
 }
 
-fn schema() -> Schema {
-    let headers = DataType::List(Arc::new(Field::new(
-        "item",
-        DataType::Struct(header_fields()),
-        true,
-    )));
-    Schema::new(vec![
+/// Spark's Kafka source schema; the `headers` column only when asked for
+/// (Spark's `includeHeaders`).
+fn schema(with_headers: bool) -> Schema {
+    let mut fields = vec![
         Field::new("key", DataType::Binary, true),
         Field::new("value", DataType::Binary, true),
         Field::new("topic", DataType::Utf8, true),
@@ -111,8 +108,16 @@ fn schema() -> Schema {
             true,
         ),
         Field::new("timestampType", DataType::Int32, true),
-        Field::new("headers", headers, true),
-    ])
+    ];
+    if with_headers {
+        let headers = DataType::List(Arc::new(Field::new(
+            "item",
+            DataType::Struct(header_fields()),
+            true,
+        )));
+        fields.push(Field::new("headers", headers, true));
+    }
+    Schema::new(fields)
 }
 
 impl Builders {
@@ -173,7 +178,6 @@ impl Builders {
             kind == rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME,
         );
         if !self.with_headers {
-            self.headers.append(false);
             return;
         }
         let mut hdrs: *mut rd::rd_kafka_headers_t = ptr::null_mut();
@@ -211,20 +215,23 @@ impl Builders {
             Timestamp::LogAppendTime(t) => (t, true),
         };
         self.append_meta(m.offset(), ts, log_append);
+        if !self.with_headers {
+            return;
+        }
         match m.headers() {
-            Some(headers) if self.with_headers => {
+            Some(headers) => {
                 for h in headers.iter() {
                     self.header(h.key.as_bytes(), h.value);
                 }
                 self.headers.append(true);
             }
-            _ => self.headers.append(false),
+            None => self.headers.append(false),
         }
     }
 
     fn finish(mut self, topic: &str, partition: i32) -> RecordBatch {
         let n = self.len();
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             Arc::new(self.key.finish()),
             Arc::new(self.value.finish()),
             Arc::new(StringArray::from_iter_values(std::iter::repeat_n(topic, n))),
@@ -232,9 +239,12 @@ impl Builders {
             Arc::new(Int64Array::from(self.offset)),
             Arc::new(TimestampMicrosecondArray::from(self.timestamp).with_timezone("UTC")),
             Arc::new(Int32Array::from(self.kind)),
-            Arc::new(self.headers.finish()),
         ];
-        RecordBatch::try_new(Arc::new(schema()), columns).expect("columns match the schema")
+        if self.with_headers {
+            columns.push(Arc::new(self.headers.finish()));
+        }
+        RecordBatch::try_new(Arc::new(schema(self.with_headers)), columns)
+            .expect("columns match the schema")
     }
 }
 

@@ -208,7 +208,11 @@ def stop_at(expected: Expected) -> str:
     return json.dumps({expected.topic: {str(p): n for p, n in expected.counts.items()}})
 
 
-def kafka_stream(spark: Any, source: str, options: Mapping[str, str], bootstrap: str, max_records: int) -> Any:
+def kafka_stream(
+    spark: Any, source: str, options: Mapping[str, str], bootstrap: str, max_records: int, include_headers: bool = True
+) -> Any:
+    """The query's stream; ``include_headers`` is the query's own (Spark's
+    ``includeHeaders``), the coordinator is never told."""
     reader = (
         spark.readStream.format("sluicegate")
         .option("source", source)
@@ -216,6 +220,7 @@ def kafka_stream(spark: Any, source: str, options: Mapping[str, str], bootstrap:
         .option("parallelism", str(PARALLELISM))
         .option("maxRecordsPerTrigger", str(max_records))
         .option("kafka.bootstrap.servers", bootstrap)
+        .option("option.include_headers", str(include_headers).lower())
     )
     for key, value in options.items():
         reader = reader.option(f"option.{key}", value)
@@ -419,11 +424,11 @@ def run_query(query: Any, timeout_s: float, on_progress: Any = None) -> list[dic
 
 # -- the tests ----------------------------------------------------------------------------
 
-SPARK_KAFKA_SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
+SPARK_KAFKA_SCHEMA_WITHOUT_HEADERS = (
+    "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
 )
-"""Spark's Kafka source with includeHeaders (KafkaRecordToRowConverter.kafkaSchema)."""
+SPARK_KAFKA_SCHEMA = SPARK_KAFKA_SCHEMA_WITHOUT_HEADERS + ", headers array<struct<key: string, value: binary>>"
+"""Spark's Kafka source without and with includeHeaders (KafkaRecordToRowConverter)."""
 
 
 def test_a_bounded_topic_is_read_exactly_once_into_parquet(
@@ -436,6 +441,8 @@ def test_a_bounded_topic_is_read_exactly_once_into_parquet(
 
     schema = kafka_stream(spark, unique_source, options, kafka_bootstrap, MAX_RECORDS_PER_TRIGGER).schema
     assert schema == _parse_datatype_string(SPARK_KAFKA_SCHEMA), schema.simpleString()
+    plain = kafka_stream(spark, unique_source, options, kafka_bootstrap, MAX_RECORDS_PER_TRIGGER, False).schema
+    assert plain == _parse_datatype_string(SPARK_KAFKA_SCHEMA_WITHOUT_HEADERS), plain.simpleString()
 
     query = start_parquet_query(spark, unique_source, options, kafka_bootstrap, tmp_path, MAX_RECORDS_PER_TRIGGER)
     progress = run_query(query, timeout_s=240)

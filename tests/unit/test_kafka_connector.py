@@ -121,12 +121,29 @@ def assigned(h: CoreHarness) -> dict[str, tuple[int, int]]:
         ({"topics": "a", "kafka.no.such.setting": "1"}, "kafka.no.such.setting"),
         ({"topics": "a", "kafka.security.protocol": "carrier-pigeon"}, "kafka.security.protocol"),
         ({"topics": "a", "assignment_grace_ms": "soon"}, "assignment_grace_ms"),
+        ({"topics": "a", "include_headers": "sometimes"}, "include_headers"),
     ],
 )
 def test_a_bad_option_fails_naming_it(options: dict[str, str], setting: str) -> None:
     with pytest.raises(ConfigError) as info:
         KafkaOptions.parse({"bootstrap_servers": BOOTSTRAP, **options})
     assert info.value.setting == setting
+
+
+def test_rows_have_a_headers_column_only_with_include_headers_and_it_is_not_part_of_the_definition() -> None:
+    from sluicegate.protocol.definition import SourceDefinition
+
+    plain = KafkaSource.from_options({"topics": "a", "bootstrap_servers": BOOTSTRAP})
+    with_headers = KafkaSource.from_options({"topics": "a", "bootstrap_servers": BOOTSTRAP, "include_headers": "true"})
+    assert "headers" not in plain.arrow_schema().names  # Spark's includeHeaders=false
+    assert with_headers.arrow_schema().names[-1] == "headers"
+    assert plain.arrow_schema().names == with_headers.arrow_schema().names[:-1]
+    # one query may ask for headers and another not, on one source
+    definitions = [
+        SourceDefinition.of("kafka", {"topics": "a", "include_headers": flag}, KafkaSource)
+        for flag in ("true", "false")
+    ]
+    assert definitions[0] == definitions[1]
 
 
 def test_without_bootstrap_servers_the_environment_is_used_or_the_option_is_named(

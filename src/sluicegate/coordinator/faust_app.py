@@ -203,6 +203,7 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
         key_serializer="raw",
         value_serializer="raw",
     )
+
     def stop_refused(message: str) -> None:
         # A worker that cannot serve its source with the definition it was given must not
         # sit on its partition of the leadership topic: it stops, non-zero, so that the
