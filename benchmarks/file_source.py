@@ -1,22 +1,31 @@
-"""Spark's native file stream source against the sluicegate ``files`` connector, same files.
+"""Spark's own Parquet file stream against the sluicegate ``files`` connector, same files.
 
-    .venv/bin/python benchmarks/file_source.py                 # 200 Parquet files x 100,000 rows
-    .venv/bin/python benchmarks/file_source.py --files 200 --rows-per-file 100000 --files-per-batch 20
+    .venv/bin/python benchmarks/file_source.py                 # 200 files x 100,000 rows, 3 repetitions
+    .venv/bin/python benchmarks/file_source.py --files 40 --repetitions 1 --jobs noop      # a smoke run
 
-Writes the files once into a temporary directory (columns ``id BIGINT, value DOUBLE,
-name STRING, ts TIMESTAMP``), then runs two queries in one Spark session (``local[2]``
-by default), each ``Trigger.AvailableNow`` into ``writeStream.format("noop")``:
+Writes the files once into a temporary directory: ten columns, ``id BIGINT, value DOUBLE,
+name STRING, ts TIMESTAMP`` and six more (``c4`` .. ``c9``, doubles and strings), ``ts`` =
+2023-11-14T22:13:20Z + ``id`` ms. Then, in one Spark session (``local[2]``), it runs each
+job on both sides, ``Trigger.AvailableNow``, the sides in turn (the first side moving one
+place each repetition), ``--repetitions`` times:
 
-1. native: ``spark.readStream.schema(...).parquet(dir)`` with ``maxFilesPerTrigger``;
-2. sluicegate: ``readStream.format("sluicegate")`` with connector ``files`` (a real
-   coordinator process, a local Kafka broker unless ``--bootstrap-servers``), with
-   ``maxRecordsPerTrigger`` = files per batch x rows per file: the same batches.
+- ``native``: ``spark.readStream.schema(S).parquet(dir)``, ``maxFilesPerTrigger``;
+- ``sluicegate``: ``readStream.format("sluicegate")``, connector ``files`` with
+  ``option.schema`` S (a real coordinator process per run, bounded, ``--parallelism``
+  reader subtasks, a local Kafka broker unless ``--bootstrap-servers``),
+  ``maxRecordsPerTrigger`` = files per batch x rows per file: the same batches.
 
-Native runs first, so both find the Python workers of the session already started only
-for sluicegate's second and later batches; the figures are steady state: from the end of
-the first batch that read data to the end of the last (the first pays for starting the
-Python workers, ~7 s). Prints rows/s of each and the ratio (sluicegate / native).
-Exit code 1 if a query's row count is not files x rows per file.
+Jobs: ``noop`` (all ten columns into ``writeStream.format("noop")``), ``pruned`` (S names two
+of the ten columns, ``id, value``: Spark's reader and the connector's read only those two;
+into noop) and ``windowed`` (S all ten, the query ``groupBy(window(ts, "1 minute"))
+.agg(count, sum(value))`` into a ``memory`` sink in complete mode: Spark prunes the
+columns the query does not use, a Python streaming source cannot be told, so the
+connector reads all ten).
+
+Figures are steady state: from the end of the first batch that read data to the end of
+the last. Prints the median (min - max) rows/s of each side and job and the ratio
+sluicegate / native. Exit code 1 if a query's row count is not files x rows per file or
+a window's count or sum is not the exact expected one.
 """
 
 from __future__ import annotations
@@ -31,12 +40,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-TARGET_RATIO = 0.8
-SCHEMA_DDL = "id BIGINT, value DOUBLE, name STRING, ts TIMESTAMP"
+TARGET_RATIO = 1.0
+SIDES = ("native", "sluicegate")
+JOBS = ("noop", "pruned", "windowed")
+FULL_SCHEMA = (
+    "id BIGINT, value DOUBLE, name STRING, ts TIMESTAMP, "
+    "c4 DOUBLE, c5 STRING, c6 DOUBLE, c7 STRING, c8 DOUBLE, c9 STRING"
+)
+PRUNED_SCHEMA = "id BIGINT, value DOUBLE"
+TS_ORIGIN_MS = 1_700_000_000_000
+WINDOW_MS = 60_000
 
 
 def write_files(root: Path, files: int, rows: int) -> None:
@@ -46,15 +64,32 @@ def write_files(root: Path, files: int, rows: int) -> None:
 
     for k in range(files):
         ids = pa.array(range(k * rows, (k + 1) * rows), pa.int64())
-        table = pa.table(
-            {
-                "id": ids,
-                "value": pc.multiply(pc.cast(ids, pa.float64()), 0.5),
-                "name": pc.binary_join_element_wise("n", pc.cast(pc.bit_wise_and(ids, 1023), pa.string()), ""),
-                "ts": pc.cast(pc.add(ids, 1_700_000_000_000), pa.timestamp("ms", tz="UTC")),
-            }
-        )
-        pq.write_table(table, root / f"part-{k:05d}.parquet")
+        doubles = pc.cast(ids, pa.float64())
+        text = pc.cast(pc.bit_wise_and(ids, 1023), pa.string())
+        columns = {
+            "id": ids,
+            "value": pc.multiply(doubles, 0.5),
+            "name": pc.binary_join_element_wise("n", text, ""),
+            "ts": pc.cast(pc.add(ids, TS_ORIGIN_MS), pa.timestamp("ms", tz="UTC")),
+        }
+        for c in range(4, 10):
+            columns[f"c{c}"] = (
+                pc.multiply(doubles, float(c)) if c % 2 == 0 else pc.binary_join_element_wise(f"c{c}-", text, "")
+            )
+        pq.write_table(pa.table(columns), root / f"part-{k:05d}.parquet")
+
+
+def expected_windows(total: int) -> dict[int, tuple[int, float]]:
+    """window start (epoch ms) -> (rows, sum of value) for ids 0..total-1."""
+    out = {}
+    first = TS_ORIGIN_MS - TS_ORIGIN_MS % WINDOW_MS
+    start = first
+    while start < TS_ORIGIN_MS + total:
+        lo, hi = max(0, start - TS_ORIGIN_MS), min(total, start + WINDOW_MS - TS_ORIGIN_MS)
+        if hi > lo:
+            out[start] = (hi - lo, 0.5 * (lo + hi - 1) * (hi - lo) / 2)
+        start += WINDOW_MS
+    return out
 
 
 def start_coordinator(source: str, options: dict[str, str], bootstrap: str, log: Path) -> subprocess.Popen[bytes]:
@@ -72,37 +107,157 @@ def start_coordinator(source: str, options: dict[str, str], bootstrap: str, log:
         if proc.poll() is not None:
             break
         time.sleep(0.2)
+    stop_process(proc)
     raise RuntimeError(f"the coordinator did not start:\n{log.read_text(errors='replace')[-3000:]}")
 
 
-def run_query(stream: Any, checkpoint: Path, timeout_s: float) -> list[dict[str, Any]]:
-    query = stream.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
-    query = query.trigger(availableNow=True).start()
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class FileRun:
+    side: str
+    job: str
+    repetition: int
+    rows: int = 0
+    steady_rate: float = float("nan")
+    batches: int = 0
+    add_batch_ms: float = float("nan")
+    windows_ok: bool | None = None
+    error: str = ""
+
+
+def schema_of(job: str) -> str:
+    return PRUNED_SCHEMA if job == "pruned" else FULL_SCHEMA
+
+
+def stream_of(
+    spark: Any, side: str, job: str, args: argparse.Namespace, data: Path, source: str, bootstrap: str
+) -> Any:
+    ddl = schema_of(job)
+    if side == "native":
+        schema = spark.createDataFrame([], ddl).schema
+        reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", str(args.files_per_batch))
+        return reader.parquet(str(data))
+    return (
+        spark.readStream.format("sluicegate")
+        .option("source", source)
+        .option("connector", "files")
+        .option("parallelism", str(args.parallelism))
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("maxRecordsPerTrigger", str(args.files_per_batch * args.rows_per_file))
+        .option("option.path", str(data))
+        .option("option.schema", ddl)
+        .load()
+    )
+
+
+def run_query(spark: Any, stream: Any, run: FileRun, checkpoint: Path, timeout_s: float) -> Any:
+    """Run one query to its end; (progress events, windows as {start ms: (count, sum)} or None)."""
+    from pyspark.sql import functions as F
+
+    name = f"windows_{run.side}_{run.repetition}"
+    if run.job == "windowed":
+        windows = stream.groupBy(F.window("ts", "1 minute").alias("window")).agg(
+            F.count(F.lit(1)).alias("count"), F.sum("value").alias("sum")
+        )
+        writer = windows.writeStream.format("memory").queryName(name).outputMode("complete")
+    else:
+        writer = stream.writeStream.format("noop")
+    query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
     query.awaitTermination(timeout_s)
     if query.isActive:
         query.stop()
         raise RuntimeError(f"the query did not finish within {timeout_s} s")
     if query.exception() is not None:
         raise RuntimeError(f"the query failed: {query.exception()}")
-    return list(query.recentProgress)
+    got = None
+    if run.job == "windowed":
+        rows = spark.sql(f"SELECT unix_millis(window.start) AS start, count, sum FROM {name}").collect()
+        got = {int(r["start"]): (int(r["count"]), float(r["sum"])) for r in rows}
+        spark.sql(f"DROP VIEW IF EXISTS {name}")
+    return list(query.recentProgress), got
 
 
-def steady(progress: list[dict[str, Any]]) -> tuple[int, float, float]:
-    """(rows in all, steady-state rows/s, rows/s of the whole query)."""
+def end_s(p: dict[str, Any]) -> float:
+    stamp = datetime.fromisoformat(str(p["timestamp"]).replace("Z", "+00:00")).timestamp()
+    return stamp + float((p.get("durationMs") or {}).get("triggerExecution", 0)) / 1000
 
-    def end_s(p: dict[str, Any]) -> float:
-        stamp = datetime.fromisoformat(str(p["timestamp"]).replace("Z", "+00:00")).timestamp()
-        return stamp + float((p.get("durationMs") or {}).get("triggerExecution", 0)) / 1000
 
-    def start_s(p: dict[str, Any]) -> float:
-        return datetime.fromisoformat(str(p["timestamp"]).replace("Z", "+00:00")).timestamp()
-
+def summarize(run: FileRun, progress: list[dict[str, Any]]) -> None:
     data = [p for p in progress if int(p.get("numInputRows") or 0) > 0]
-    rows = sum(int(p["numInputRows"]) for p in data)
-    if len(data) < 2:
-        return rows, float("nan"), float("nan")
-    steady_rows = sum(int(p["numInputRows"]) for p in data[1:])
-    return rows, steady_rows / (end_s(data[-1]) - end_s(data[0])), rows / (end_s(data[-1]) - start_s(data[0]))
+    run.rows = sum(int(p["numInputRows"]) for p in data)
+    run.batches = len(data)
+    if len(data) >= 2:
+        steady_rows = sum(int(p["numInputRows"]) for p in data[1:])
+        run.steady_rate = steady_rows / (end_s(data[-1]) - end_s(data[0]))
+        run.add_batch_ms = statistics.median(float((p.get("durationMs") or {}).get("addBatch", 0)) for p in data[1:])
+
+
+def one_run(spark: Any, run: FileRun, args: argparse.Namespace, data: Path, workdir: Path, bootstrap: str) -> None:
+    coordinator = None
+    source = f"fbench-{secrets.token_hex(3)}"
+    tag = f"{run.side}-{run.job}-{run.repetition}"
+    try:
+        if run.side == "sluicegate":
+            options = {"path": str(data), "schema": schema_of(run.job), "_parallelism": str(args.parallelism)}
+            coordinator = start_coordinator(source, options, bootstrap, workdir / f"coordinator-{tag}.log")
+        stream = stream_of(spark, run.side, run.job, args, data, source, bootstrap)
+        progress, windows = run_query(spark, stream, run, workdir / f"checkpoint-{tag}", args.timeout)
+        summarize(run, progress)
+        if windows is not None:
+            run.windows_ok = windows == expected_windows(args.files * args.rows_per_file)
+    except Exception as exc:
+        run.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if coordinator is not None:
+            stop_process(coordinator)
+
+
+def report(runs: list[FileRun], args: argparse.Namespace) -> int:
+    total = args.files * args.rows_per_file
+    print(
+        f"\n{args.files} files x {args.rows_per_file:,} rows, {args.files_per_batch} files a batch; "
+        f"{args.repetitions} repetition(s), median (min - max) of steady-state rows/s\n"
+    )
+    print(f"{'job':<9} {'side':<11} {'rows/s':>12} {'(min - max)':>27} {'addBatch ms':>12}")
+    medians: dict[tuple[str, str], float] = {}
+    for job in args.jobs:
+        for side in SIDES:
+            good = [
+                r for r in runs if r.side == side and r.job == job and not r.error and r.steady_rate == r.steady_rate
+            ]
+            if not good:
+                print(f"{job:<9} {side:<11} {'FAILED':>12}")
+                continue
+            rates = [r.steady_rate for r in good]
+            medians[(job, side)] = statistics.median(rates)
+            spread = f"({min(rates):,.0f} - {max(rates):,.0f})"
+            add_batch = statistics.median(r.add_batch_ms for r in good)
+            print(f"{job:<9} {side:<11} {medians[(job, side)]:>12,.0f} {spread:>27} {add_batch:>12,.0f}")
+    print()
+    for job in args.jobs:
+        if (job, "native") in medians and (job, "sluicegate") in medians:
+            ratio = medians[(job, "sluicegate")] / medians[(job, "native")]
+            print(f"{job}: sluicegate / native = {ratio:.2f} (target >= {TARGET_RATIO})")
+    print()
+    ok = True
+    for r in runs:
+        good = r.rows == total and not r.error and r.windows_ok is not False
+        ok = ok and good
+        windows = "" if r.windows_ok is None else f", windows {'OK' if r.windows_ok else 'WRONG'}"
+        verdict = "OK" if good else "WRONG"
+        print(f"{r.job} {r.side} #{r.repetition + 1}: rows {r.rows:,} of {total:,}{windows} -> {verdict}")
+        if r.error:
+            print(f"  {r.error}")
+    return 0 if ok else 1
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,65 +271,36 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     write_files(data, args.files, args.rows_per_file)
     print(f"{args.files} Parquet files x {args.rows_per_file:,} rows = {total:,} rows in {data}", end="")
-    print(f" (written in {time.monotonic() - started:.1f} s)")
-    broker = coordinator = spark = None
+    print(f" (written in {time.monotonic() - started:.1f} s)", flush=True)
+    broker = spark = None
     bootstrap = args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
+    runs: list[FileRun] = []
     try:
         if not bootstrap:
             broker = LocalKafkaBroker(run_dir=workdir / "broker", die_with_parent=True)
             bootstrap = broker.start(timeout_s=180)
         spark = spark_session("sluicegate-file-bench", args.master, quiet=True)
-        schema = spark.createDataFrame([], SCHEMA_DDL).schema
-
-        native_stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", str(args.files_per_batch))
-        native = run_query(native_stream.parquet(str(data)), workdir / "native-checkpoint", args.timeout)
-
-        source = f"bench-{secrets.token_hex(3)}"
-        options = {"path": str(data), "schema": SCHEMA_DDL, "_parallelism": str(args.parallelism)}
-        coordinator = start_coordinator(source, dict(options), bootstrap, workdir / "coordinator.log")
-        stream = (
-            spark.readStream.format("sluicegate")
-            .option("source", source)
-            .option("connector", "files")
-            .option("parallelism", str(args.parallelism))
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("maxRecordsPerTrigger", str(args.files_per_batch * args.rows_per_file))
-            .option("option.path", str(data))
-            .option("option.schema", SCHEMA_DDL)
-        )
-        ours = run_query(stream.load(), workdir / "sluicegate-checkpoint", args.timeout)
+        count = args.repetitions * len(args.jobs) * len(SIDES)
+        for repetition in range(args.repetitions):
+            sides = SIDES[repetition % 2 :] + SIDES[: repetition % 2]
+            for job in args.jobs:
+                for side in sides:
+                    run = FileRun(side, job, repetition)
+                    print(f"[{len(runs) + 1}/{count}] repetition {repetition + 1}: {side} / {job}", flush=True)
+                    one_run(spark, run, args, data, workdir, bootstrap)
+                    runs.append(run)
+                    state = (
+                        run.error or f"{run.rows:,} rows in {run.batches} data batches, {run.steady_rate:,.0f} rows/s"
+                    )
+                    print(f"  -> {state}", flush=True)
     finally:
         if spark is not None:
             spark.stop()
-        if coordinator is not None and coordinator.poll() is None:
-            coordinator.send_signal(signal.SIGTERM)
-            try:
-                coordinator.wait(20)
-            except subprocess.TimeoutExpired:
-                coordinator.kill()
         if broker is not None:
             broker.stop()
         if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)  # 350 MB of files
-    native_rows, native_rate, native_all = steady(native)
-    our_rows, our_rate, our_all = steady(ours)
-    print(f"native     ({len(native)} batches): {native_rows:,} rows; steady {native_rate:,.0f} rows/s", end="")
-    print(f" (all batches {native_all:,.0f} rows/s)")
-    print(f"sluicegate ({len(ours)} batches): {our_rows:,} rows; steady {our_rate:,.0f} rows/s", end="")
-    print(f" (all batches {our_all:,.0f} rows/s)")
-    for name, progress in (("native", native), ("sluicegate", ours)):
-        data = [p for p in progress if int(p.get("numInputRows") or 0) > 0][1:]
-        parts = []
-        for key in ("latestOffset", "walCommit", "addBatch", "commitOffsets", "triggerExecution"):
-            values = [float((p.get("durationMs") or {}).get(key, 0)) for p in data]
-            if values:
-                parts.append(f"{key} {statistics.median(values):.0f}")
-        print(f"  {name} per steady batch, median ms: {', '.join(parts)}")
-    ratio = our_rate / native_rate
-    print(f"ratio sluicegate / native (steady state): {ratio:.2f} (target >= {TARGET_RATIO})")
-    ok = native_rows == total and our_rows == total
-    print(f"rows: native {native_rows:,}, sluicegate {our_rows:,} of {total:,} -> {'OK' if ok else 'WRONG'}")
-    return 0 if ok else 1
+            shutil.rmtree(workdir, ignore_errors=True)  # ~1 GB of files
+    return report(runs, args)
 
 
 def main() -> int:
@@ -182,12 +308,19 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--rows-per-file", type=int, default=100_000)
     parser.add_argument("--files-per-batch", type=int, default=20)
-    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--parallelism", type=int, default=2, help="the sluicegate side's reader subtasks")
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated subset of " + ", ".join(JOBS))
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--bootstrap-servers", default="")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (files, logs)")
-    return run(parser.parse_args())
+    args = parser.parse_args()
+    args.jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
+    unknown = sorted(set(args.jobs) - set(JOBS))
+    if unknown:
+        parser.error(f"unknown job(s) {', '.join(unknown)}; the jobs are {', '.join(JOBS)}")
+    return run(args)
 
 
 if __name__ == "__main__":

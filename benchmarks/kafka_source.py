@@ -55,6 +55,7 @@ of ``<cache root>/bench-broker`` (as kafka_clients.py does).
 from __future__ import annotations
 
 import argparse
+import bisect
 import importlib
 import json
 import os
@@ -66,7 +67,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -288,11 +289,90 @@ class WorkerMemory:
             self.max_workers = max(self.max_workers, len(worker_rss))
 
 
+CPU_PARTS = ("python workers", "spark jvm", "broker", "other")
+"""Where a run's CPU goes: the executor Python workers (sluicegate's reads and their
+hand-over of Arrow batches), the Spark JVM (driver and executor: Spark's own Kafka
+consumer, the Arrow-to-row copy of a Python source's batches, the query), the Kafka
+broker, and the rest (the driver's Python, the coordinator)."""
+
+
+@dataclass
+class CpuSamples:
+    """CPU seconds used so far by each part of one run (``CPU_PARTS``), sampled with the
+    wall clock, so that a stretch of the run (its steady state) can be cut out after."""
+
+    times: list[float] = field(default_factory=list)
+    totals: list[dict[str, float]] = field(default_factory=list)
+    _last: dict[int, tuple[str, float]] = field(default_factory=dict)
+    """pid -> (part, its CPU seconds at the last sample): a process that ended keeps its last."""
+
+    def sample(self, root_pid: int, others: Mapping[int, str]) -> None:
+        import psutil
+
+        try:
+            procs = [psutil.Process(root_pid), *psutil.Process(root_pid).children(recursive=True)]
+            procs += [psutil.Process(pid) for pid in others]
+        except psutil.Error:
+            return
+        for proc in procs:
+            try:
+                cpu = proc.cpu_times()
+                part = others.get(proc.pid) or _part_of(" ".join(proc.cmdline()))
+            except psutil.Error:
+                continue
+            self._last[proc.pid] = (part, cpu.user + cpu.system)
+        totals = dict.fromkeys(CPU_PARTS, 0.0)
+        for part, seconds in self._last.values():
+            totals[part] += seconds
+        self.times.append(time.time())
+        self.totals.append(totals)
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        """CPU seconds of each part from ``start`` to ``end`` (epoch seconds, interpolated)."""
+        if len(self.times) < 2:
+            return {}
+        return {part: self._at(end, part) - self._at(start, part) for part in CPU_PARTS}
+
+    def _at(self, when: float, part: str) -> float:
+        i = max(1, min(len(self.times) - 1, bisect.bisect_left(self.times, when)))
+        t0, t1 = self.times[i - 1], self.times[i]
+        v0, v1 = self.totals[i - 1][part], self.totals[i][part]
+        share = 0.0 if t1 <= t0 else min(1.0, max(0.0, (when - t0) / (t1 - t0)))
+        return v0 + (v1 - v0) * share
+
+
+def _part_of(cmdline: str) -> str:
+    if EXECUTOR_WORKER_CMDLINE.search(cmdline):
+        return "python workers"
+    if "java" in cmdline.split(" ", 1)[0]:
+        return "spark jvm"
+    return "other"
+
+
+def listening_pid(bootstrap: str) -> int | None:
+    """The process listening on the first address of ``bootstrap`` (this machine's broker)."""
+    import psutil
+
+    port = int(bootstrap.split(",")[0].rsplit(":", 1)[1])
+    with contextlib.suppress(psutil.Error):
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                return int(conn.pid)
+    return None
+
+
 def run_sampled(
-    cmd: list[str], env: dict[str, str], stderr_log: Path, timeout_s: float, interval_s: float = 0.25
-) -> tuple[int, WorkerMemory]:
-    """Run ``cmd`` (stdout passes through), sampling its Python workers' memory; (exit code, memory)."""
+    cmd: list[str],
+    env: dict[str, str],
+    stderr_log: Path,
+    timeout_s: float,
+    others: Mapping[int, str],
+    interval_s: float = 0.25,
+) -> tuple[int, WorkerMemory, CpuSamples]:
+    """Run ``cmd`` (stdout passes through), sampling its Python workers' memory and the CPU
+    of it and of ``others`` (pid -> part: the broker, the coordinator); (exit code, memory, cpu)."""
     memory = WorkerMemory()
+    cpu = CpuSamples()
     with stderr_log.open("wb") as err:
         proc = subprocess.Popen(cmd, env=env, stderr=err)
         deadline = time.monotonic() + timeout_s
@@ -301,12 +381,13 @@ def run_sampled(
                 if time.monotonic() > deadline:
                     raise subprocess.TimeoutExpired(cmd, timeout_s)
                 memory.sample(proc.pid)
+                cpu.sample(proc.pid, others)
                 time.sleep(interval_s)
         finally:
             if proc.poll() is None:
                 kill_tree(proc.pid)
                 proc.wait()
-    return proc.returncode, memory
+    return proc.returncode, memory, cpu
 
 
 def kill_tree(pid: int) -> None:
@@ -422,6 +503,8 @@ class Result:
     workers_pss_mb: float = 0.0
     pyspark_pss_mb: float = 0.0
     workers: int = 0
+    cpu_us_per_row: dict[str, float] = field(default_factory=dict)
+    """CPU µs per row of each of ``CPU_PARTS`` in the steady state."""
 
     @property
     def steady_rate(self) -> float:
@@ -441,7 +524,9 @@ def _end_s(p: dict[str, Any]) -> float:
     return stamp + _ms(p, "triggerExecution") / 1000
 
 
-def summarize(res: Result, data: dict[str, Any], records: int, value_bytes: int) -> Result:
+def summarize(
+    res: Result, data: dict[str, Any], records: int, value_bytes: int, cpu: CpuSamples | None = None
+) -> Result:
     progress = data["progress"]
     res.seconds = float(data["elapsed"])
     res.rows = sum(int(p.get("numInputRows") or 0) for p in progress)
@@ -453,6 +538,9 @@ def summarize(res: Result, data: dict[str, Any], records: int, value_bytes: int)
         res.steady_rows = sum(int(p["numInputRows"]) for p in with_data[1:])
         res.steady_s = _end_s(with_data[-1]) - _end_s(with_data[0])
         res.add_batch_ms = statistics.median(_ms(p, "addBatch") for p in with_data[1:])
+        if cpu is not None and res.steady_rows:
+            used = cpu.between(_end_s(with_data[0]), _end_s(with_data[-1]))
+            res.cpu_us_per_row = {part: s * 1e6 / res.steady_rows for part, s in used.items()}
     if "windows" in data:
         got = {start: (count, total) for start, count, total in data["windows"]}
         want = expected_windows(records, value_bytes)
@@ -503,8 +591,11 @@ def run_one(
         if read_path is not None:
             env[READ_PATH_ENV] = read_path
         stderr_log = workdir / f"spark-{run}.log"
-        code, memory = run_sampled(
-            [sys.executable, __file__, "--child", json.dumps(spec)], env, stderr_log, args.timeout + 120
+        others = {pid: "broker" for pid in [listening_pid(bootstrap)] if pid is not None}
+        if coordinator is not None:
+            others[coordinator.pid] = "other"
+        code, memory, cpu = run_sampled(
+            [sys.executable, __file__, "--child", json.dumps(spec)], env, stderr_log, args.timeout + 120, others
         )
         res.worker_rss_mb, res.workers_pss_mb = memory.worker_rss_mb, memory.workers_pss_mb
         res.pyspark_pss_mb, res.workers = memory.all_pss_mb, memory.max_workers
@@ -512,7 +603,7 @@ def run_one(
             tail = "\n".join(stderr_log.read_text(errors="replace").splitlines()[-40:])
             res.error = f"the Spark process failed (exit {code}), {stderr_log}:\n{tail}"
             return res
-        return summarize(res, json.loads(out.read_text()), args.records, args.value_bytes)
+        return summarize(res, json.loads(out.read_text()), args.records, args.value_bytes, cpu)
     except Exception as exc:
         res.error = f"{type(exc).__name__}: {exc}"
         return res
@@ -551,6 +642,7 @@ class Summary:
     first_batch_s: float = float("nan")
     worker_rss_mb: float = 0.0
     rates: list[float] = field(default_factory=list)
+    cpu_us_per_row: dict[str, float] = field(default_factory=dict)
 
 
 def summaries(results: Sequence[Result], sides: Sequence[str], jobs: Sequence[str]) -> list[Summary]:
@@ -568,6 +660,9 @@ def summaries(results: Sequence[Result], sides: Sequence[str], jobs: Sequence[st
                 s.seconds = statistics.median(r.seconds for r in good)
                 s.first_batch_s = statistics.median(r.first_batch_s for r in good)
                 s.worker_rss_mb = max(r.worker_rss_mb for r in good)
+                measured = [r.cpu_us_per_row for r in good if r.cpu_us_per_row]
+                if measured:
+                    s.cpu_us_per_row = {part: statistics.median(m[part] for m in measured) for part in CPU_PARTS}
             out.append(s)
     return out
 
@@ -608,6 +703,7 @@ def report(results: list[Result], summary: list[Summary], args: argparse.Namespa
                     ratios.append(f"{ours.rows_per_s / native.rows_per_s:.2f}x {base}")
             if ratios:
                 print(f"{job}: {ours.side} = {', '.join(ratios)} (median steady rows/s, = MB/s ratio)")
+    print_cpu_profile(summary)
     sg_runs = [r for r in results if r.side.startswith("sluicegate-") and r.workers]
     if sg_runs:
         print(
@@ -632,6 +728,20 @@ def report(results: list[Result], summary: list[Summary], args: argparse.Namespa
         if r.error:
             print(f"  {r.error}")
     return 0 if ok else 1
+
+
+def print_cpu_profile(summary: Sequence[Summary]) -> None:
+    """Where each side's CPU went per row in the steady state (median over repetitions)."""
+    profiled = [s for s in summary if s.cpu_us_per_row]
+    if not profiled:
+        return
+    w = max([18, *(len(s.side) for s in profiled)])
+    print(f"\nCPU µs per row, steady state (median); {', '.join(CPU_PARTS)} as sampled every 0.25 s:")
+    header = f"{'job':<9} {'side':<{w}} " + " ".join(f"{part:>14}" for part in CPU_PARTS) + f" {'total':>8}"
+    print(header)
+    for s in profiled:
+        parts = " ".join(f"{s.cpu_us_per_row[part]:>14.2f}" for part in CPU_PARTS)
+        print(f"{s.job:<9} {s.side:<{w}} {parts} {sum(s.cpu_us_per_row.values()):>8.2f}")
 
 
 # --- the picture -------------------------------------------------------------------------------

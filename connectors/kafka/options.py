@@ -60,6 +60,7 @@ KNOWN = {
     "fail_on_data_loss",
     "poll_timeout_ms",
     "include_headers",
+    "read_path",
     ASSIGNER_OPTION,
     GRACE_OPTION,
     REBALANCE_OPTION,
@@ -105,6 +106,8 @@ class KafkaOptions:
     """How long a Spark executor waits for records it knows exist before it fails the task."""
     include_headers: bool = False
     """Spark's ``includeHeaders``: rows have a ``headers`` column only when asked for."""
+    read_path: str = "auto"
+    """How an executor reads ranges: ``native``, ``python`` or ``auto`` (read_path.py)."""
     client_settings: tuple[tuple[str, str], ...] = ()
     assigner: Callable[[], SplitAssigner[Any]] = field(default=StickyHashAssigner, compare=False)
 
@@ -148,6 +151,7 @@ class KafkaOptions:
             fail_on_data_loss=_bool(options, "fail_on_data_loss", True),
             poll_timeout_ms=int_option(options, "poll_timeout_ms", 120_000, 100),
             include_headers=_bool(options, "include_headers", False),
+            read_path=_read_path(options.get("read_path", "auto")),
             client_settings=tuple(sorted(client.items())),
             assigner=assigner_from_options(options, StickyHashAssigner.name, owner_key=partition_owner_key),
         )
@@ -196,6 +200,17 @@ def _check_client_settings(settings: Mapping[str, str]) -> None:
         named = re.search(r'property:? "([^"]+)"', message)
         setting = CLIENT_PREFIX + named.group(1) if named else CLIENT_PREFIX + "*"
         raise ConfigError(setting, message) from None
+
+
+def _read_path(text: str) -> str:
+    from .read_path import NOT_BUILT, PATHS, native_available
+
+    path = text.strip().lower()
+    if path not in ("auto", *PATHS):
+        raise ConfigError("read_path", f"must be auto, {' or '.join(PATHS)}, got {text!r}")
+    if path == "native" and not native_available():
+        raise ConfigError("read_path", NOT_BUILT.format(what="is native"))
+    return path
 
 
 def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:

@@ -67,12 +67,12 @@ def arrow_schema(include_headers: bool = True) -> Any:
 
 def shared_consumer(options: KafkaOptions) -> RangeConsumer:
     """This process's range consumer for the options' data cluster (created once), on
-    this process's read path (``read_path.read_path()``: native or python).
+    the options' read path (``read_path.read_path()``: native or python).
 
     A range only asks for records that exist, so the broker need not hold a fetch
     open for more: librdkafka's default ``fetch.wait.max.ms`` (500 ms) would be paid
     at every switch to another range (unless the user set it)."""
-    path = read_path()
+    path = read_path(options.read_path)
     config = {"fetch.wait.max.ms": 10, **options.consumer_config()}
     key = (path, tuple(sorted((k, str(v)) for k, v in config.items() if k not in PYTHON_ONLY and not callable(v))))
     with _CONSUMERS_LOCK:

@@ -12,8 +12,9 @@ stops early at an event (librdkafka's error code, text and offset). What an even
 in ``ranges.RangeReader``, for both.
 
 ``read_path()``: native when ``sluicegate_native`` imports, else python; the environment
-variable ``SLUICEGATE_KAFKA_READ_PATH=python|native`` forces one (native forced but not
-built is an error that says how to build it). Logged once per process.
+variable ``SLUICEGATE_KAFKA_READ_PATH=python|native`` forces one for a process, the
+connector option ``read_path=python|native`` for a query (native forced but not built is
+an error that says how to build it). Logged once per process.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ class RangeConsumer(Protocol):
     ) -> tuple[Any | None, int, Event | None]: ...
 
 
+NOT_BUILT = (
+    "{what} but the native Kafka reader (sluicegate_native) is not built: run `make install` (needs cargo) "
+    "or `pip install ./native`"
+)
+
 _chosen: str | None = None
 _chosen_lock = threading.Lock()
 
@@ -71,9 +77,14 @@ def native_available() -> bool:
     return True
 
 
-def read_path() -> str:
-    """``native`` or ``python`` for this process (see the module docstring)."""
+def read_path(requested: str = "auto") -> str:
+    """``native`` or ``python``: ``requested`` (the connector's ``read_path`` option) when
+    it names one, else this process's (see the module docstring)."""
     global _chosen
+    if requested in PATHS:
+        if requested == "native" and not native_available():
+            raise RuntimeError(NOT_BUILT.format(what="read_path=native"))
+        return requested
     with _chosen_lock:
         forced = os.environ.get(ENV, "").strip().lower()
         if _chosen is not None and (not forced or forced == _chosen):
@@ -81,10 +92,7 @@ def read_path() -> str:
         if forced and forced not in PATHS:
             raise ValueError(f"{ENV}={forced!r}: must be one of {', '.join(PATHS)}")
         if forced == "native" and not native_available():
-            raise RuntimeError(
-                f"{ENV}=native but the native Kafka reader (sluicegate_native) is not built: run "
-                "`make install` (needs cargo) or `pip install ./native`"
-            )
+            raise RuntimeError(NOT_BUILT.format(what=f"{ENV}=native"))
         path = forced or ("native" if native_available() else "python")
         if path == "native":
             import sluicegate_native

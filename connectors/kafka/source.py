@@ -37,9 +37,16 @@ class KafkaSource(
 ):
     # How to reach the data cluster (its address may differ between networks, each process
     # has its own principal) and how long an executor waits: not what the source reads.
-    LOCAL_OPTIONS = ("kafka.", "bootstrap_servers", "poll_timeout_ms", "include_headers", *ASSIGNMENT_OPTIONS)
-    """``include_headers`` shapes a query's rows, not what the source reads: queries on one
-    source may differ in it."""
+    LOCAL_OPTIONS = (
+        "kafka.",
+        "bootstrap_servers",
+        "poll_timeout_ms",
+        "include_headers",
+        "read_path",
+        *ASSIGNMENT_OPTIONS,
+    )
+    """``include_headers`` and ``read_path`` shape how a query reads, not what the source
+    reads: queries on one source may differ in them."""
     DEFINITION_DEFAULTS = {
         "starting_offsets": "earliest",
         "stopping_offsets": "none",

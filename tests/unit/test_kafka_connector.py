@@ -122,6 +122,7 @@ def assigned(h: CoreHarness) -> dict[str, tuple[int, int]]:
         ({"topics": "a", "kafka.security.protocol": "carrier-pigeon"}, "kafka.security.protocol"),
         ({"topics": "a", "assignment_grace_ms": "soon"}, "assignment_grace_ms"),
         ({"topics": "a", "include_headers": "sometimes"}, "include_headers"),
+        ({"topics": "a", "read_path": "jvm"}, "read_path"),
     ],
 )
 def test_a_bad_option_fails_naming_it(options: dict[str, str], setting: str) -> None:
