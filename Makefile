@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install native demo test unit lint kafka clean
+.PHONY: install native demo test unit flaky lint kafka clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,14 @@ test: lint kafka
 
 unit: install  ## the tests that need no Kafka, no JVM: seconds
 	$(BIN)/pytest -q -m "not kafka" tests/unit tests/contract/test_memory_channel.py
+
+# Flaky tests show here, not in CI: the chosen tests RUNS times (HOG processes spinning on
+# the CPU beside, as a shared CI machine is loaded), each test's pass rate at the end.
+TESTS ?= tests/integration tests/e2e
+RUNS  ?= 5
+HOG   ?= 0
+flaky: install kafka
+	$(BIN)/python -m sluicegate.devtools.flaky $(TESTS) --runs $(RUNS) --hog $(HOG)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
