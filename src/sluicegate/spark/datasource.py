@@ -323,5 +323,16 @@ def _configure_logging() -> None:
 
 
 def register(spark: Any) -> None:
-    """Make ``spark.readStream.format("sluicegate")`` available in this session."""
+    """Make ``spark.readStream.format("sluicegate")`` available in this session.
+
+    In local mode the Python workers that run the source are this interpreter, where
+    sluicegate is installed, unless ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` chose
+    one: Spark's default, ``python3`` from PATH, is rarely a virtualenv's, and the query
+    would fail with "No module named 'sluicegate'". (A registered data source carries the
+    interpreter its SparkContext names when it is registered.) On a cluster the
+    executors' Python is the deployment's to choose and is left alone."""
+    context = spark.sparkContext
+    chosen = os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python")
+    if not chosen and str(context.master).startswith("local"):
+        context.pythonExec = sys.executable
     spark.dataSource.register(SluicegateDataSource)
