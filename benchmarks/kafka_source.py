@@ -24,7 +24,8 @@ Sides, each run its own Python process with its own SparkSession (``spark_sessio
   overrides one);
 - ``sluicegate-python`` / ``sluicegate-native``: ``readStream.format("sluicegate")``,
   ``connector=kafka`` (``topics``, ``starting_offsets=earliest``,
-  ``stopping_offsets=latest``), ``parallelism`` = the topic's partitions, a real
+  ``stopping_offsets=latest``), ``parallelism`` = the topic's partitions (``--parallelism``:
+  fewer reader subtasks, each reading several partitions' ranges in one Spark task), a real
   coordinator process on a fresh source name, and ``SLUICEGATE_KAFKA_READ_PATH`` set to the
   read path (``native`` only when the module ``sluicegate_native`` is importable).
 
@@ -571,7 +572,7 @@ def run_one(
         "master": args.master,
         "max_per_trigger": args.max_per_trigger,
         "arrow_batch_rows": args.arrow_batch_rows,
-        "parallelism": args.partitions,
+        "parallelism": args.parallelism or args.partitions,
         "workdir": str(workdir),
         "timeout": args.timeout,
         "out": str(out),
@@ -585,7 +586,7 @@ def run_one(
         if read_path is not None:
             spec["source"] = f"kbench-{secrets.token_hex(3)}"
             log = workdir / f"coordinator-{spec['source']}.log"
-            coordinator = start_coordinator(spec["source"], topic, bootstrap, args.partitions, log)
+            coordinator = start_coordinator(spec["source"], topic, bootstrap, spec["parallelism"], log)
         env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, PYTHONUNBUFFERED="1")
         env.pop(READ_PATH_ENV, None)
         if read_path is not None:
@@ -944,6 +945,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="a librdkafka setting of the sluicegate sides' consumers (option.kafka.KEY), repeatable",
     )
     parser.add_argument(
+        "--parallelism",
+        type=int,
+        default=0,
+        help="the sluicegate sides' reader subtasks = Spark tasks a batch (default: the topic's partitions, "
+        "as Spark's source has one task per partition)",
+    )
+    parser.add_argument(
         "--include-headers",
         action="store_true",
         help="rows with a headers column on every side (Spark's includeHeaders, sluicegate's include_headers); "
@@ -1028,6 +1036,7 @@ def results_data(
         "records": args.records,
         "record_bytes": args.record_bytes,
         "partitions": args.partitions,
+        "parallelism": args.parallelism or args.partitions,
         "topic": topic,
         "repetitions": args.repetitions,
         "max_per_trigger": args.max_per_trigger,
