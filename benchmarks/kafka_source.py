@@ -291,10 +291,11 @@ class WorkerMemory:
 
 
 CPU_PARTS = ("python workers", "spark jvm", "broker", "other")
-"""Where a run's CPU goes: the executor Python workers (sluicegate's reads and their
-hand-over of Arrow batches), the Spark JVM (driver and executor: Spark's own Kafka
-consumer, the Arrow-to-row copy of a Python source's batches, the query), the Kafka
-broker, and the rest (the driver's Python, the coordinator)."""
+"""Where a run's CPU goes: the Python processes Spark's JVM started (the executor workers
+that run sluicegate's reads and hand Arrow batches over, and the driver-side runners that
+plan), the Spark JVM (driver and executor: Spark's own Kafka consumer, the Arrow-to-row
+copy of a Python source's batches, the query), the Kafka broker, and the rest (the
+driver's own Python, the coordinator)."""
 
 
 @dataclass
@@ -311,22 +312,32 @@ class CpuSamples:
         import psutil
 
         try:
-            procs = [psutil.Process(root_pid), *psutil.Process(root_pid).children(recursive=True)]
-            procs += [psutil.Process(pid) for pid in others]
+            tree = [psutil.Process(root_pid), *psutil.Process(root_pid).children(recursive=True)]
         except psutil.Error:
             return
-        for proc in procs:
-            try:
-                cpu = proc.cpu_times()
-                part = others.get(proc.pid) or _part_of(" ".join(proc.cmdline()))
-            except psutil.Error:
-                continue
-            self._last[proc.pid] = (part, cpu.user + cpu.system)
+        jvms = set()
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                if "java" in Path(proc.exe()).name:
+                    jvms.add(proc.pid)
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                part = "spark jvm" if proc.pid in jvms else "other"
+                if part == "other" and any(parent.pid in jvms for parent in proc.parents()):
+                    part = "python workers"
+                self._record(proc, part)
+        for pid, part in others.items():
+            with contextlib.suppress(psutil.Error):
+                self._record(psutil.Process(pid), part)
         totals = dict.fromkeys(CPU_PARTS, 0.0)
         for part, seconds in self._last.values():
             totals[part] += seconds
         self.times.append(time.time())
         self.totals.append(totals)
+
+    def _record(self, proc: Any, part: str) -> None:
+        cpu = proc.cpu_times()
+        self._last[proc.pid] = (part, cpu.user + cpu.system)
 
     def between(self, start: float, end: float) -> dict[str, float]:
         """CPU seconds of each part from ``start`` to ``end`` (epoch seconds, interpolated)."""
@@ -340,14 +351,6 @@ class CpuSamples:
         v0, v1 = self.totals[i - 1][part], self.totals[i][part]
         share = 0.0 if t1 <= t0 else min(1.0, max(0.0, (when - t0) / (t1 - t0)))
         return v0 + (v1 - v0) * share
-
-
-def _part_of(cmdline: str) -> str:
-    if EXECUTOR_WORKER_CMDLINE.search(cmdline):
-        return "python workers"
-    if "java" in cmdline.split(" ", 1)[0]:
-        return "spark jvm"
-    return "other"
 
 
 def listening_pid(bootstrap: str) -> int | None:
