@@ -311,7 +311,7 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
         "master": args.master,
         "max_per_trigger": args.max_per_trigger or None,
         "arrow_batch_rows": args.arrow_batch_rows,
-        "parallelism": args.partitions,
+        "parallelism": args.parallelism or args.partitions,
         "workdir": str(workdir),
         "expected": expected,
         "timeout": args.duration + args.timeout,
@@ -344,7 +344,7 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
         if read_path is not None:
             spec["source"] = f"klat-{secrets.token_hex(3)}"
             log = workdir / f"coordinator-{spec['source']}.log"
-            coordinator = start_coordinator(spec["source"], topic, bootstrap, args.partitions, log, bounded=False)
+            coordinator = start_coordinator(spec["source"], topic, bootstrap, spec["parallelism"], log, bounded=False)
         err = (workdir / f"spark-latency-{side}.log").open("wb")
         query = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)], env=env, stderr=err)
         deadline = time.monotonic() + 180
@@ -424,6 +424,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--warmup", type=float, default=10, help="seconds of records at the start left out of the figures"
     )
     parser.add_argument("--partitions", type=int, default=8, help="partitions of each fresh topic")
+    parser.add_argument(
+        "--parallelism", type=int, default=0, help="the sluicegate sides' reader subtasks (default: the partitions)"
+    )
     parser.add_argument(
         "--record-bytes", type=int, default=KEY_BYTES + VALUE_BYTES, help="bytes of key + value a record"
     )
