@@ -172,6 +172,10 @@ def producer(spec: dict[str, Any]) -> int:
 # --- the query process --------------------------------------------------------------------------
 
 
+PROGRESS_KEPT = "spark.sql.streaming.numRecentProgressUpdates"
+"""Spark keeps the last 100 batches' progress by default: the run has more."""
+
+
 def child(spec: dict[str, Any]) -> int:
     """Run the query until it saw ``expected`` records; its latency histogram as JSON into ``out``."""
     import numpy as np
@@ -182,7 +186,10 @@ def child(spec: dict[str, Any]) -> int:
 
     side, expected, warmup_records = spec["side"], int(spec["expected"]), int(spec["warmup_records"])
     spark = spark_session(
-        f"kafka-latency-{side}", spec["master"], quiet=True, extra_conf=spark_extra_conf(side, spec["read_path"], {})
+        f"kafka-latency-{side}",
+        spec["master"],
+        quiet=True,
+        extra_conf=spark_extra_conf(side, spec["read_path"], {PROGRESS_KEPT: "100000"}),
     )
     df = stream_reader(spark, {**spec, "bounded": False}).load()
     rows = df.select(F.unix_millis("timestamp").alias("t"), F.col("key").cast("string").cast("long").alias("k"))
@@ -234,6 +241,7 @@ def child(spec: dict[str, Any]) -> int:
             last_print = time.monotonic()
             print(f"    {side}: {state['rows']:,} / {expected:,} records at the sink", flush=True)
     failure = str(query.exception()) if query.exception() is not None else ""
+    phases = [dict(p.durationMs) for p in query.recentProgress if p.numInputRows > 0]
     query.stop()
     spark.stop()
     out = {
@@ -242,6 +250,7 @@ def child(spec: dict[str, Any]) -> int:
         "bad_keys": state["bad_keys"],
         "hist": [[key // 10_000_000, key % 10_000_000, count] for key, count in state["hist"].items()],
         "batches": state["batches"],
+        "phases": phases,
         "failure": failure,
     }
     Path(spec["out"]).write_text(json.dumps(out), encoding="utf-8")
@@ -377,6 +386,7 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
             data_batches=len(sizes),
             median_batch_rows=sorted(sizes)[len(sizes) // 2] if sizes else 0,
             median_sink_job_ms=collects[len(collects) // 2] if collects else None,
+            median_phase_ms=median_phases(got.get("phases", [])),
             worker_rss_mb=memory.worker_rss_mb,
             workers_pss_mb=memory.workers_pss_mb,
         )
@@ -406,6 +416,20 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
             stop_process(coordinator)
         delete_topic(bootstrap, topic)
     return result
+
+
+PHASES = ("latestOffset", "walCommit", "queryPlanning", "addBatch", "commitOffsets", "triggerExecution")
+"""Spark's durationMs parts of a micro-batch, in the order they run (triggerExecution: all)."""
+
+
+def median_phases(phases: Sequence[dict[str, int]]) -> dict[str, float]:
+    """The median ms of each of Spark's micro-batch phases over the batches that read rows."""
+    out: dict[str, float] = {}
+    for name in PHASES:
+        values = sorted(p[name] for p in phases if name in p)
+        if values:
+            out[name] = float(values[len(values) // 2])
+    return out
 
 
 def fmt_ms(value: Any) -> str:
@@ -533,6 +557,12 @@ def main() -> int:
             f"{fmt_ms(r.get('max_ms')):>8} {r.get('measured_rows', 0):>14,} {r.get('data_batches', 0):>8} "
             f"{r.get('median_batch_rows', 0):>11,} {fmt_ms(r.get('median_sink_job_ms')):>11} {rss:>13}"
         )
+    print("\nmedian ms per micro-batch that read rows (Spark's durationMs)\n")
+    print(f"{'side':<18} " + " ".join(f"{name:>16}" for name in PHASES))
+    for r in results:
+        medians = r.get("median_phase_ms") or {}
+        print(f"{r['side']:<18} " + " ".join(f"{fmt_ms(medians.get(name)):>16}" for name in PHASES))
+    print()
     base = next((r for r in results if r["side"] == NATIVE_TUNED_SIDE), None) or next(
         (r for r in results if r["side"] == NATIVE_DEFAULTS), None
     )

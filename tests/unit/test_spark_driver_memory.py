@@ -4,8 +4,10 @@ planning, acknowledgement and fencing, in well under a second."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import socket
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -124,6 +126,73 @@ def test_assigned_splits_are_planned_read_and_acknowledged(running: tuple[SparkR
     assert [body(a, CheckpointAck).checkpoint_id for a in acks] == [first.checkpoint_id, second.checkpoint_id]
     assert body(acks[-1], CheckpointAck).splits == []
     assert driver.status().splits_finished == 3
+
+
+class HeldChannel(MemoryControlChannel):
+    """Holds every send while ``held`` is set (a slow broker)."""
+
+    def __init__(self, broker: MemoryBroker, topics: ControlTopics) -> None:
+        super().__init__(broker, topics)
+        self.held = threading.Event()
+        self.sends_started = 0
+
+    async def _send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        wait: bool,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> bool:
+        self.sends_started += 1
+        while self.held.is_set():
+            await asyncio.sleep(0.005)
+        return await super()._send(topic, key, value, wait, headers)
+
+
+def test_acknowledge_soon_does_not_wait_and_a_later_acknowledge_waits_for_it() -> None:
+    """partitions() acknowledges while the executors read; the next batch's planning
+    (acknowledge of its start) still waits for that ack, and acks stay in order."""
+    broker = MemoryBroker()
+    broker.create_control_topics(TOPICS, 2)
+    source = SequenceSource.from_options({"splits": "4", "records_per_split": "100"})
+    settings = DriverSettings(
+        source=SOURCE, parallelism=2, bootstrap_servers="memory:0", heartbeat_interval_ms=50, session_timeout_ms=5_000
+    )
+    channel = HeldChannel(broker, TOPICS)
+    driver = SparkReaderDriver(settings, source, channel=channel)
+    driver.start(None)
+    try:
+        coordinator = Coordinator(broker, driver)
+        register_both(coordinator)
+        eventually(driver.all_active)
+        coordinator.send(0, AddSplits(seq=1, splits=[wire(0)]), attempt=1)
+        coordinator.send(1, AddSplits(seq=1, splits=[wire(1)]), attempt=1)
+        state = eventually(lambda: (s := driver.planning_state()) and all(v.splits for v in s.views.values()) and s)
+        first = plan_next(SourceOffset(1), state.views, None, lambda o, base: base + 10)
+        second = plan_next(first, state.views, None, lambda o, base: base + 20)
+
+        channel.held.set()
+        before = channel.sends_started
+        began = time.monotonic()
+        driver.acknowledge_soon(first)
+        assert time.monotonic() - began < 0.5
+        # both subtasks' acks are on their way at once, neither delivered
+        eventually(lambda: channel.sends_started - before == 2)
+        assert coordinator.inbox(CheckpointAck) == []
+
+        threading.Timer(0.3, channel.held.clear).start()
+        began = time.monotonic()
+        assert driver.acknowledge(second)
+        assert time.monotonic() - began >= 0.2  # it waited for the held ack of ``first``
+        for subtask in (0, 1):
+            acks = [
+                body(e, CheckpointAck).checkpoint_id for e in coordinator.inbox(CheckpointAck) if e.subtask == subtask
+            ]
+            assert acks == [first.checkpoint_id, second.checkpoint_id]
+    finally:
+        channel.held.clear()
+        driver.close()
 
 
 def test_a_failed_attempt_registers_again_with_its_checkpoint(running: tuple[SparkReaderDriver, Coordinator]) -> None:

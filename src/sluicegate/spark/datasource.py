@@ -236,8 +236,10 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         start_offset = SourceOffset.from_json(start)
         end_offset = SourceOffset.from_json(end)
         driver = self._ensure_driver(end_offset)
-        if not driver.acknowledge(end_offset):
-            log.warning("checkpoint %d could not be acknowledged now; retried next batch", end_offset.checkpoint_id)
+        # Spark has written end_offset to its offset log: tell the coordinator while the
+        # executors read. The next latestOffset plans nothing until this ack is delivered
+        # (planner._acknowledged), so no split runs ahead of what the coordinator holds.
+        driver.acknowledge_soon(end_offset)
         planned = ranges_between(start_offset, end_offset)
         partitions: list[InputPartition] = []
         for subtask, ranges in sorted(planned.items()):
@@ -251,7 +253,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def commit(self, end: dict[str, Any]) -> None:
         if self._driver is not None:
-            self._driver.acknowledge(SourceOffset.from_json(end))
+            self._driver.acknowledge_soon(SourceOffset.from_json(end))
 
     def stop(self) -> None:
         if self._driver is not None:

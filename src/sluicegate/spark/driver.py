@@ -75,7 +75,7 @@ from sluicegate.reader.state import ReaderCheckpoint
 from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, SPARK_NAMES, ReaderTiming
 from sluicegate.reader.watermark import SplitWatermarks
 from sluicegate.spark.metrics import DriverMetrics, DriverSnapshot, SubtaskFigures
-from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskView
+from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskOffset, SubtaskView
 
 log = logging.getLogger("sluicegate.spark")
 
@@ -306,6 +306,27 @@ class SparkReaderDriver:
         has its ack delivered (or had it before); False also while the broker does not
         answer (within ACK_WAIT_S): the caller tries again later."""
         return self._call_or(lambda: self._acknowledge_in_turn(offset), ACK_WAIT_S, False)
+
+    def acknowledge_soon(self, offset: SourceOffset) -> None:
+        """``acknowledge`` without waiting: queued behind earlier acknowledgements, and a
+        later ``acknowledge`` waits for it. One that fails is logged; the next
+        ``acknowledge`` sends it again."""
+        if self._fatal is not None:
+            raise self._fatal
+        loop = self._loop
+        if loop is None or self._stopping:
+            raise RuntimeError("the sluicegate driver is not running")
+        future = asyncio.run_coroutine_threadsafe(self._acknowledge_in_turn(offset), loop)
+        future.add_done_callback(lambda done: self._on_background_ack(offset, done))
+
+    def _on_background_ack(self, offset: SourceOffset, done: concurrent.futures.Future[bool]) -> None:
+        if done.cancelled():
+            return
+        error = done.exception()
+        if error is not None:
+            log.warning("checkpoint %d: acknowledging failed: %s; retried next batch", offset.checkpoint_id, error)
+        elif not done.result():
+            log.warning("checkpoint %d could not be acknowledged now; retried next batch", offset.checkpoint_id)
 
     def status(self) -> DriverStatus:
         return self._call(self._status)
@@ -638,59 +659,64 @@ class SparkReaderDriver:
         )
 
     async def _acknowledge_subtasks(self, offset: SourceOffset) -> bool:
-        ok = True
-        for s, sub in sorted(offset.subtasks.items()):
-            protocol = self.protocols.get(s)
-            if protocol is None or not protocol.active or sub.attempt is None or sub.attempt != protocol.attempt:
-                continue
-            if self._acked.get(s, (0, -1)) >= (sub.attempt, offset.checkpoint_id):
-                continue
-            finished = [sid for sid, e in sorted(sub.splits.items()) if e.finished and sid in protocol.owned]
-            unfinished = {sid: e for sid, e in sub.splits.items() if not e.finished}
-            plan = protocol.plan_checkpoint(
-                [self._wire_at(e.split, e.pos) for _, e in sorted(unfinished.items())],
-                checkpoint_id=offset.checkpoint_id,
-                applied_seq=sub.applied_seq,
-                no_more_splits=sub.no_more_splits,
-                finished=finished,
+        """Each subtask's messages in order; the subtasks at once (each has its own
+        partition of the inbox, so one's round trips need not wait for another's)."""
+        done = await asyncio.gather(
+            *(self._acknowledge_subtask(s, sub, offset) for s, sub in sorted(offset.subtasks.items()))
+        )
+        return all(done)
+
+    async def _acknowledge_subtask(self, s: int, sub: SubtaskOffset, offset: SourceOffset) -> bool:
+        protocol = self.protocols.get(s)
+        if protocol is None or not protocol.active or sub.attempt is None or sub.attempt != protocol.attempt:
+            return True
+        if self._acked.get(s, (0, -1)) >= (sub.attempt, offset.checkpoint_id):
+            return True
+        finished = [sid for sid, e in sorted(sub.splits.items()) if e.finished and sid in protocol.owned]
+        unfinished = {sid: e for sid, e in sub.splits.items() if not e.finished}
+        plan = protocol.plan_checkpoint(
+            [self._wire_at(e.split, e.pos) for _, e in sorted(unfinished.items())],
+            checkpoint_id=offset.checkpoint_id,
+            applied_seq=sub.applied_seq,
+            no_more_splits=sub.no_more_splits,
+            finished=finished,
+        )
+        delivered = True
+        for body in plan.messages():
+            delivered = delivered and await self._send(s, body)
+        if not delivered:
+            log.warning("could not acknowledge checkpoint %d of subtask %d now", offset.checkpoint_id, s)
+            return False
+        if protocol.attempt != sub.attempt:  # fenced while sending
+            return True
+        self._acked[s] = (sub.attempt, offset.checkpoint_id)
+        self._stats["acks"] += 1
+        self._stats["splits_finished"] += len(finished)
+        protocol.checkpoint_committed(plan)
+        self._reported_finished.update(finished)
+        watermarks = self._watermarks[s]
+        watermarks.remove(finished)
+        watermarks.remove(plan.returned_split_ids)
+        # only a split whose planned position advanced is active (split idleness)
+        clock_ms = _monotonic_ms()
+        for sid, e in unfinished.items():
+            moved = self._planned_pos.get(sid) != e.pos
+            record = Record(sid, None, self._event_time_before(e.split, e.pos))
+            watermarks.observe([record], clock_ms, active=moved)
+            self._planned_pos[sid] = e.pos
+        for sid in [*finished, *plan.returned_split_ids]:
+            self._planned_pos.pop(sid, None)
+        if finished or plan.returned:
+            log.info(
+                "subtask %d: checkpoint %d, %d splits finished, %d given back, %d open",
+                s,
+                offset.checkpoint_id,
+                len(finished),
+                len(plan.returned),
+                len(unfinished) - len(plan.returned),
             )
-            delivered = True
-            for body in plan.messages():
-                delivered = delivered and await self._send(s, body)
-            if not delivered:
-                log.warning("could not acknowledge checkpoint %d of subtask %d now", offset.checkpoint_id, s)
-                ok = False
-                continue
-            if protocol.attempt != sub.attempt:  # fenced while sending
-                continue
-            self._acked[s] = (sub.attempt, offset.checkpoint_id)
-            self._stats["acks"] += 1
-            self._stats["splits_finished"] += len(finished)
-            protocol.checkpoint_committed(plan)
-            self._reported_finished.update(finished)
-            watermarks = self._watermarks[s]
-            watermarks.remove(finished)
-            watermarks.remove(plan.returned_split_ids)
-            # only a split whose planned position advanced is active (split idleness)
-            clock_ms = _monotonic_ms()
-            for sid, e in unfinished.items():
-                moved = self._planned_pos.get(sid) != e.pos
-                record = Record(sid, None, self._event_time_before(e.split, e.pos))
-                watermarks.observe([record], clock_ms, active=moved)
-                self._planned_pos[sid] = e.pos
-            for sid in [*finished, *plan.returned_split_ids]:
-                self._planned_pos.pop(sid, None)
-            if finished or plan.returned:
-                log.info(
-                    "subtask %d: checkpoint %d, %d splits finished, %d given back, %d open",
-                    s,
-                    offset.checkpoint_id,
-                    len(finished),
-                    len(plan.returned),
-                    len(unfinished) - len(plan.returned),
-                )
-                self._notify()
-        return ok
+            self._notify()
+        return True
 
     def _new_watermarks(self) -> SplitWatermarks:
         return SplitWatermarks(self.settings.split_idle_timeout_ms)
