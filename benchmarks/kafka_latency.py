@@ -189,7 +189,7 @@ def child(spec: dict[str, Any]) -> int:
         f"kafka-latency-{side}",
         spec["master"],
         quiet=True,
-        extra_conf=spark_extra_conf(side, spec["read_path"], {PROGRESS_KEPT: "100000"}),
+        extra_conf=spark_extra_conf(side, spec["read_path"], {PROGRESS_KEPT: "100000", **spec["spark_conf"]}),
     )
     df = stream_reader(spark, {**spec, "bounded": False}).load()
     rows = df.select(F.unix_millis("timestamp").alias("t"), F.col("key").cast("string").cast("long").alias("k"))
@@ -330,6 +330,7 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
         "warmup_records": args.partitions,
         "source": "",
         "client_settings": parse_settings(args.client_setting),
+        "spark_conf": parse_settings(args.spark_conf),
         "native_settings": native_settings(side, args),
     }
     prod_spec = {
@@ -474,6 +475,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a librdkafka setting of sluicegate's consumers",
     )
+    parser.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting of every query"
+    )
     parser.add_argument("--master", default="local[2]", help="Spark master of every query")
     parser.add_argument(
         "--bootstrap-servers",
@@ -493,8 +497,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the work directory")
     args = parser.parse_args(argv)
-    if bad := [kv for kv in [*args.client_setting, *args.tuned] if "=" not in kv]:
-        parser.error(f"--client-setting and --tuned take KEY=VALUE, not {bad[0]!r}")
+    if bad := [kv for kv in [*args.client_setting, *args.tuned, *args.spark_conf] if "=" not in kv]:
+        parser.error(f"--client-setting, --tuned and --spark-conf take KEY=VALUE, not {bad[0]!r}")
     if args.warmup >= args.duration:
         parser.error("--warmup must be shorter than --duration")
     args.value_bytes = args.record_bytes - KEY_BYTES
@@ -587,7 +591,9 @@ def main() -> int:
         "sides": args.sides,
         "max_per_trigger": args.max_per_trigger,
         "native_tuned": args.native_tuned,
+        "parallelism": args.parallelism or args.partitions,
         "client_settings": parse_settings(args.client_setting),
+        "spark_conf": parse_settings(args.spark_conf),
         "master": args.master,
     }
     data = {"kind": "latency", "config": config, "machine": machine, "sides": results, "exit_code": code}
