@@ -783,6 +783,7 @@ def plot(datasets: Sequence[dict[str, Any]], path: Path) -> None:
             c = d["config"]
             for job in c["jobs"]:
                 label = f"{job}\n{c['record_bytes']} B x {c['partitions']} p\n{c['records'] / 1e6:g}M records"
+                label += _parallelism_note(c)
                 groups.append((label, {s["side"]: s for s in d["summary"] if s["job"] == job}))
         sides = [s for s in colors if any(s in g for _, g in groups)]
         sides += sorted({s for _, g in groups for s in g} - set(sides))
@@ -826,7 +827,8 @@ def plot(datasets: Sequence[dict[str, Any]], path: Path) -> None:
             c = d["config"]
             for s in d["sides"]:
                 if s.get("p50_ms") is not None:
-                    entries.append((f"{s['side']}\n{c['rate']:,}/s, {c['record_bytes']} B x {c['partitions']} p", s))
+                    label = f"{s['side']}\n{c['rate']:,}/s, {c['record_bytes']} B x {c['partitions']} p"
+                    entries.append((label + _parallelism_note(c), s))
         xs = list(range(len(entries)))
         p50 = [e[1]["p50_ms"] for e in entries]
         p99 = [e[1]["p99_ms"] for e in entries]
@@ -855,6 +857,13 @@ def plot(datasets: Sequence[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     print(f"picture written to {path}", flush=True)
+
+
+def _parallelism_note(config: dict[str, Any]) -> str:
+    """The sluicegate sides' subtasks when they were not one per partition (older results
+    have no ``parallelism``: one per partition)."""
+    parallelism = config.get("parallelism") or config["partitions"]
+    return "" if parallelism == config["partitions"] else f"\nsluicegate parallelism {parallelism}"
 
 
 def _rate(rows_per_s: float) -> str:
