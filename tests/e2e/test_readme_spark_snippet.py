@@ -1,12 +1,12 @@
-"""The README's Spark snippet runs as written from a fresh process in local mode.
+"""The README's Spark snippets run as written from a fresh process in local mode.
 
 A new user's script makes its own SparkSession and sets no ``PYSPARK_PYTHON``: Spark's
 Python workers would then be ``python3`` from PATH, which has no sluicegate, and the
 query failed with "No module named 'sluicegate'". ``register(spark)`` now points a
 local session's workers at the interpreter running the script. The test runs the
-README's own code block (``load()`` starts a Python worker that builds the source and
-its schema; nothing is read) in a child process whose PATH finds a ``python3`` without
-sluicegate first.
+README's own code blocks, each one that calls ``register(spark)`` (``load()`` starts a
+Python worker that builds the source and its schema; nothing is read), in a child
+process whose PATH finds a ``python3`` without sluicegate first.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -24,12 +23,37 @@ import pytest
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def readme_kafka_snippet() -> str:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Read a Kafka topic", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "README: no python block under 'Read a Kafka topic'"
+SCHEMAS = {
+    "kafka": "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,",
+    "sequence": "struct<split_id:string,value:bigint,event_time:timestamp>",
+}
+"""The schema each connector's snippet must load (the start of its simpleString)."""
+
+PREAMBLE = """\
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+bootstrap = control_bootstrap = "127.0.0.1:9"
+"""
+"""What a snippet takes as given: a session and the control cluster's address (nothing
+listens there; loading a query does not connect)."""
+
+
+def readme_spark_snippets() -> list[str]:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    return [b for b in blocks if "register(spark)" in b]
+
+
+def connector_of(snippet: str) -> str:
+    match = re.search(r'\.option\("connector", "(\w+)"\)', snippet)
+    assert match, f"README snippet names no connector:\n{snippet}"
     return match.group(1)
+
+
+def test_the_readme_has_the_spark_snippets_this_test_knows() -> None:
+    connectors = [connector_of(s) for s in readme_spark_snippets()]
+    assert "kafka" in connectors and "sequence" in connectors
+    assert set(connectors) <= set(SCHEMAS), f"add the schema of {set(connectors) - set(SCHEMAS)} to SCHEMAS"
 
 
 def bare_python3() -> str | None:
@@ -43,7 +67,8 @@ def bare_python3() -> str | None:
     return None
 
 
-def test_the_readme_spark_snippet_runs_in_local_mode_without_pyspark_python(tmp_path: Path) -> None:
+@pytest.mark.parametrize("snippet", readme_spark_snippets(), ids=connector_of)
+def test_a_readme_spark_snippet_runs_in_local_mode_without_pyspark_python(tmp_path: Path, snippet: str) -> None:
     bare = bare_python3()
     if bare is None:
         pytest.skip("no python3 without sluicegate on this machine to stand for a user's PATH")
@@ -51,23 +76,11 @@ def test_the_readme_spark_snippet_runs_in_local_mode_without_pyspark_python(tmp_
     bin_dir.mkdir()
     (bin_dir / "python3").symlink_to(bare)
     script = tmp_path / "job.py"
-    script.write_text(
-        textwrap.dedent(
-            """\
-            from pyspark.sql import SparkSession
-
-            spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
-            control_bootstrap = "127.0.0.1:9"
-            """
-        )
-        + readme_kafka_snippet()
-        + 'print("SCHEMA", df.schema.simpleString())\n',
-        encoding="utf-8",
-    )
+    script.write_text(PREAMBLE + snippet + 'print("SCHEMA", df.schema.simpleString())\n', encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     assert shutil.which("python3", path=env["PATH"]) == str(bin_dir / "python3")
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "No module named 'sluicegate'" not in done.stderr
-    assert "SCHEMA struct<key:binary,value:binary,topic:string,partition:int,offset:bigint," in done.stdout
+    assert f"SCHEMA {SCHEMAS[connector_of(snippet)]}" in done.stdout
