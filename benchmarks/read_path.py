@@ -14,9 +14,11 @@ each path's own consumer (made once, as the executor's shared consumer is):
 - ``native-poll``: ``sluicegate_native`` with the rdkafka crate's ``BaseConsumer::poll``,
   one message per call (a prototype kept for this comparison).
 
-Each figure: rows/s (wall clock) and the process's CPU seconds per million rows
-(librdkafka's threads included), which a busy machine disturbs less, the median of
-``--repeats`` runs; the paths take turns (python, native-batch, native-poll, python, ...).
+Each figure: rows/s (wall clock), the process's CPU seconds per million rows
+(librdkafka's threads included), which a busy machine disturbs less, and the broker's
+(when it runs on this machine), the median of ``--repeats`` runs; the paths take turns
+(python, native-batch, native-poll, python, ...). ``--variant LABEL:KEY=VALUE[,...]`` adds
+``native-batch+LABEL``: the native path with other librdkafka settings (fetch sizes, say).
 The topic is kafka_clients.py's (``fill_topic``), reused while it holds exactly those
 records; without ``--bootstrap-servers`` it is on the kept local broker of
 ``<cache root>/bench-broker``. Exit code 1 if a path reads a different number of rows.
@@ -35,8 +37,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kafka_clients import bench_broker, default_topic, fill_topic, topic_counts
+from kafka_source import listening_pid, parse_settings
 from sluicegate_connectors.kafka.options import KafkaOptions
-from sluicegate_connectors.kafka.ranges import RangeReader
+from sluicegate_connectors.kafka.ranges import RANGE_READ_DEFAULTS, RangeReader
 from sluicegate_connectors.kafka.read_path import RangeConsumer, native_available, new_range_consumer
 from sluicegate_connectors.kafka.split import KafkaPartitionSplit
 
@@ -64,9 +67,22 @@ def main() -> int:
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
     parser.add_argument("--no-headers", action="store_true", help="skip the headers column (nulls)")
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", ""))
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+        help="also native-batch+LABEL, with these librdkafka settings (repeatable)",
+    )
     args = parser.parse_args()
-    paths = [p for p in args.paths if PATHS[p][0] == "python" or native_available()]
-    if len(paths) < len(args.paths):
+    variants: dict[str, dict[str, str]] = {}
+    for text in args.variant:
+        label, _, settings = text.partition(":")
+        if not label or "=" not in settings:
+            parser.error(f"--variant takes LABEL:KEY=VALUE[,KEY=VALUE], not {text!r}")
+        variants[f"native-batch+{label}"] = parse_settings(settings.split(","))
+    paths = [p for p in [*args.paths, *variants] if PATHS.get(p, ("native",))[0] == "python" or native_available()]
+    if len(paths) < len(args.paths) + len(variants):
         print("sluicegate_native is not built: native paths skipped (make install)", flush=True)
     failed = False
     with bench_broker(args.bootstrap_servers) as bootstrap:
@@ -76,17 +92,23 @@ def main() -> int:
             ends = topic_counts(bootstrap, topic)
             assert ends is not None
             options = KafkaOptions.parse({"topics": topic, "bootstrap_servers": bootstrap})
-            config: dict[str, Any] = {"fetch.wait.max.ms": 10, **options.consumer_config()}
-            consumers: dict[str, RangeConsumer] = {p: new_range_consumer(config, *PATHS[p]) for p in paths}
+            config: dict[str, Any] = {**RANGE_READ_DEFAULTS, **options.consumer_config()}
+            consumers: dict[str, RangeConsumer] = {
+                p: new_range_consumer({**config, **variants.get(p, {})}, *PATHS.get(p, PATHS["native-batch"]))
+                for p in paths
+            }
             times: dict[str, list[float]] = {p: [] for p in paths}
             cpu: dict[str, list[float]] = {p: [] for p in paths}
+            broker_cpu: dict[str, list[float]] = {p: [] for p in paths}
+            broker = _process(listening_pid(bootstrap))
             for _round in range(args.repeats):
                 for path in paths:
                     reader = RangeReader(options, headers=not args.no_headers, consumer=consumers[path])
-                    began, began_cpu = time.perf_counter(), time.process_time()
+                    began, began_cpu, began_broker = time.perf_counter(), time.process_time(), _cpu_s(broker)
                     rows, _size = read_all(reader, topic, ends, args.max_rows, not args.no_headers)
                     seconds = time.perf_counter() - began
                     cpu[path].append(time.process_time() - began_cpu)
+                    broker_cpu[path].append(_cpu_s(broker) - began_broker)
                     if rows != args.records:
                         print(f"  {path}: read {rows:,} rows, expected {args.records:,}", flush=True)
                         failed = True
@@ -98,12 +120,28 @@ def main() -> int:
                 ratio = f"  x{base / median:.1f} python" if base else ""
                 runs = ", ".join(f"{args.records / t / 1e6:.2f}" for t in times[path])
                 per_m = statistics.median(cpu[path]) / (args.records / 1e6)
+                broker_per_m = statistics.median(broker_cpu[path]) / (args.records / 1e6)
+                broker_note = f", broker {broker_per_m:4.2f}" if broker is not None else ""
                 print(
                     f"  {path:13s} {args.records / median / 1e6:6.2f} M rows/s  {per_m:5.2f} CPU s per M rows"
-                    f"  (runs: {runs}){ratio}",
+                    f"{broker_note}  (runs: {runs}){ratio}",
                     flush=True,
                 )
     return 1 if failed else 0
+
+
+def _process(pid: int | None) -> Any:
+    import psutil
+
+    return psutil.Process(pid) if pid is not None else None
+
+
+def _cpu_s(process: Any) -> float:
+    """CPU seconds of ``process`` and its threads so far (0 when there is none)."""
+    if process is None:
+        return 0.0
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka_data import create_topic
 from sluicegate_connectors.kafka.options import KafkaOptions
-from sluicegate_connectors.kafka.ranges import RangeReader, arrow_schema
+from sluicegate_connectors.kafka.ranges import RANGE_READ_DEFAULTS, RangeReader, arrow_schema
 from sluicegate_connectors.kafka.read_path import RangeConsumer, native_available, new_range_consumer
 from sluicegate_connectors.kafka.reader import DataLossError
 from sluicegate_connectors.kafka.split import KafkaPartitionSplit
@@ -45,7 +45,7 @@ def read_path(request: pytest.FixtureRequest) -> str:
 
 def make_reader(path: str) -> Reader:
     def reader(options: KafkaOptions, headers: bool = True) -> RangeReader:
-        config: dict[str, Any] = {"fetch.wait.max.ms": 10, **options.consumer_config()}
+        config: dict[str, Any] = {**RANGE_READ_DEFAULTS, **options.consumer_config()}
         consumer: RangeConsumer = new_range_consumer(config, path)
         return RangeReader(options, headers=headers, consumer=consumer)
 
