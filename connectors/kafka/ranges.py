@@ -39,7 +39,7 @@ TIMESTAMP_CACHE = 100_000
 FILL_WAIT_MS = 500
 """How long one fill waits for a message before it hands back what it has (and the
 reader checks ``poll_timeout_ms``)."""
-RANGE_READ_DEFAULTS: dict[str, Any] = {"fetch.wait.max.ms": 10, "max.partition.fetch.bytes": 16 * 1024 * 1024}
+RANGE_READ_DEFAULTS: dict[str, Any] = {"fetch.wait.max.ms": 10}
 """librdkafka settings of the executors' range consumers unless the user sets them
 (shared_consumer says why)."""
 PROBE_FETCH_WAIT_MS = 10
@@ -73,13 +73,14 @@ def shared_consumer(options: KafkaOptions) -> RangeConsumer:
     the options' read path (``read_path.read_path()``: native or python).
 
     Defaults for reading ranges (a ``kafka.*`` setting of the user's wins):
-    - ``fetch.wait.max.ms`` 10: a range only asks for records that exist, so the broker
-      need not hold a fetch open for more; librdkafka's 500 ms would be paid at every
-      switch to another range;
-    - ``max.partition.fetch.bytes`` 16 MiB (librdkafka: 1 MiB): a range is read to its
-      end at once, and fewer, larger fetches cost the broker a fifth of the CPU per
-      record (benchmarks/read_path.py --variant, benchmarks/README.md). What is fetched
-      ahead stays capped by ``queued.max.messages.kbytes``."""
+    ``fetch.wait.max.ms`` 10: a range only asks for records that exist, so the broker
+    need not hold a fetch open for more; librdkafka's 500 ms would be paid at every
+    switch to another range.
+
+    ``max.partition.fetch.bytes`` stays librdkafka's 1 MiB, measured against 4 and 16 MiB
+    (benchmarks/README.md, "Fetch size"): larger fetches save the broker ~0.1 µs a record
+    but cost the worker as much (what is fetched past a range's end is dropped at the
+    next assign) and 35-230 MB more per worker."""
     path = read_path(options.read_path)
     config = {**RANGE_READ_DEFAULTS, **options.consumer_config()}
     key = (path, tuple(sorted((k, str(v)) for k, v in config.items() if k not in PYTHON_ONLY and not callable(v))))
