@@ -23,6 +23,7 @@ app = typer.Typer(
     name="sluicegate",
     help="Flink-style split coordination (FLIP-27) over Kafka.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # click's layout wraps at any width; rich's panels cut option names at 80
     pretty_exceptions_show_locals=False,
     callback=kafka_security_callback,
 )

@@ -143,8 +143,11 @@ def _when(ts_ms: int | None, t0: int) -> str:
 def split_history_tables(history: SplitHistory, timeline: Timeline) -> list[Table]:
     t0 = timeline.start_ms
     owners = Table(title=f"split {escape(history.split_id)}: owners", title_justify="left")
-    for name in ("subtask", "attempt", "from (UTC)", "until (UTC)", "ended by"):
-        owners.add_column(name, no_wrap=True)
+    # numbers keep their column; times and reasons wrap (at 80 columns rich would cut them)
+    for name in ("subtask", "attempt"):
+        owners.add_column(name, no_wrap=True, min_width=len(name))
+    for name in ("from (UTC)", "until (UTC)", "ended by"):
+        owners.add_column(name, overflow="fold")
     for o in history.ownerships:
         owners.add_row(
             str(o.subtask),
@@ -154,8 +157,9 @@ def split_history_tables(history: SplitHistory, timeline: Timeline) -> list[Tabl
             o.ended_by or "-",
         )
     acks = Table(title=f"split {escape(history.split_id)}: acknowledged positions", title_justify="left")
-    for name in ("at (UTC)", "subtask", "attempt", "checkpoint"):
-        acks.add_column(name, no_wrap=True)
+    acks.add_column("at (UTC)", overflow="fold")
+    for name in ("subtask", "attempt", "checkpoint"):
+        acks.add_column(name, no_wrap=True, min_width=len(name))
     acks.add_column("position", overflow="fold")
     previous: dict[str, Any] | None = None
     for a in history.acks:

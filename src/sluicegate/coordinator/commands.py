@@ -34,7 +34,9 @@ def coordinator_command(
     reader_departure_timeout_ms: Annotated[
         int, typer.Option(help="A failed subtask's checkpointed splits return after this")
     ] = 60_000,
-    watermark_announce_interval_ms: Annotated[int, typer.Option()] = 1_000,
+    watermark_announce_interval_ms: Annotated[
+        int, typer.Option(help="Every live reader hears the low watermark at least this often")
+    ] = 1_000,
     max_watermark_drift_ms: Annotated[int | None, typer.Option(help="Watermark alignment bound (off if unset)")] = None,
     app_id: Annotated[str | None, typer.Option(help="Faust app id; workers with the same id share the sources")] = None,
     web_port: Annotated[int | None, typer.Option(help="Serve /health, /metrics, /sources/S on this port")] = None,

@@ -19,6 +19,7 @@ source_app = typer.Typer(
     name="source",
     help="Change what a source is (its connector and options), on purpose.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # click's layout wraps at any width; rich's panels cut option names at 80
     add_completion=False,
 )
 

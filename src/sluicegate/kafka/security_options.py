@@ -57,7 +57,8 @@ def kafka_security_callback(
         Path | None, typer.Option(help="PEM client key (env SLUICEGATE_KAFKA_SSL_KEY_LOCATION)")
     ] = None,
     kafka_ssl_key_password_file: Annotated[
-        Path | None, typer.Option(help="File holding the client key's password (env ..._SSL_KEY_PASSWORD_FILE)")
+        Path | None,
+        typer.Option(help="File holding the client key's password (env SLUICEGATE_KAFKA_SSL_KEY_PASSWORD_FILE)"),
     ] = None,
 ) -> None:
     """Resolve the control-plane Kafka client settings of this process; bad ones end it now."""

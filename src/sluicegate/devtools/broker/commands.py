@@ -28,6 +28,7 @@ broker_app = typer.Typer(
     help=f"A local single-node Apache Kafka {KAFKA_VERSION} broker (KRaft) run from Maven "
     "Central jars (needs java and mvn; no Docker).",
     no_args_is_help=True,
+    rich_markup_mode=None,  # click's layout wraps at any width; rich's panels cut option names at 80
     add_completion=False,
 )
 
