@@ -118,6 +118,10 @@ def run_process_demo(plan: DemoPlan, keep_workdir: bool = False) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="sluicegate-demo-"))
     source = f"demo-{secrets.token_hex(3)}"
     console.rule(f"sluicegate demo: source {source}, {plan.readers} readers, {plan.splits} splits")
+    console.print(
+        f"throttled to {plan.rate:,} records/s per reader (the sequence source's rate option), "
+        f"so {plan.total_records:,} records take about {plan.total_records / (plan.rate * plan.readers):.0f} s to watch"
+    )
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with kafka_for_demo(workdir) as bootstrap:

@@ -145,6 +145,10 @@ def run_spark_demo(plan: SparkDemoPlan, keep_workdir: bool = False) -> int:
         f"sluicegate demo: source {source}, {plan.splits} splits x {plan.records_per_split:,} values, "
         f"{plan.parallelism} reader subtasks in Spark"
     )
+    console.print(
+        f"throttled by admission control: at most {plan.max_records_per_trigger:,} rows a micro-batch "
+        "(--max-records-per-trigger)"
+    )
     previous_handler = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     os.environ.setdefault("SLUICEGATE_SPARK_LOG_LEVEL", "WARNING")
     coordinator: subprocess.Popen[bytes] | None = None
