@@ -23,6 +23,11 @@ FOREVER_S = 10.0**9
 RETRY_S = 1.0
 
 
+class KafkaNeverAnswered(TopicApplyError):
+    """Kafka did not answer once since this channel started to open: a wrong address, or a
+    broker that is not up (a process that reached Kafka before and lost it retries instead)."""
+
+
 class KafkaControlChannel(ControlChannel):
     def __init__(
         self,
@@ -31,6 +36,7 @@ class KafkaControlChannel(ControlChannel):
         client_id: str,
         topic_wait_timeout_s: float | None = None,
         security: KafkaSecurity | None = None,
+        never_answered_timeout_s: float | None = None,
     ) -> None:
         super().__init__(topics)
         self.security = security
@@ -39,6 +45,9 @@ class KafkaControlChannel(ControlChannel):
         self.client_id = client_id
         self.topic_wait_timeout_s = topic_wait_timeout_s
         """How long ``open`` waits for the topics (None: for ever)."""
+        self.never_answered_timeout_s = never_answered_timeout_s
+        """How long ``open`` retries a Kafka that has not answered yet before it raises
+        KafkaNeverAnswered (None: as long as it waits for the topics)."""
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._partitions: dict[int, TopicPartition] = {}
@@ -60,7 +69,9 @@ class KafkaControlChannel(ControlChannel):
     async def _wait_for_topics(self, names: list[str]) -> dict[str, int]:
         """Wait for the topics (never creating them); an unreachable broker is retried too."""
         timeout = self.topic_wait_timeout_s
-        deadline = None if timeout is None else time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
+        warned = False
         while True:
             left = FOREVER_S if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -68,7 +79,14 @@ class KafkaControlChannel(ControlChannel):
             except TopicApplyError as exc:  # cannot reach Kafka (yet)
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
-                log.warning("waiting for topics: %s", exc)
+                waited = time.monotonic() - started
+                if self.never_answered_timeout_s is not None and waited >= self.never_answered_timeout_s:
+                    raise KafkaNeverAnswered(
+                        f"Kafka at {self.bootstrap_servers} did not answer in {waited:.0f} s since start: {exc}"
+                    ) from None
+                # once, not every retry: the state (not reachable) does not change until it answers
+                log.log(logging.DEBUG if warned else logging.WARNING, "waiting for Kafka: %s", exc)
+                warned = True
                 await asyncio.sleep(2.0)
 
     async def capture(self, subtask: int) -> None:

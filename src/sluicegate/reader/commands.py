@@ -14,7 +14,7 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import load_source, parse_options
 from sluicegate.kafka.access import KafkaAccessError, require_access
 from sluicegate.kafka.log_repeats import quiet_repeats
-from sluicegate.reader.host import EXIT_CONFIG, ReaderHost, ReaderSettings
+from sluicegate.reader.host import EXIT_CONFIG, KAFKA_WAIT_S, ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
 
 log = logging.getLogger("sluicegate.reader")
@@ -96,6 +96,14 @@ def reader_command(
             help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: off).",
         ),
     ] = 0,
+    kafka_wait_s: Annotated[
+        float,
+        typer.Option(
+            "--kafka-wait-s",
+            help="At start, how long to retry a Kafka that has not answered yet (a broker still starting); "
+            "then exit 2 naming --bootstrap-servers.",
+        ),
+    ] = KAFKA_WAIT_S,
     metrics_split_labels: Annotated[
         bool,
         typer.Option(
@@ -125,13 +133,14 @@ def reader_command(
             split_idle_timeout_ms=split_idle_timeout_ms,
             metrics_port=metrics_port,
             metrics_split_labels=metrics_split_labels,
+            kafka_wait_s=kafka_wait_s,
         )
         source_impl = load_source(settings.connector, settings.options)
     except ConfigError as exc:
         typer.echo(f"sluicegate reader: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
     try:
-        # A broker not up yet is waited for (topic_wait_timeout); refused credentials end it now.
+        # A broker not up yet is waited for (--kafka-wait-s); refused credentials end it now.
         require_access(settings.bootstrap_servers, unreachable_ok=True)
     except KafkaAccessError as exc:
         typer.echo(f"sluicegate reader: {exc}", err=True)

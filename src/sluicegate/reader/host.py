@@ -49,7 +49,7 @@ from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
 from sluicegate.kafka.clients import control_consumer, transactional_producer
 from sluicegate.kafka.compacted import read_latest_value
-from sluicegate.kafka.control_channel import KafkaControlChannel
+from sluicegate.kafka.control_channel import KafkaControlChannel, KafkaNeverAnswered
 from sluicegate.protocol.codec import encode, encode_key
 from sluicegate.protocol.definition import DefinitionRefusedError, SourceDefinition
 from sluicegate.protocol.messages import Body, ReaderLeaving
@@ -70,6 +70,8 @@ REGISTRATION_NOTICE_INTERVAL_S = 10.0
 IDLE_POLL_MS = 100
 BUSY_BACKOFF_MS = 5
 PRODUCER_RETRY_S = 1.0
+KAFKA_WAIT_S = 15.0
+"""--kafka-wait-s: how long a starting reader retries a Kafka that never answered."""
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -103,6 +105,10 @@ class ReaderSettings:
     fences itself."""
     topic_wait_timeout_s: float | None = None
     """How long to wait for the topics (None: for ever)."""
+    kafka_wait_s: float = KAFKA_WAIT_S
+    """At start, how long to retry a Kafka that has not answered yet (a broker still
+    starting) before the reader exits 2 naming --bootstrap-servers: a wrong address must
+    not look like a reader that waits."""
     name: str | None = None
     """With ``subtask`` None: a stable member name that brings a restarted process back to
     its slot (as Kafka's group.instance.id)."""
@@ -129,6 +135,8 @@ class ReaderSettings:
         _at_least("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
         _at_least("--max-batch", self.max_batch, 1)
         _at_least("--split-idle-timeout-ms", self.split_idle_timeout_ms, 0)
+        if self.kafka_wait_s <= 0:
+            raise ConfigError("--kafka-wait-s", f"must be > 0, got {self.kafka_wait_s:g}")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError("--metrics-port", f"must be a TCP port (1..65535) or 0 for off, got {self.metrics_port}")
         ReaderTiming(self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s).check(CLI_NAMES)
@@ -203,7 +211,9 @@ class ReaderHost:
     def _control_channel(self, purpose: str | None = None) -> ControlChannel:
         s = self.settings
         client_id = f"{s.namespace}.{s.source}.{purpose}-{os.getpid()}" if purpose else s.transactional_id
-        return KafkaControlChannel(self.topics, s.bootstrap_servers, client_id, s.topic_wait_timeout_s)
+        return KafkaControlChannel(
+            self.topics, s.bootstrap_servers, client_id, s.topic_wait_timeout_s, never_answered_timeout_s=s.kafka_wait_s
+        )
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -228,6 +238,13 @@ class ReaderHost:
                     await self._after_producer_fenced(exc)
         except (ConfigError, DefinitionRefusedError) as exc:
             log.error("%s", exc)
+            return EXIT_CONFIG
+        except KafkaNeverAnswered as exc:
+            log.error(
+                "%s. Check --bootstrap-servers (or KAFKA_BOOTSTRAP_SERVERS) and, for a secured listener, "
+                "--kafka-security-protocol; --kafka-wait-s waits longer for a broker that is still starting",
+                exc,
+            )
             return EXIT_CONFIG
         except NoFreeSlot as exc:
             log.error("%s", exc)
