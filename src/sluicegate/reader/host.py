@@ -208,11 +208,18 @@ class ReaderHost:
         self._producer_fences: list[float] = []
         self.metrics = ReaderMetrics(self, split_labels=settings.metrics_split_labels)
 
-    def _control_channel(self, purpose: str | None = None) -> ControlChannel:
+    def _control_channel(self, purpose: str | None = None, answered: bool = False) -> ControlChannel:
+        """``answered``: Kafka has answered this process before (the slot claim), so a broker
+        that does not answer now is an outage to wait out, not a wrong address."""
         s = self.settings
         client_id = f"{s.namespace}.{s.source}.{purpose}-{os.getpid()}" if purpose else s.transactional_id
+        never_answered_timeout_s = None if answered else s.kafka_wait_s
         return KafkaControlChannel(
-            self.topics, s.bootstrap_servers, client_id, s.topic_wait_timeout_s, never_answered_timeout_s=s.kafka_wait_s
+            self.topics,
+            s.bootstrap_servers,
+            client_id,
+            s.topic_wait_timeout_s,
+            never_answered_timeout_s=never_answered_timeout_s,
         )
 
     # -- life cycle ---------------------------------------------------------------
@@ -286,7 +293,7 @@ class ReaderHost:
         claim = await claim_slot(self.channel, self.settings.source, location=self.location, name=self.settings.name)
         await self.channel.close()
         self.settings = dataclasses.replace(self.settings, subtask=claim.subtask)
-        self.channel = self._control_channel()
+        self.channel = self._control_channel(answered=True)
         self.stats.channel = self.channel
         log.info(
             "the coordinator of %s granted subtask %d%s (%.1f s)",
