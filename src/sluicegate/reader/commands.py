@@ -14,8 +14,9 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import load_source, parse_options
 from sluicegate.kafka.access import KafkaAccessError, require_access
 from sluicegate.kafka.log_repeats import quiet_repeats
-from sluicegate.reader.host import EXIT_CONFIG, KAFKA_WAIT_S, ReaderHost, ReaderSettings
+from sluicegate.reader.host import EXIT_CONFIG, ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
+from sluicegate.reader.timing import KAFKA_WAIT_S
 
 log = logging.getLogger("sluicegate.reader")
 

@@ -61,7 +61,7 @@ from sluicegate.reader.output import Output, OutputSpec, gather_all, open_output
 from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
 from sluicegate.reader.slot_claim import NoFreeSlot, claim_slot
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
-from sluicegate.reader.timing import CLI_NAMES, HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, ReaderTiming
+from sluicegate.reader.timing import CLI_NAMES, HEARTBEAT_INTERVAL_MS, KAFKA_WAIT_S, SESSION_TIMEOUT_MS, ReaderTiming
 
 log = logging.getLogger("sluicegate.reader")
 
@@ -70,8 +70,6 @@ REGISTRATION_NOTICE_INTERVAL_S = 10.0
 IDLE_POLL_MS = 100
 BUSY_BACKOFF_MS = 5
 PRODUCER_RETRY_S = 1.0
-KAFKA_WAIT_S = 15.0
-"""--kafka-wait-s: how long a starting reader retries a Kafka that never answered."""
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2

@@ -30,6 +30,10 @@ class TimingNames:
 
 
 CLI_NAMES = TimingNames("--heartbeat-interval-ms", "--session-timeout-ms", "--topic-wait-timeout-s")
+KAFKA_WAIT_S = 15.0
+"""How long a starting reader host (standalone or a Spark driver) retries a Kafka that has
+never answered before it fails naming its bootstrap setting: from a fresh process such a
+Kafka is more often a wrong address than an outage (``--kafka-wait-s``, ``kafkaWaitS``)."""
 SPARK_NAMES = TimingNames("heartbeatIntervalMs", "sessionTimeoutMs", "topicWaitTimeoutS")
 
 

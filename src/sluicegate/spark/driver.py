@@ -52,7 +52,7 @@ from sluicegate.api.ranges import SkippedInput, SupportsPositionRanges
 from sluicegate.api.reader import LowWatermarkListener, Record
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import WireSplit
-from sluicegate.kafka.control_channel import KafkaControlChannel
+from sluicegate.kafka.control_channel import KafkaControlChannel, KafkaNeverAnswered
 from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import SourceDefinition
@@ -72,7 +72,7 @@ from sluicegate.reader.protocol import (
     Superseded,
 )
 from sluicegate.reader.state import ReaderCheckpoint
-from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, SPARK_NAMES, ReaderTiming
+from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, KAFKA_WAIT_S, SESSION_TIMEOUT_MS, SPARK_NAMES, ReaderTiming
 from sluicegate.reader.watermark import SplitWatermarks
 from sluicegate.spark.metrics import DriverMetrics, DriverSnapshot, SubtaskFigures
 from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskOffset, SubtaskView
@@ -99,6 +99,9 @@ class DriverSettings:
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     session_timeout_ms: int = SESSION_TIMEOUT_MS
     topic_wait_timeout_s: float = TOPIC_WAIT_TIMEOUT_S
+    kafka_wait_s: float = KAFKA_WAIT_S
+    """At start, how long to retry a control cluster that has not answered yet; then the
+    query fails naming kafka.bootstrap.servers (``kafkaWaitS``)."""
     split_idle_timeout_ms: int = 0
     """A split whose planned position did not advance for this long stops holding its
     subtask's watermark back (split idleness, reader/watermark.py); 0: off."""
@@ -114,6 +117,8 @@ class DriverSettings:
     def __post_init__(self) -> None:
         if self.parallelism < 1:
             raise ConfigError("parallelism", f"must be >= 1, got {self.parallelism}")
+        if self.kafka_wait_s <= 0:
+            raise ConfigError("kafkaWaitS", f"must be > 0, got {self.kafka_wait_s:g}")
         if not self.bootstrap_servers.strip():
             raise ConfigError("kafka.bootstrap.servers", "not set: pass the option or set KAFKA_BOOTSTRAP_SERVERS")
         ReaderTiming(self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s).check(SPARK_NAMES)
@@ -170,6 +175,7 @@ class SparkReaderDriver:
             f"{settings.namespace}.{settings.source}.spark-{os.getpid()}",
             settings.topic_wait_timeout_s,
             settings.security,
+            never_answered_timeout_s=settings.kafka_wait_s,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -365,7 +371,14 @@ class SparkReaderDriver:
 
     async def _start(self) -> None:
         s = self.settings
-        partitions = await self.channel.open(range(s.parallelism))
+        try:
+            partitions = await self.channel.open(range(s.parallelism))
+        except KafkaNeverAnswered as exc:
+            raise ConfigError(
+                "kafka.bootstrap.servers",
+                f"{exc}. It names sluicegate's control cluster (default: KAFKA_BOOTSTRAP_SERVERS); "
+                "kafkaWaitS waits longer for a broker that is still starting",
+            ) from None
         count = partitions[self.topics.readers]
         if s.parallelism > count:
             raise ConfigError(

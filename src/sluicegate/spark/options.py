@@ -16,7 +16,7 @@ from sluicegate.api.options import int_option
 from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_namespace, validate_source
-from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
+from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, KAFKA_WAIT_S, SESSION_TIMEOUT_MS
 from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -31,7 +31,7 @@ class SparkSourceConfig:
     options as ``option.<key>`` (or a JSON object in ``connectorOptions``);
     ``kafka.bootstrap.servers`` (default ``$KAFKA_BOOTSTRAP_SERVERS``),
     ``namespace``; ``maxRecordsPerTrigger``; ``heartbeatIntervalMs``,
-    ``sessionTimeoutMs``, ``topicWaitTimeoutS``; ``arrowBatchRows``;
+    ``sessionTimeoutMs``, ``topicWaitTimeoutS``, ``kafkaWaitS``; ``arrowBatchRows``;
     ``alignmentMaxDriftMs``; ``splitIdleTimeoutMs`` (0, the default: off);
     ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``,
     ``kafka.ssl.truststore.location`` ... as Spark's Kafka source names them
@@ -49,6 +49,7 @@ class SparkSourceConfig:
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     session_timeout_ms: int = SESSION_TIMEOUT_MS
     topic_wait_timeout_s: float = TOPIC_WAIT_TIMEOUT_S
+    kafka_wait_s: int = int(KAFKA_WAIT_S)
     arrow_batch_rows: int = 65_536
     alignment_max_drift_ms: int | None = None
     """Planning-time event-time alignment: no split is planned past the earliest next
@@ -97,6 +98,7 @@ class SparkSourceConfig:
             heartbeat_interval_ms=int_option(opts, "heartbeatintervalms", HEARTBEAT_INTERVAL_MS, 10),
             session_timeout_ms=int_option(opts, "sessiontimeoutms", SESSION_TIMEOUT_MS, 100),
             topic_wait_timeout_s=float(int_option(opts, "topicwaittimeouts", int(TOPIC_WAIT_TIMEOUT_S), 0)),
+            kafka_wait_s=int_option(opts, "kafkawaits", int(KAFKA_WAIT_S), 1),
             arrow_batch_rows=int_option(opts, "arrowbatchrows", 65_536, 1),
             alignment_max_drift_ms=(
                 int_option(opts, "alignmentmaxdriftms", None, 0) if "alignmentmaxdriftms" in opts else None
@@ -119,6 +121,7 @@ class SparkSourceConfig:
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             session_timeout_ms=self.session_timeout_ms,
             topic_wait_timeout_s=self.topic_wait_timeout_s,
+            kafka_wait_s=self.kafka_wait_s,
             split_idle_timeout_ms=self.split_idle_timeout_ms,
             security=self.security,
             metrics_port=self.metrics_port,
