@@ -44,6 +44,8 @@ class Discovery:
     splits: tuple[FileSplit, ...]
     changed: tuple[FileEntry, ...]
     too_old: int
+    root_missing: bool = False
+    """The path itself is not there (a typo, or a directory created later)."""
 
 
 class FileEnumerator(SplitEnumerator[FileSplit]):
@@ -67,6 +69,7 @@ class FileEnumerator(SplitEnumerator[FileSplit]):
         self._processed = processed or ProcessedFiles()
         self._first_done = first_done
         self._failures = 0
+        self._root_missing = False
         self._closed = False
         self._discovering = False
 
@@ -98,7 +101,10 @@ class FileEnumerator(SplitEnumerator[FileSplit]):
         for entry in outcome.new:
             fmt = self._options.format_of(entry.path) or "parquet"
             splits += plan_file(entry, fmt, self._row_groups(entry, fmt), self._options.split_size_bytes)
-        return Discovery(tuple(e.path for e in listing), outcome.new, tuple(splits), outcome.changed, outcome.too_old)
+        root_missing = not listing and not self._store.root_exists()
+        return Discovery(
+            tuple(e.path for e in listing), outcome.new, tuple(splits), outcome.changed, outcome.too_old, root_missing
+        )
 
     def _row_groups(self, entry: FileEntry, fmt: str) -> list[RowGroup] | None:
         if fmt != "parquet":
@@ -130,6 +136,7 @@ class FileEnumerator(SplitEnumerator[FileSplit]):
             self._schedule_discovery(RETRY_MS)
             return
         self._failures = 0
+        self._note_root(found.root_missing)
         self._processed.advance(self._context.current_time_ms(), self._options.max_file_age_ms)
         fresh = [e for e in found.new if e.path not in self._processed]
         fresh_paths = {e.path for e in fresh}
@@ -150,6 +157,18 @@ class FileEnumerator(SplitEnumerator[FileSplit]):
         if not self._options.bounded:
             self._schedule_discovery(self._options.discovery_interval_ms)
         self._distribute()
+
+    def _note_root(self, missing: bool) -> None:
+        """Say when the path is not there, and when it appears: once per change, since an
+        empty listing of a path that does not exist looks like a quiet directory."""
+        if missing and not self._root_missing:
+            log.warning(
+                "path %s does not exist: nothing to read until it does (check the source's path option)",
+                self._options.path,
+            )
+        elif self._root_missing and not missing:
+            log.info("path %s exists now", self._options.path)
+        self._root_missing = missing
 
     # -- events -----------------------------------------------------------------------
 

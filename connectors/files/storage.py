@@ -35,6 +35,11 @@ class FileStore:
 
     # -- listing ------------------------------------------------------------------
 
+    def root_exists(self) -> bool:
+        """Whether the source's directory (or bucket prefix) is there at all."""
+        self.fs.invalidate_cache(self.root)
+        return bool(self.fs.exists(self.root))
+
     def list_files(self) -> list[FileEntry]:
         """The files of the source now (those whose format is known), in path order."""
         pattern = f"{self.root}/{self.options.glob.lstrip('/')}"

@@ -418,3 +418,35 @@ def test_a_failed_listing_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyP
     h.discover()
     h.request_split(0)
     assert list(assigned(h)) == [str(tmp_path / "a.parquet")]
+
+
+def test_a_path_that_does_not_exist_is_named_once_and_read_once_it_appears(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    incoming = tmp_path / "incoming"
+    h = FileHarness(source(incoming, discovery_interval_ms="1000"), max_parallelism=1, start=False)
+    h.start()
+    h.register(0)
+    with caplog.at_level("INFO", logger="sluicegate.connectors.files"):
+        h.discover()
+        h.discover()
+        missing = [r.getMessage() for r in caplog.records if "does not exist" in r.getMessage()]
+        assert len(missing) == 1, "once per change, not every listing"
+        assert missing[0].startswith(f"path {incoming} does not exist: nothing to read until it does")
+        assert "path option" in missing[0]
+        incoming.mkdir()
+        write(incoming / "a.parquet", rows(0, 10))
+        h.discover()
+        assert any(r.getMessage() == f"path {incoming} exists now" for r in caplog.records)
+    h.request_split(0)
+    assert list(assigned(h)) == [str(incoming / "a.parquet")]
+    assert h.counters.get("discovery_failures", 0) == 0
+
+
+def test_an_empty_directory_is_not_a_missing_path(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    h = FileHarness(source(tmp_path, discovery_interval_ms="1000"), max_parallelism=1, start=False)
+    h.start()
+    h.register(0)
+    with caplog.at_level("INFO", logger="sluicegate.connectors.files"):
+        h.discover()
+    assert not [r for r in caplog.records if "does not exist" in r.getMessage()]
