@@ -54,3 +54,25 @@ def test_every_option_says_what_it_is(path: tuple[str, ...], command: Any) -> No
         if getattr(param, "param_type_name", "") == "option" and not (getattr(param, "help", None) or "").strip()
     ]
     assert not silent, f"sluicegate {' '.join(path)}: options without help text: {silent}"
+
+
+def test_a_misspelled_option_fails_naming_it_and_the_closest_known_one() -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "reader",
+            "--source",
+            "s",
+            "--subtask",
+            "0",
+            "--connector",
+            "sequence",
+            "--output",
+            "jsonl:x",
+            "--kafka-wait",
+            "3",
+        ],
+    )
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "No such option: --kafka-wait" in said and "--kafka-wait-s" in said, said

@@ -133,11 +133,11 @@ class ReaderSettings:
         _at_least("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
         _at_least("--max-batch", self.max_batch, 1)
         _at_least("--split-idle-timeout-ms", self.split_idle_timeout_ms, 0)
-        if self.kafka_wait_s <= 0:
-            raise ConfigError("--kafka-wait-s", f"must be > 0, got {self.kafka_wait_s:g}")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError("--metrics-port", f"must be a TCP port (1..65535) or 0 for off, got {self.metrics_port}")
-        ReaderTiming(self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s).check(CLI_NAMES)
+        ReaderTiming(
+            self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s, self.kafka_wait_s
+        ).check(CLI_NAMES)
         if not self.connector.strip():
             raise ConfigError("--connector", "must name a connector")
 

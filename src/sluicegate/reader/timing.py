@@ -5,7 +5,10 @@ defaults and rules, for the standalone host and the Spark source alike.
 - ``session_timeout_ms``: the coordinator's session timeout; a host that could send
   nothing for longer fences itself (the coordinator has failed the attempt by then);
 - ``topic_wait_timeout_s``: how long to wait for the control topics at start
-  (None: for ever).
+  (None: for ever);
+- ``kafka_wait_s``: how long a starting host retries a Kafka that has never answered
+  before it fails naming its bootstrap setting (from a fresh process such a Kafka is
+  more often a wrong address than an outage).
 
 Each host names the settings its own way (``--heartbeat-interval-ms`` on the command
 line, ``heartbeatIntervalMs`` as a Spark option); errors name them as the user wrote
@@ -20,6 +23,7 @@ from sluicegate.api.errors import ConfigError
 
 HEARTBEAT_INTERVAL_MS = 1_000
 SESSION_TIMEOUT_MS = 10_000
+KAFKA_WAIT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -27,14 +31,11 @@ class TimingNames:
     heartbeat_interval_ms: str
     session_timeout_ms: str
     topic_wait_timeout_s: str
+    kafka_wait_s: str
 
 
-CLI_NAMES = TimingNames("--heartbeat-interval-ms", "--session-timeout-ms", "--topic-wait-timeout-s")
-KAFKA_WAIT_S = 15.0
-"""How long a starting reader host (standalone or a Spark driver) retries a Kafka that has
-never answered before it fails naming its bootstrap setting: from a fresh process such a
-Kafka is more often a wrong address than an outage (``--kafka-wait-s``, ``kafkaWaitS``)."""
-SPARK_NAMES = TimingNames("heartbeatIntervalMs", "sessionTimeoutMs", "topicWaitTimeoutS")
+CLI_NAMES = TimingNames("--heartbeat-interval-ms", "--session-timeout-ms", "--topic-wait-timeout-s", "--kafka-wait-s")
+SPARK_NAMES = TimingNames("heartbeatIntervalMs", "sessionTimeoutMs", "topicWaitTimeoutS", "kafkaWaitS")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class ReaderTiming:
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     session_timeout_ms: int = SESSION_TIMEOUT_MS
     topic_wait_timeout_s: float | None = None
+    kafka_wait_s: float = KAFKA_WAIT_S
 
     def check(self, names: TimingNames) -> ReaderTiming:
         """This timing, or ConfigError naming the first bad setting."""
@@ -54,6 +56,8 @@ class ReaderTiming:
             )
         if self.topic_wait_timeout_s is not None and self.topic_wait_timeout_s < 0:
             raise ConfigError(names.topic_wait_timeout_s, f"must be >= 0, got {self.topic_wait_timeout_s}")
+        if self.kafka_wait_s <= 0:
+            raise ConfigError(names.kafka_wait_s, f"must be > 0, got {self.kafka_wait_s:g}")
         return self
 
 

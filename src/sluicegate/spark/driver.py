@@ -117,11 +117,11 @@ class DriverSettings:
     def __post_init__(self) -> None:
         if self.parallelism < 1:
             raise ConfigError("parallelism", f"must be >= 1, got {self.parallelism}")
-        if self.kafka_wait_s <= 0:
-            raise ConfigError("kafkaWaitS", f"must be > 0, got {self.kafka_wait_s:g}")
         if not self.bootstrap_servers.strip():
             raise ConfigError("kafka.bootstrap.servers", "not set: pass the option or set KAFKA_BOOTSTRAP_SERVERS")
-        ReaderTiming(self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s).check(SPARK_NAMES)
+        ReaderTiming(
+            self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s, self.kafka_wait_s
+        ).check(SPARK_NAMES)
 
 
 @dataclass(frozen=True)
@@ -271,13 +271,17 @@ class SparkReaderDriver:
                 loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
-    def _call(self, factory: Callable[[], Coroutine[Any, Any, T]], timeout_s: float = CALL_TIMEOUT_S) -> T:
-        loop = self._loop
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop to hand work to; raises what stopped the driver, if anything did."""
         if self._fatal is not None:
             raise self._fatal
+        loop = self._loop
         if loop is None or self._stopping:
             raise RuntimeError("the sluicegate driver is not running")
-        return asyncio.run_coroutine_threadsafe(factory(), loop).result(timeout=timeout_s)
+        return loop
+
+    def _call(self, factory: Callable[[], Coroutine[Any, Any, T]], timeout_s: float = CALL_TIMEOUT_S) -> T:
+        return asyncio.run_coroutine_threadsafe(factory(), self._running_loop()).result(timeout=timeout_s)
 
     def _call_or(self, factory: Callable[[], Coroutine[Any, Any, T]], timeout_s: float, pending: T) -> T:
         """As _call for work that waits on the broker: ``pending`` if it is not done within
@@ -317,12 +321,7 @@ class SparkReaderDriver:
         """``acknowledge`` without waiting: queued behind earlier acknowledgements, and a
         later ``acknowledge`` waits for it. One that fails is logged; the next
         ``acknowledge`` sends it again."""
-        if self._fatal is not None:
-            raise self._fatal
-        loop = self._loop
-        if loop is None or self._stopping:
-            raise RuntimeError("the sluicegate driver is not running")
-        future = asyncio.run_coroutine_threadsafe(self._acknowledge_in_turn(offset), loop)
+        future = asyncio.run_coroutine_threadsafe(self._acknowledge_in_turn(offset), self._running_loop())
         future.add_done_callback(lambda done: self._on_background_ack(offset, done))
 
     def _on_background_ack(self, offset: SourceOffset, done: concurrent.futures.Future[bool]) -> None:
