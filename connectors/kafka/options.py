@@ -23,7 +23,7 @@ from sluicegate.api.assigners import (
     assigner_from_options,
 )
 from sluicegate.api.errors import ConfigError
-from sluicegate.api.options import int_option
+from sluicegate.api.options import int_option, unknown_option
 
 from .client_log import client_logging
 
@@ -115,10 +115,7 @@ class KafkaOptions:
     def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
         for key in options:
             if key not in KNOWN and not key.startswith(CLIENT_PREFIX):
-                known = ", ".join(sorted(KNOWN))
-                raise ConfigError(
-                    key, f"unknown option of the kafka connector (known: {known}, kafka.<client setting>)"
-                )
+                raise unknown_option(key, KNOWN, "the kafka connector", also="kafka.<client setting>")
         topics = tuple(t.strip() for t in options.get("topics", "").split(",") if t.strip())
         pattern = options.get("topic_pattern", "").strip() or None
         if bool(topics) == bool(pattern):
