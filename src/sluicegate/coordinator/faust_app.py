@@ -45,7 +45,7 @@ from sluicegate.coordinator.silence import liveness_interval_ms
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 from sluicegate.coordinator.takeover import TakeoverWatch
 from sluicegate.kafka.security import current_security
-from sluicegate.protocol.topics import leadership_topic_spec
+from sluicegate.protocol.topics import ControlTopics, leadership_topic_spec
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -90,6 +90,7 @@ class SourceRunners:
         self._by_partition = dict(enumerate(sorted(s.source for s in settings.sources)))
         self._backoff: dict[str, RestartBackoff] = {}
         self.closing = False
+        self._standby: set[str] = set()
         self._not_before: dict[str, float] = {}
         """Source -> time.monotonic() before which this worker does not take it over
         again after its runner here failed (the restart backoff, for takeovers too)."""
@@ -101,11 +102,33 @@ class SourceRunners:
             if tp.topic == self.leadership.name and tp.partition in self._by_partition
         }
         self.assigned = sources
+        self._say_standby(set(self._by_partition.values()) - sources)
         for name in sorted(set(self.runners) - sources):
             log.info("source %s moved to another worker; stopping its coordinator here", name)
             await self.runners.pop(name).stop()
         for name in sorted(sources - set(self.runners)):
             self._start(name)
+
+    def _say_standby(self, standby: set[str]) -> None:
+        """Once per change: which sources this worker stands by for and what would make it
+        take one over (a standby that says nothing looks like a coordinator that hangs)."""
+        if standby == self._standby:
+            return
+        self._standby = standby
+        if not standby:
+            return
+        silence_ms = self.settings.takeover_silence_ms
+        watch = "takes one over when the group gives it to this worker"
+        if silence_ms:
+            topics = sorted(ControlTopics.for_source(n, self.settings.namespace).coordinator_state for n in standby)
+            watch += f" or when its coordinator commits nothing to {', '.join(topics)} for {silence_ms} ms"
+        log.info(
+            "this worker is a standby for source%s %s: another worker coordinates %s; it %s",
+            "s" if len(standby) > 1 else "",
+            ", ".join(sorted(standby)),
+            "them" if len(standby) > 1 else "it",
+            watch,
+        )
 
     def watched(self) -> set[str]:
         """The sources whose coordinator runs elsewhere, if anywhere: the ones to watch."""

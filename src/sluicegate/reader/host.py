@@ -52,6 +52,7 @@ from sluicegate.kafka.compacted import read_latest_value
 from sluicegate.kafka.control_channel import KafkaControlChannel, KafkaNeverAnswered
 from sluicegate.protocol.codec import encode, encode_key
 from sluicegate.protocol.definition import DefinitionRefusedError, SourceDefinition
+from sluicegate.protocol.event_time import event_time_text
 from sluicegate.protocol.messages import Body, ReaderLeaving
 from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.protocol.topics import ControlTopics
@@ -817,7 +818,7 @@ class ReaderHost:
             "progress: %.0f records/s, %d splits owned, watermark %s%s, %s",
             rate,
             len(session.owned),
-            heartbeat.watermark,
+            event_time_text(heartbeat.watermark),
             " (idle)" if heartbeat.idle else "",
             f"attempt {session.attempt}" if session.active else session.phase.value,
         )
