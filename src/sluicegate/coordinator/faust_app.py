@@ -91,6 +91,7 @@ class SourceRunners:
         self._backoff: dict[str, RestartBackoff] = {}
         self.closing = False
         self._standby: set[str] = set()
+        self._said_finished: set[str] = set()
         self._not_before: dict[str, float] = {}
         """Source -> time.monotonic() before which this worker does not take it over
         again after its runner here failed (the restart backoff, for takeovers too)."""
@@ -129,6 +130,21 @@ class SourceRunners:
             "them" if len(standby) > 1 else "it",
             watch,
         )
+
+    def say_finished(self) -> None:
+        """Once per source: a bounded source whose splits are all read is finished, and
+        why its coordinator stays up anyway (otherwise it looks like a hang)."""
+        for name, runner in sorted(self.runners.items()):
+            core = runner.core
+            if name in self._said_finished or core is None or not core.is_finished():
+                continue
+            self._said_finished.add(name)
+            log.info(
+                "source %s is finished: every split was read and every reader was told there are no more. "
+                "This coordinator stays up so that a reader or a Spark query restarting from a checkpoint "
+                "finds its source; stop it with Ctrl-C (SIGTERM)",
+                name,
+            )
 
     def watched(self) -> set[str]:
         """The sources whose coordinator runs elsewhere, if anywhere: the ones to watch."""
@@ -270,6 +286,7 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
     async def progress() -> None:
         for runner in list(runners.runners.values()):
             log.info("%s", runner.describe())
+        runners.say_finished()
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _shutdown(sender: Any, *args: Any, **kwargs: Any) -> None:

@@ -1,10 +1,12 @@
-"""A standby coordinator worker says it is one, for which sources, and what it watches
-(issue 24 item 3): one line per change of its role, not one per rebalance."""
+"""A coordinator worker says what it is doing (issue 24 item 3): a standby says it is one,
+for which sources and what it watches (one line per change, not per rebalance), and a
+finished bounded source is announced once with why its coordinator stays up."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from aiokafka import TopicPartition
@@ -53,3 +55,21 @@ async def test_the_line_follows_the_role_and_a_worker_that_holds_everything_says
     (line,) = _standby_lines(caplog)
     assert "standby for source b:" in line and "when the group gives it to this worker" in line
     assert "commits nothing" not in line  # fast takeover is off
+
+
+def test_a_finished_bounded_source_is_announced_once_with_why_the_coordinator_stays(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runners = _runners(takeover_silence_ms=0)
+    finished = {"a": False}
+    for name in ("a", "b"):
+        core = SimpleNamespace(is_finished=lambda name=name: finished.get(name, False))
+        runners.runners[name] = cast(Any, SimpleNamespace(core=core))
+    caplog.set_level(logging.INFO, logger="sluicegate.coordinator")
+    runners.say_finished()
+    assert not [r for r in caplog.records if "finished" in r.getMessage()]
+    finished["a"] = True
+    runners.say_finished()
+    runners.say_finished()
+    (line,) = [r.getMessage() for r in caplog.records if "finished" in r.getMessage()]
+    assert line.startswith("source a is finished") and "stays up" in line and "Ctrl-C" in line
