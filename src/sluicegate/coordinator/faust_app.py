@@ -39,6 +39,7 @@ from typing import Any
 import faust
 from aiokafka import TopicPartition
 
+from sluicegate.api.errors import SourceError
 from sluicegate.coordinator.metrics import CoordinatorMetrics
 from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.coordinator.silence import liveness_interval_ms
@@ -307,6 +308,23 @@ async def prepare_topics(settings: CoordinatorSettings) -> None:
     specs = [spec for s in settings.sources for spec in topic_specs(settings.namespace, s.source, s.max_parallelism)]
     specs.append(leadership_topic_spec(settings.group_id, len(settings.sources)))
     await apply_topics(settings.bootstrap_servers, specs)
+
+
+INPUT_WAIT_S = 15.0
+"""How long a starting coordinator waits for what its sources read (Source.check_inputs)."""
+
+
+async def check_inputs(settings: CoordinatorSettings, wait_s: float = INPUT_WAIT_S) -> None:
+    """Refuse to start (SourceError) if a source's inputs do not exist, a topic or a path
+    that is more likely a typo than on its way (the connector's own option waits instead)."""
+    from sluicegate.connectors import load_source
+
+    for source in settings.sources:
+        checked = load_source(source.connector, source.options)
+        try:
+            await asyncio.to_thread(checked.check_inputs, wait_s)
+        except SourceError as exc:
+            raise SourceError(f"source {source.source}: {exc}") from None
 
 
 async def check_definitions(settings: CoordinatorSettings) -> None:
