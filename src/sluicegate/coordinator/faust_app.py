@@ -46,6 +46,7 @@ from sluicegate.coordinator.silence import liveness_interval_ms
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 from sluicegate.coordinator.takeover import TakeoverWatch
 from sluicegate.kafka.security import current_security
+from sluicegate.kafka.startup_noise import quiet_startup_noise
 from sluicegate.protocol.topics import ControlTopics, leadership_topic_spec
 
 log = logging.getLogger("sluicegate.coordinator")
@@ -219,6 +220,7 @@ class SourceRunners:
 def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> faust.App:
     """A Faust app coordinating ``settings.sources``. Their topics and the leadership
     topic must exist (``prepare_topics``)."""
+    quiet_startup_noise()  # the Faust group's first coordinator lookups fail at every fresh start
     app_id = settings.group_id
     datadir = datadir or Path(tempfile.gettempdir()) / "sluicegate-faust" / app_id
     datadir.mkdir(parents=True, exist_ok=True)
