@@ -21,7 +21,7 @@ from sluicegate.api.assigners import (
     assigner_from_options,
 )
 from sluicegate.api.errors import ConfigError
-from sluicegate.api.options import int_option
+from sluicegate.api.options import int_option, unknown_option
 
 from .schema import parse_ddl
 
@@ -72,8 +72,7 @@ class FileOptions:
     def parse(cls, options: Mapping[str, str]) -> FileOptions:
         for key in options:
             if key not in KNOWN and not key.startswith(STORAGE_PREFIX):
-                known = ", ".join(sorted(KNOWN))
-                raise ConfigError(key, f"unknown option of the files connector (known: {known}, storage.<fsspec arg>)")
+                raise unknown_option(key, KNOWN, "the files connector", also="storage.<fsspec arg>")
         path = options.get("path", "").strip()
         if not path:
             raise ConfigError("path", "is required (a directory or an fsspec URL such as s3://bucket/prefix)")

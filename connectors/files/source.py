@@ -7,6 +7,7 @@ JSON Lines, read once each: bounded (the files present at start) or continuously
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from sluicegate.api.assigners import ASSIGNMENT_OPTIONS
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.ranges import SkippedInput
 
+from .badfiles import BadFile, BadFileError
 from .enumerator import FileEnumerator
 from .options import FileOptions
 from .ranges import PlanningView
@@ -32,6 +34,8 @@ from .reader import FileSourceReader, event_time_ms
 from .schema import parse_ddl
 from .split import FileSplit, FileSplitCodec
 from .storage import READ_ERRORS, FileStore
+
+log = logging.getLogger("sluicegate.connectors.files")
 
 RANGE_BATCH_ROWS = 65_536
 
@@ -78,18 +82,31 @@ class FileSource(
         return self._schema
 
     def _inferred_schema(self) -> pa.Schema:
+        """The first readable file's schema. A file that cannot be read is a bad file, not
+        a bad setting: ``on_bad_file=fail`` stops here naming it, ``skip`` tries the next
+        one (the reader skips and dead-letters the bad one when it gets to it)."""
         store = self.store()
         files = store.list_files()
         if not files:
             raise ConfigError("schema", f"no file under {self.options.path} to infer it from: give the schema (DDL)")
-        try:
-            schema = store.file_schema(files[0].path)
-        except READ_ERRORS as exc:
-            raise ConfigError("schema", f"cannot infer it from {files[0].path}: {exc}") from None
-        column = self.options.event_time_column
-        if column is not None and schema.get_field_index(column) < 0:
-            raise ConfigError("event_time_column", f"{column!r} is not a column of {files[0].path}")
-        return schema
+        for entry in files:
+            try:
+                schema = store.file_schema(entry.path)
+            except READ_ERRORS as exc:
+                bad = BadFile(entry.path, f"{exc} (while inferring the schema from the first readable file)")
+                if self.options.on_bad_file == "fail":
+                    raise BadFileError(bad) from None
+                log.warning(
+                    "bad file %s: %s; the schema is inferred from the next file (on_bad_file=skip)", bad.path, exc
+                )
+                continue
+            column = self.options.event_time_column
+            if column is not None and schema.get_field_index(column) < 0:
+                raise ConfigError("event_time_column", f"{column!r} is not a column of {entry.path}")
+            return schema
+        raise ConfigError(
+            "schema", f"no readable file under {self.options.path} to infer it from: give the schema (DDL)"
+        )
 
     def create_enumerator(self, context: SplitEnumeratorContext[FileSplit]) -> FileEnumerator:
         return FileEnumerator(context, self.options, self.store())

@@ -23,7 +23,7 @@ from sluicegate.api.assigners import (
     assigner_from_options,
 )
 from sluicegate.api.errors import ConfigError
-from sluicegate.api.options import int_option
+from sluicegate.api.options import int_option, unknown_option
 
 from .client_log import client_logging
 
@@ -61,6 +61,7 @@ KNOWN = {
     "poll_timeout_ms",
     "include_headers",
     "read_path",
+    "missing_topics",
     ASSIGNER_OPTION,
     GRACE_OPTION,
     REBALANCE_OPTION,
@@ -108,6 +109,10 @@ class KafkaOptions:
     """Spark's ``includeHeaders``: rows have a ``headers`` column only when asked for."""
     read_path: str = "auto"
     """How an executor reads ranges: ``native``, ``python`` or ``auto`` (read_path.py)."""
+    missing_topics: str = "fail"
+    """A topic of ``topics`` that does not exist when the coordinator starts: ``fail`` (after
+    a short wait, naming it) or ``wait`` (for one created later; partition discovery picks it
+    up)."""
     client_settings: tuple[tuple[str, str], ...] = ()
     assigner: Callable[[], SplitAssigner[Any]] = field(default=StickyHashAssigner, compare=False)
 
@@ -115,10 +120,7 @@ class KafkaOptions:
     def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
         for key in options:
             if key not in KNOWN and not key.startswith(CLIENT_PREFIX):
-                known = ", ".join(sorted(KNOWN))
-                raise ConfigError(
-                    key, f"unknown option of the kafka connector (known: {known}, kafka.<client setting>)"
-                )
+                raise unknown_option(key, KNOWN, "the kafka connector", also="kafka.<client setting>")
         topics = tuple(t.strip() for t in options.get("topics", "").split(",") if t.strip())
         pattern = options.get("topic_pattern", "").strip() or None
         if bool(topics) == bool(pattern):
@@ -152,6 +154,7 @@ class KafkaOptions:
             poll_timeout_ms=int_option(options, "poll_timeout_ms", 120_000, 100),
             include_headers=_bool(options, "include_headers", False),
             read_path=_read_path(options.get("read_path", "auto")),
+            missing_topics=_missing_topics(options.get("missing_topics", "fail")),
             client_settings=tuple(sorted(client.items())),
             assigner=assigner_from_options(options, StickyHashAssigner.name, owner_key=partition_owner_key),
         )
@@ -200,6 +203,13 @@ def _check_client_settings(settings: Mapping[str, str]) -> None:
         named = re.search(r'property:? "([^"]+)"', message)
         setting = CLIENT_PREFIX + named.group(1) if named else CLIENT_PREFIX + "*"
         raise ConfigError(setting, message) from None
+
+
+def _missing_topics(text: str) -> str:
+    policy = text.strip().lower()
+    if policy not in ("fail", "wait"):
+        raise ConfigError("missing_topics", f"must be fail or wait, got {text!r}")
+    return policy
 
 
 def _read_path(text: str) -> str:

@@ -8,6 +8,7 @@ offset ranges read into Arrow for Spark (ranges.py). docs/kafka.md is the guide.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -21,13 +22,16 @@ from sluicegate.api import (
     SupportsSplitReassignmentOnRecovery,
 )
 from sluicegate.api.assigners import ASSIGNMENT_OPTIONS
+from sluicegate.api.errors import SourceError
 
-from .cluster import DataCluster
+from .cluster import DataCluster, DataClusterError
 from .enumerator import KafkaEnumerator
 from .options import KafkaOptions
 from .ranges import PlanningView, RangeReader, arrow_schema
 from .reader import KafkaSourceReader
 from .split import KafkaPartitionSplit, KafkaSplitCodec
+
+CHECK_INTERVAL_S = 1.0
 
 
 class KafkaSource(
@@ -43,6 +47,7 @@ class KafkaSource(
         "poll_timeout_ms",
         "include_headers",
         "read_path",
+        "missing_topics",
         *ASSIGNMENT_OPTIONS,
     )
     """``include_headers`` and ``read_path`` shape how a query reads, not what the source
@@ -83,6 +88,39 @@ class KafkaSource(
 
     def create_reader(self, context: SourceReaderContext) -> KafkaSourceReader:
         return KafkaSourceReader(self.options)
+
+    def check_inputs(self, wait_s: float) -> None:
+        """The topics of ``topics`` exist on the data cluster (``missing_topics=fail``, the
+        default), asked again every second for up to ``wait_s``. A ``topic_pattern`` may
+        match nothing yet: not checked."""
+        options = self.options
+        if not options.topics or options.missing_topics == "wait":
+            return
+        cluster = self._cluster(options)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                found: set[str] | None = set(cluster.partitions())
+                problem = ""
+            except DataClusterError as exc:
+                found, problem = None, str(exc)
+            if found is not None:
+                missing = [t for t in options.topics if t not in found]
+                if not missing:
+                    return
+                problem = (
+                    f"topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} (option topics) "
+                    f"{'do' if len(missing) > 1 else 'does'} not exist on {options.bootstrap_servers}"
+                )
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(CHECK_INTERVAL_S)
+        if found is None:
+            raise SourceError(f"{problem}; check option bootstrap_servers (the data cluster)")
+        raise SourceError(
+            f"{problem} (waited {wait_s:.0f} s): check the name, create the topic, or set "
+            "missing_topics=wait to wait until it is created"
+        )
 
     # -- position ranges (sluicegate.api.ranges) --------------------------------------
 

@@ -59,7 +59,7 @@ from sluicegate.api.assigners import (
     FairShareAssigner,
     assigner_from_options,
 )
-from sluicegate.api.options import int_option
+from sluicegate.api.options import int_option, unknown_option
 
 UNBOUNDED_STRIDE = 2**40
 """Unbounded split k starts at k * UNBOUNDED_STRIDE, so values never collide."""
@@ -129,7 +129,7 @@ class SequenceOptions:
         }
         for key in options:
             if key not in known:
-                raise ConfigError(key, f"unknown option of the sequence connector (known: {', '.join(sorted(known))})")
+                raise unknown_option(key, known, "the sequence connector")
         splits = int_option(options, "splits", cls.splits, minimum=1)
         raw = options.get("records_per_split", "1000").strip().lower()
         records: int | None = None if raw == "unbounded" else int_option(options, "records_per_split", 1000, minimum=1)

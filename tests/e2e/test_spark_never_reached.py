@@ -1,6 +1,7 @@
 """A Spark query whose control cluster never answers fails within ``kafkaWaitS``, naming
-``kafka.bootstrap.servers`` (issue 24 item 2): before, it waited ``topicWaitTimeoutS``
-(120 s) and then spoke of missing topics."""
+``kafka.bootstrap.servers``, and one whose source nobody set up fails within
+``topicWaitTimeoutS`` saying how to set it up (issue 24 item 2): before, both waited
+120 s, and the first then spoke of missing topics."""
 
 from __future__ import annotations
 
@@ -23,30 +24,45 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_a_query_whose_control_cluster_never_answers_fails_naming_the_option(tmp_path: Path) -> None:
+def start_failure(tmp_path: Path, source: str, bootstrap: str, **options: str) -> tuple[str, float]:
+    """The error a query with these options fails with, and the seconds from its start."""
     spark = spark_session("sluicegate-never-reached", quiet=True)
     query = None
     try:
         register(spark)
         df = (
             spark.readStream.format("sluicegate")
-            .option("source", "orders")
+            .option("source", source)
             .option("connector", "sequence")
             .option("parallelism", "1")
-            .option("kafka.bootstrap.servers", f"127.0.0.1:{closed_port()}")
-            .option("kafkaWaitS", str(WAIT_S))
+            .option("kafka.bootstrap.servers", bootstrap)
+            .options(**options)
             .load()
         )
         started = time.monotonic()
         query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp")).start()
         with pytest.raises(StreamingQueryException) as failure:
             query.awaitTermination(90)
-        took = time.monotonic() - started
-        error = " ".join(str(failure.value).split())
-        assert "kafka.bootstrap.servers" in error and "did not answer" in error, error
-        assert "kafkaWaitS waits longer" in error, error
-        assert took < WAIT_S + 45, f"took {took:.0f} s"  # Spark's start included; before: 120 s and more
+        return " ".join(str(failure.value).split()), time.monotonic() - started
     finally:
         if query is not None and query.isActive:
             query.stop()
         spark.stop()
+
+
+def test_a_query_whose_control_cluster_never_answers_fails_naming_the_option(tmp_path: Path) -> None:
+    error, took = start_failure(tmp_path, "orders", f"127.0.0.1:{closed_port()}", kafkaWaitS=str(WAIT_S))
+    assert "kafka.bootstrap.servers" in error and "did not answer" in error, error
+    assert "kafkaWaitS waits longer" in error, error
+    assert took < WAIT_S + 45, f"took {took:.0f} s"  # Spark's start included; before: 120 s and more
+
+
+@pytest.mark.kafka
+def test_a_query_of_a_source_nobody_set_up_fails_saying_how_to_set_it_up(
+    tmp_path: Path, kafka_bootstrap: str, unique_source: str
+) -> None:
+    error, took = start_failure(tmp_path, unique_source, kafka_bootstrap, topicWaitTimeoutS=str(WAIT_S))
+    assert f"source {unique_source} is not set up" in error, error
+    assert f"sluicegate topics apply --source {unique_source}" in error
+    assert "wait longer with topicWaitTimeoutS" in error
+    assert took < WAIT_S + 45, f"took {took:.0f} s"  # before: 120 s

@@ -450,3 +450,20 @@ def test_an_empty_directory_is_not_a_missing_path(tmp_path: Path, caplog: pytest
     with caplog.at_level("INFO", logger="sluicegate.connectors.files"):
         h.discover()
     assert not [r for r in caplog.records if "does not exist" in r.getMessage()]
+
+
+def test_a_corrupt_first_file_is_a_bad_file_under_the_policy_not_a_bad_schema_setting(tmp_path: Path) -> None:
+    from sluicegate_connectors.files.badfiles import BadFileError
+
+    (tmp_path / "a.parquet").write_bytes(b"PAR1 this is not parquet")
+    write(tmp_path / "b.parquet", rows(0, 3))
+    with pytest.raises(BadFileError) as failed:
+        FileSource.from_options({"path": str(tmp_path)}).arrow_schema()
+    said = str(failed.value)
+    assert "bad file" in said and "a.parquet" in said and "on_bad_file=skip" in said, said
+    assert "invalid setting" not in said
+    skipping = FileSource.from_options({"path": str(tmp_path), "on_bad_file": "skip"})
+    assert skipping.arrow_schema().names == ["id", "name", "ts"]  # from b.parquet
+    (tmp_path / "b.parquet").write_bytes(b"not parquet either")
+    with pytest.raises(ConfigError, match="no readable file"):
+        FileSource.from_options({"path": str(tmp_path), "on_bad_file": "skip"}).arrow_schema()

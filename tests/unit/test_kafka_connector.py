@@ -14,7 +14,7 @@ from sluicegate_connectors.kafka.cluster import DataCluster, DataClusterError, T
 from sluicegate_connectors.kafka.enumerator import RETRY_MS
 from sluicegate_connectors.kafka.split import KafkaPartitionSplit, partition_owner_key
 
-from sluicegate.api.errors import ConfigError
+from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.coordinator.core import AsyncCall, Effects
 from sluicegate.protocol.messages import AddSplits, CoordinatorSourceEvent, NoMoreSplits
 
@@ -314,3 +314,47 @@ def test_the_sticky_owner_waits_for_its_reader_within_the_grace_delay() -> None:
     assert sorted(assigned(h)) == sorted(f"orders-{p}" for p in range(2) if owner[p] == 0)
     h.register(1)
     assert {sid for sid, (s, _) in assigned(h).items() if s == 1} == {f"orders-{p}" for p in waiting}
+
+
+# -- inputs checked where a coordinator starts (issue 24 item 2) ----------------------
+
+
+def test_a_topic_that_does_not_exist_fails_the_start_naming_it_and_the_way_to_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("sluicegate_connectors.kafka.source.CHECK_INTERVAL_S", 0.01)
+    clusters: list[MemoryCluster] = []
+    src = kafka_source(clusters, topics="orders,ordres")
+    clusters.append(MemoryCluster(src.options))
+    clusters[0].add("orders", 2)
+    with pytest.raises(SourceError) as failed:
+        src.check_inputs(wait_s=0.05)
+    said = str(failed.value)
+    assert "topic ordres (option topics) does not exist on 127.0.0.1:1" in said, said
+    assert "orders," not in said  # the one that exists is not named
+    assert "missing_topics=wait" in said
+    clusters[0].add("ordres", 1)  # created meanwhile: the start goes on
+    src.check_inputs(wait_s=0.05)
+
+
+def test_missing_topics_wait_and_a_pattern_are_not_checked() -> None:
+    clusters: list[MemoryCluster] = []
+    kafka_source(clusters, topics="later", missing_topics="wait").check_inputs(wait_s=0.0)
+    kafka_source([], topics="", topic_pattern="later-.*").check_inputs(wait_s=0.0)
+    assert clusters == []  # nobody even asked the cluster
+    with pytest.raises(ConfigError) as info:
+        KafkaOptions.parse({"topics": "a", "bootstrap_servers": BOOTSTRAP, "missing_topics": "maybe"})
+    assert info.value.setting == "missing_topics"
+
+
+def test_a_data_cluster_that_never_answers_fails_the_start_naming_bootstrap_servers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("sluicegate_connectors.kafka.source.CHECK_INTERVAL_S", 0.01)
+    clusters: list[MemoryCluster] = []
+    src = kafka_source(clusters)
+    clusters.append(MemoryCluster(src.options))
+    clusters[0].down = True
+    with pytest.raises(SourceError) as failed:
+        src.check_inputs(wait_s=0.05)
+    assert "failed: down" in str(failed.value) and "option bootstrap_servers" in str(failed.value)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 
 from sluicegate.api.errors import ConfigError
 
@@ -22,3 +23,15 @@ def int_option(options: Mapping[str, str], key: str, default: int | None, minimu
     if value < minimum:
         raise ConfigError(key, f"must be >= {minimum}, got {value}")
     return value
+
+
+def unknown_option(key: str, known: Iterable[str], owner: str, also: str = "") -> ConfigError:
+    """The error for an option nobody reads: it names ``key``, the closest known name
+    (a typo is the likely cause) and every known one (``also``: the open families, such
+    as ``kafka.<client setting>``). Names compare case-insensitively, as Spark's do."""
+    names = sorted(set(known), key=str.lower)
+    by_lower = {name.lower(): name for name in names}
+    close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.6)
+    hint = f"did you mean {by_lower[close[0]]!r}? " if close else ""
+    listed = ", ".join(names) + (f", {also}" if also else "")
+    return ConfigError(key, f"unknown option of {owner}; {hint}(known: {listed})")

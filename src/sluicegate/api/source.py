@@ -64,6 +64,14 @@ class Source(ABC, Generic[SplitT]):
     @abstractmethod
     def create_reader(self, context: SourceReaderContext) -> SourceReader[SplitT]: ...
 
+    def check_inputs(self, wait_s: float) -> None:
+        """Once, where a coordinator starts, before it serves: what the source was told to
+        read exists (a topic, a path). A name that never existed is more often a typo than
+        something on its way, so a missing input raises SourceError saying what is missing
+        and how to fix it, after waiting up to ``wait_s`` for it (created at the same
+        moment). A source that should wait for its inputs has an option that says so and
+        skips the check. Default: nothing to check."""
+
 
 class SupportsSplitReassignmentOnRecovery:
     """Mix-in for a Source (FLIP-537).

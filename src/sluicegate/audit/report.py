@@ -12,6 +12,7 @@ from rich.table import Table
 
 from sluicegate.audit.invariants import AuditResult
 from sluicegate.audit.timeline import SplitHistory, Timeline
+from sluicegate.protocol.event_time import event_time_text
 
 MAX_VIOLATIONS_SHOWN = 20
 
@@ -93,7 +94,7 @@ def totals_table(result: AuditResult) -> Table:
         ("rejected reader messages", str(summary.rejected_messages)),
         ("ignored checkpoint acks", str(summary.ignored_acks)),
         ("epochs", ", ".join(map(str, summary.epochs)) or "none"),
-        ("low watermark", "none" if summary.low_watermark is None else str(summary.low_watermark)),
+        ("low watermark", event_time_text(summary.low_watermark)),
         ("last cseq", "none" if summary.last_cseq is None else str(summary.last_cseq)),
         ("source redefined", "; ".join(summary.redefinitions) or "never"),
     ]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from sluicegate.api.errors import ConfigError
-from sluicegate.coordinator.faust_app import build_app, check_definitions, prepare_topics
+from sluicegate.api.errors import ConfigError, SourceError
+from sluicegate.coordinator.faust_app import build_app, check_definitions, check_inputs, prepare_topics
 from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.kafka.topics import TopicApplyError
 from sluicegate.protocol.definition import DefinitionMismatchError
@@ -26,10 +26,14 @@ def _prepared_settings() -> CoordinatorSettings:
     try:
         loop.run_until_complete(prepare_topics(settings))
         loop.run_until_complete(check_definitions(settings))
+        loop.run_until_complete(check_inputs(settings))
     except TopicApplyError as exc:
         sys.exit(f"sluicegate coordinator app: {exc}")
     except DefinitionMismatchError as exc:
         print(f"sluicegate coordinator app: {exc.problem}", file=sys.stderr)
+        sys.exit(2)
+    except SourceError as exc:
+        print(f"sluicegate coordinator app: {exc}", file=sys.stderr)
         sys.exit(2)
     finally:
         loop.close()

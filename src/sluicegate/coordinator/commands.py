@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from sluicegate.api.errors import ConfigError
+from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.connectors import parse_options
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings, resolve_bootstrap
 from sluicegate.kafka.access import KafkaAccessError, require_access
@@ -127,18 +127,22 @@ def _settings(
 def run_coordinator(settings: CoordinatorSettings) -> None:
     import faust
 
-    from sluicegate.coordinator.faust_app import build_app, check_definitions, prepare_topics
+    from sluicegate.coordinator.faust_app import build_app, check_definitions, check_inputs, prepare_topics
     from sluicegate.kafka.topics import TopicApplyError
     from sluicegate.protocol.definition import DefinitionMismatchError
 
     try:
         asyncio.run(prepare_topics(settings))
         asyncio.run(check_definitions(settings))
+        asyncio.run(check_inputs(settings))
     except TopicApplyError as exc:  # e.g. not authorized to create a missing topic: one line
         typer.echo(f"sluicegate coordinator: {exc}", err=True)
         raise typer.Exit(1) from None
     except DefinitionMismatchError as exc:
         typer.echo(f"sluicegate coordinator: {exc.problem}", err=True)
+        raise typer.Exit(2) from None
+    except SourceError as exc:  # what it was told to read does not exist
+        typer.echo(f"sluicegate coordinator: {exc}", err=True)
         raise typer.Exit(2) from None
     app = build_app(settings)
     worker = faust.Worker(app, loglevel="INFO", quiet=True)

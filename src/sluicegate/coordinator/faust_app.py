@@ -39,13 +39,15 @@ from typing import Any
 import faust
 from aiokafka import TopicPartition
 
+from sluicegate.api.errors import SourceError
 from sluicegate.coordinator.metrics import CoordinatorMetrics
 from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.coordinator.silence import liveness_interval_ms
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 from sluicegate.coordinator.takeover import TakeoverWatch
 from sluicegate.kafka.security import current_security
-from sluicegate.protocol.topics import leadership_topic_spec
+from sluicegate.kafka.startup_noise import quiet_startup_noise
+from sluicegate.protocol.topics import ControlTopics, leadership_topic_spec
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -90,6 +92,8 @@ class SourceRunners:
         self._by_partition = dict(enumerate(sorted(s.source for s in settings.sources)))
         self._backoff: dict[str, RestartBackoff] = {}
         self.closing = False
+        self._standby: set[str] = set()
+        self._said_finished: set[str] = set()
         self._not_before: dict[str, float] = {}
         """Source -> time.monotonic() before which this worker does not take it over
         again after its runner here failed (the restart backoff, for takeovers too)."""
@@ -101,11 +105,48 @@ class SourceRunners:
             if tp.topic == self.leadership.name and tp.partition in self._by_partition
         }
         self.assigned = sources
+        self._say_standby(set(self._by_partition.values()) - sources)
         for name in sorted(set(self.runners) - sources):
             log.info("source %s moved to another worker; stopping its coordinator here", name)
             await self.runners.pop(name).stop()
         for name in sorted(sources - set(self.runners)):
             self._start(name)
+
+    def _say_standby(self, standby: set[str]) -> None:
+        """Once per change: which sources this worker stands by for and what would make it
+        take one over (a standby that says nothing looks like a coordinator that hangs)."""
+        if standby == self._standby:
+            return
+        self._standby = standby
+        if not standby:
+            return
+        silence_ms = self.settings.takeover_silence_ms
+        watch = "takes one over when the group gives it to this worker"
+        if silence_ms:
+            topics = sorted(ControlTopics.for_source(n, self.settings.namespace).coordinator_state for n in standby)
+            watch += f" or when its coordinator commits nothing to {', '.join(topics)} for {silence_ms} ms"
+        log.info(
+            "this worker is a standby for source%s %s: another worker coordinates %s; it %s",
+            "s" if len(standby) > 1 else "",
+            ", ".join(sorted(standby)),
+            "them" if len(standby) > 1 else "it",
+            watch,
+        )
+
+    def say_finished(self) -> None:
+        """Once per source: a bounded source whose splits are all read is finished, and
+        why its coordinator stays up anyway (otherwise it looks like a hang)."""
+        for name, runner in sorted(self.runners.items()):
+            core = runner.core
+            if name in self._said_finished or core is None or not core.is_finished():
+                continue
+            self._said_finished.add(name)
+            log.info(
+                "source %s is finished: every split was read and every reader was told there are no more. "
+                "This coordinator stays up so that a reader or a Spark query restarting from a checkpoint "
+                "finds its source; stop it with Ctrl-C (SIGTERM)",
+                name,
+            )
 
     def watched(self) -> set[str]:
         """The sources whose coordinator runs elsewhere, if anywhere: the ones to watch."""
@@ -179,6 +220,7 @@ class SourceRunners:
 def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> faust.App:
     """A Faust app coordinating ``settings.sources``. Their topics and the leadership
     topic must exist (``prepare_topics``)."""
+    quiet_startup_noise()  # the Faust group's first coordinator lookups fail at every fresh start
     app_id = settings.group_id
     datadir = datadir or Path(tempfile.gettempdir()) / "sluicegate-faust" / app_id
     datadir.mkdir(parents=True, exist_ok=True)
@@ -247,6 +289,7 @@ def build_app(settings: CoordinatorSettings, datadir: Path | None = None) -> fau
     async def progress() -> None:
         for runner in list(runners.runners.values()):
             log.info("%s", runner.describe())
+        runners.say_finished()
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _shutdown(sender: Any, *args: Any, **kwargs: Any) -> None:
@@ -267,6 +310,23 @@ async def prepare_topics(settings: CoordinatorSettings) -> None:
     specs = [spec for s in settings.sources for spec in topic_specs(settings.namespace, s.source, s.max_parallelism)]
     specs.append(leadership_topic_spec(settings.group_id, len(settings.sources)))
     await apply_topics(settings.bootstrap_servers, specs)
+
+
+INPUT_WAIT_S = 15.0
+"""How long a starting coordinator waits for what its sources read (Source.check_inputs)."""
+
+
+async def check_inputs(settings: CoordinatorSettings, wait_s: float = INPUT_WAIT_S) -> None:
+    """Refuse to start (SourceError) if a source's inputs do not exist, a topic or a path
+    that is more likely a typo than on its way (the connector's own option waits instead)."""
+    from sluicegate.connectors import load_source
+
+    for source in settings.sources:
+        checked = load_source(source.connector, source.options)
+        try:
+            await asyncio.to_thread(checked.check_inputs, wait_s)
+        except SourceError as exc:
+            raise SourceError(f"source {source.source}: {exc}") from None
 
 
 async def check_definitions(settings: CoordinatorSettings) -> None:

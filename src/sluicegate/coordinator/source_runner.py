@@ -258,13 +258,13 @@ class SourceRunner:
         self.state = RunnerState.ACTIVE
         self.active_since = time.monotonic()
         log.info(
-            "coordinator for source %s (connector %s, %d subtasks, epoch %d) is serving %s from offset %s",
+            "coordinator for source %s (connector %s, %d subtasks, epoch %d) is serving %s from %s",
             self.source,
             self.settings.connector,
             self.settings.max_parallelism,
             epoch,
             self.topics.coordinator,
-            "the beginning" if core.inbox_offset is None else core.inbox_offset + 1,
+            "its beginning" if core.inbox_offset is None else f"offset {core.inbox_offset + 1}",
         )
 
     async def _close(self) -> None:
@@ -462,7 +462,7 @@ class SourceRunner:
         return (
             f"source {self.source} epoch {core.epoch}: {len(core.live_subtasks())}/{core.config.max_parallelism} "
             f"readers live, {core.tracker.total_owned()} splits owned, {counters['splits_assigned']} assigned in all, "
-            f"{self.stats.records_in} records in, {self.stats.records_out} out, {self.stats.commits} commits, "
+            f"{self.stats.records_in} control messages in, {self.stats.records_out} out, {self.stats.commits} commits, "
             f"{counters['fenced_messages']} fenced, {self.stats.dead_letters} dead-lettered"
             + (", finished" if core.is_finished() else "")
         )

@@ -13,7 +13,7 @@ from aiokafka.errors import KafkaError
 
 from sluicegate.kafka.clients import control_consumer, plain_producer
 from sluicegate.kafka.security import KafkaSecurity
-from sluicegate.kafka.topics import TopicApplyError, wait_for_topics
+from sluicegate.kafka.topics import TopicApplyError, TopicsMissingError, wait_for_topics
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, RawRecord
 
@@ -26,6 +26,27 @@ RETRY_S = 1.0
 class KafkaNeverAnswered(TopicApplyError):
     """Kafka did not answer once since this channel started to open: a wrong address, or a
     broker that is not up (a process that reached Kafka before and lost it retries instead)."""
+
+
+class SourceNotSetUp(TimeoutError):
+    """The source's control topics did not appear in time: no coordinator ever ran for this
+    source name and namespace on this cluster, nor ``sluicegate topics apply``."""
+
+    def __init__(self, bootstrap_servers: str, missing: Sequence[str], waited_s: float) -> None:
+        super().__init__(f"topics {', '.join(missing)} did not appear on {bootstrap_servers} in {waited_s:.0f} s")
+        self.bootstrap_servers = bootstrap_servers
+        self.missing = list(missing)
+        self.waited_s = waited_s
+
+    def advice(self, source: str, namespace: str, wait_setting: str) -> str:
+        """What a person does about it, naming the host's own setting for the wait."""
+        return (
+            f"source {source} is not set up in namespace {namespace} on {self.bootstrap_servers}: "
+            f"its control topics ({', '.join(self.missing)}) did not appear in {self.waited_s:.0f} s. "
+            f"Start its coordinator (it creates them) or run `sluicegate topics apply --source {source}`, "
+            f"and check the source name and namespace; if its coordinator starts later, wait longer with "
+            f"{wait_setting}"
+        )
 
 
 class KafkaControlChannel(ControlChannel):
@@ -76,6 +97,8 @@ class KafkaControlChannel(ControlChannel):
             left = FOREVER_S if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 return await wait_for_topics(self.bootstrap_servers, names, left, security=self.security)
+            except TopicsMissingError as exc:
+                raise SourceNotSetUp(self.bootstrap_servers, exc.missing, time.monotonic() - started) from None
             except TopicApplyError as exc:  # cannot reach Kafka (yet)
                 if deadline is not None and time.monotonic() >= deadline:
                     raise

@@ -33,6 +33,25 @@ ENV_PREFIX = "SLUICEGATE_KAFKA_"
 (or _SASL_PASSWORD_FILE), _SSL_CA_LOCATION, _SSL_CERT_LOCATION, _SSL_KEY_LOCATION,
 _SSL_KEY_PASSWORD (or _SSL_KEY_PASSWORD_FILE), _SSL_CHECK_HOSTNAME."""
 
+SPARK_SECURITY_OPTIONS = (
+    "kafka.security.protocol",
+    "kafka.sasl.mechanism",
+    "kafka.sasl.jaas.config",
+    "kafka.sasl.username",
+    "kafka.sasl.password",
+    "kafka.ssl.truststore.location",
+    "kafka.ssl.truststore.type",
+    "kafka.ssl.keystore.location",
+    "kafka.ssl.keystore.type",
+    "kafka.ssl.key.password",
+    "kafka.ssl.ca.location",
+    "kafka.ssl.certificate.location",
+    "kafka.ssl.key.location",
+    "kafka.ssl.endpoint.identification.algorithm",
+)
+"""The options ``KafkaSecurity.from_spark_options`` reads (Spark's Kafka source names and
+the librdkafka-style ones)."""
+
 
 class Secret:
     """A password: ``repr`` and ``str`` never show it."""

@@ -31,6 +31,7 @@ __all__ = [
     "TopicInfo",
     "TopicMismatchError",
     "TopicResult",
+    "TopicsMissingError",
     "apply_topics",
     "describe_topics",
     "wait_for_topics",
@@ -44,6 +45,14 @@ _WAIT_HINT = "(created by the coordinator or `sluicegate topics apply`)"
 
 class TopicApplyError(RuntimeError):
     """The topics could not be created or checked."""
+
+
+class TopicsMissingError(TimeoutError):
+    """Topics still missing when a wait for them ran out; ``missing`` names them."""
+
+    def __init__(self, message: str, missing: Sequence[str]) -> None:
+        super().__init__(message)
+        self.missing = list(missing)
 
 
 class TopicMismatchError(TopicApplyError):
@@ -335,10 +344,12 @@ async def wait_for_topics(
     *,
     poll_interval_s: float = 1.0,
     security: KafkaSecurity | None = None,
+    hint: str = _WAIT_HINT,
 ) -> dict[str, int]:
     """Wait until every topic exists with leaders for all partitions; return partition counts.
 
-    Raises TimeoutError naming the topics still missing after ``timeout_s``.
+    Raises TopicsMissingError naming the topics still missing after ``timeout_s``.
+    ``hint`` says who creates them (the default: the control topics' creators).
     """
     wanted = list(names)
     deadline = time.monotonic() + timeout_s
@@ -354,10 +365,10 @@ async def wait_for_topics(
                 return {n: len(meta[n]) for n in wanted}
             now = time.monotonic()
             if now > deadline:
-                raise TimeoutError(
-                    f"topics {', '.join(missing)} did not appear on {bootstrap} within {timeout_s:.0f}s {_WAIT_HINT}"
+                raise TopicsMissingError(
+                    f"topics {', '.join(missing)} did not appear on {bootstrap} within {timeout_s:.0f}s {hint}", missing
                 )
             if now >= next_log:
-                log.info("waiting for topics %s %s", ", ".join(missing), _WAIT_HINT)
+                log.info("waiting for topics %s %s", ", ".join(missing), hint)
                 next_log = now + 10.0
             await asyncio.sleep(min(poll_interval_s, max(0.0, deadline - now)))

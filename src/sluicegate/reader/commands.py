@@ -16,7 +16,7 @@ from sluicegate.kafka.access import KafkaAccessError, require_access
 from sluicegate.kafka.log_repeats import quiet_repeats
 from sluicegate.reader.host import EXIT_CONFIG, ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
-from sluicegate.reader.timing import KAFKA_WAIT_S
+from sluicegate.reader.timing import KAFKA_WAIT_S, TOPIC_WAIT_S
 
 log = logging.getLogger("sluicegate.reader")
 
@@ -105,6 +105,15 @@ def reader_command(
             "then exit 2 naming --bootstrap-servers.",
         ),
     ] = KAFKA_WAIT_S,
+    topic_wait_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--topic-wait-timeout-s",
+            help="At start, how long to wait for the source's control topics (its coordinator creates "
+            "them) and the output topic; then exit 2 saying which is missing. Raise it when readers "
+            "start before their coordinator.",
+        ),
+    ] = TOPIC_WAIT_S,
     metrics_split_labels: Annotated[
         bool,
         typer.Option(
@@ -135,6 +144,7 @@ def reader_command(
             metrics_port=metrics_port,
             metrics_split_labels=metrics_split_labels,
             kafka_wait_s=kafka_wait_s,
+            topic_wait_timeout_s=topic_wait_timeout_s,
         )
         source_impl = load_source(settings.connector, settings.options)
     except ConfigError as exc:

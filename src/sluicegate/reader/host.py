@@ -49,9 +49,11 @@ from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
 from sluicegate.kafka.clients import control_consumer, transactional_producer
 from sluicegate.kafka.compacted import read_latest_value
-from sluicegate.kafka.control_channel import KafkaControlChannel, KafkaNeverAnswered
+from sluicegate.kafka.control_channel import FOREVER_S, KafkaControlChannel, KafkaNeverAnswered, SourceNotSetUp
+from sluicegate.kafka.topics import TopicsMissingError, wait_for_topics
 from sluicegate.protocol.codec import encode, encode_key
 from sluicegate.protocol.definition import DefinitionRefusedError, SourceDefinition
+from sluicegate.protocol.event_time import event_time_text
 from sluicegate.protocol.messages import Body, ReaderLeaving
 from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.protocol.topics import ControlTopics
@@ -61,7 +63,14 @@ from sluicegate.reader.output import Output, OutputSpec, gather_all, open_output
 from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
 from sluicegate.reader.slot_claim import NoFreeSlot, claim_slot
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
-from sluicegate.reader.timing import CLI_NAMES, HEARTBEAT_INTERVAL_MS, KAFKA_WAIT_S, SESSION_TIMEOUT_MS, ReaderTiming
+from sluicegate.reader.timing import (
+    CLI_NAMES,
+    HEARTBEAT_INTERVAL_MS,
+    KAFKA_WAIT_S,
+    SESSION_TIMEOUT_MS,
+    TOPIC_WAIT_S,
+    ReaderTiming,
+)
 
 log = logging.getLogger("sluicegate.reader")
 
@@ -70,6 +79,13 @@ REGISTRATION_NOTICE_INTERVAL_S = 10.0
 IDLE_POLL_MS = 100
 BUSY_BACKOFF_MS = 5
 PRODUCER_RETRY_S = 1.0
+OUTPUT_TOPIC_HINT = "(sluicegate never creates an output topic: create it with kafka-topics.sh or your tooling)"
+
+
+class OutputTopicMissing(Exception):
+    """The reader's output topic does not exist (exit 2): the message says what to do."""
+
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -101,8 +117,9 @@ class ReaderSettings:
     session_timeout_ms: int = SESSION_TIMEOUT_MS
     """The coordinator's session timeout: with no heartbeat sent for longer, the reader
     fences itself."""
-    topic_wait_timeout_s: float | None = None
-    """How long to wait for the topics (None: for ever)."""
+    topic_wait_timeout_s: float | None = TOPIC_WAIT_S
+    """How long to wait at start for the control topics and the output topic (None: for
+    ever; reader/timing.py says why the default is short)."""
     kafka_wait_s: float = KAFKA_WAIT_S
     """At start, how long to retry a Kafka that has not answered yet (a broker still
     starting) before the reader exits 2 naming --bootstrap-servers: a wrong address must
@@ -244,6 +261,12 @@ class ReaderHost:
         except (ConfigError, DefinitionRefusedError) as exc:
             log.error("%s", exc)
             return EXIT_CONFIG
+        except SourceNotSetUp as exc:
+            log.error("%s", exc.advice(self.settings.source, self.settings.namespace, CLI_NAMES.topic_wait_timeout_s))
+            return EXIT_CONFIG
+        except OutputTopicMissing as exc:
+            log.error("%s", exc)
+            return EXIT_CONFIG
         except KafkaNeverAnswered as exc:
             log.error(
                 "%s. Check --bootstrap-servers (or KAFKA_BOOTSTRAP_SERVERS) and, for a secured listener, "
@@ -311,8 +334,9 @@ class ReaderHost:
         if self.settings.subtask is None:
             await self._claim_slot()
         s = self.settings
-        extra = [self.topics.reader_state] + ([s.output.target] if s.output.kind == "kafka" else [])
-        partitions = await self.channel.open([self.subtask], extra)
+        partitions = await self.channel.open([self.subtask], [self.topics.reader_state])
+        if s.output.kind == "kafka":
+            await self._wait_for_output_topic(s.output.target)
         count = partitions[self.topics.readers]
         subtask = self.subtask
         if subtask >= count:
@@ -335,6 +359,20 @@ class ReaderHost:
         self._output = open_output(s.output, self._txn_producer)
         await self._output.open()
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="reader-heartbeat"))
+
+    async def _wait_for_output_topic(self, topic: str) -> None:
+        """The user's output topic: sluicegate never creates it, so its absence is a missing
+        step (or a typo) with its own advice, not a control topic still on its way."""
+        s = self.settings
+        timeout = FOREVER_S if s.topic_wait_timeout_s is None else s.topic_wait_timeout_s
+        try:
+            await wait_for_topics(s.bootstrap_servers, [topic], timeout, hint=OUTPUT_TOPIC_HINT)
+        except TopicsMissingError:
+            raise OutputTopicMissing(
+                f"the output topic {topic} (--output kafka:{topic}) does not exist on {s.bootstrap_servers} "
+                f"(waited {timeout:.0f} s). {OUTPUT_TOPIC_HINT[1:-1].capitalize()}; "
+                f"{CLI_NAMES.topic_wait_timeout_s} waits longer for one created later"
+            ) from None
 
     async def _shutdown(self) -> None:
         await self.metrics.close()
@@ -817,7 +855,7 @@ class ReaderHost:
             "progress: %.0f records/s, %d splits owned, watermark %s%s, %s",
             rate,
             len(session.owned),
-            heartbeat.watermark,
+            event_time_text(heartbeat.watermark),
             " (idle)" if heartbeat.idle else "",
             f"attempt {session.attempt}" if session.active else session.phase.value,
         )

@@ -3,7 +3,8 @@
 - ``kafka:TOPIC``: every record goes to TOPIC through the host's transactional
   producer, inside the transaction that also carries the reader's checkpoint
   and its ``CheckpointAck``: data, state and ack commit atomically
-  (exactly-once). The topic must exist; the host waits for it.
+  (exactly-once). The topic must exist (sluicegate never creates it): the host waits
+  ``--topic-wait-timeout-s`` for it, then exits 2 saying so.
 - ``jsonl:PATH``: one JSON line per record, appended to PATH and flushed and
   fsynced before each checkpoint commits (at-least-once: the records after the
   last checkpoint may be written again after a crash).

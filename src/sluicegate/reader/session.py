@@ -30,6 +30,7 @@ from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import SplitT, WireSplit
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import SourceDefinition
+from sluicegate.protocol.event_time import event_time_text
 from sluicegate.protocol.messages import (
     Body,
     Envelope,
@@ -305,7 +306,7 @@ class ReaderSession(Generic[SplitT]):
                 log.info(
                     "paused %d splits past the allowed watermark %s",
                     len(change.to_pause),
-                    self.max_allowed_watermark,
+                    event_time_text(self.max_allowed_watermark),
                 )
             if change.to_resume:
                 log.info("resumed %d splits", len(change.to_resume))

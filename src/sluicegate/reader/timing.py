@@ -4,7 +4,11 @@ defaults and rules, for the standalone host and the Spark source alike.
 - ``heartbeat_interval_ms``: how often each subtask says it is alive;
 - ``session_timeout_ms``: the coordinator's session timeout; a host that could send
   nothing for longer fences itself (the coordinator has failed the attempt by then);
-- ``topic_wait_timeout_s``: how long to wait for the control topics at start
+- ``topic_wait_timeout_s``: how long to wait at start for the source's control topics
+  (its coordinator or ``sluicegate topics apply`` creates them) and a reader's output
+  topic; then the host fails saying which is missing and who creates it. A source that
+  was never set up is more often a typo or a missing step than a coordinator on its way,
+  so the default is short; raise it where readers start before their coordinator
   (None: for ever);
 - ``kafka_wait_s``: how long a starting host retries a Kafka that has never answered
   before it fails naming its bootstrap setting (from a fresh process such a Kafka is
@@ -24,6 +28,7 @@ from sluicegate.api.errors import ConfigError
 HEARTBEAT_INTERVAL_MS = 1_000
 SESSION_TIMEOUT_MS = 10_000
 KAFKA_WAIT_S = 15.0
+TOPIC_WAIT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ SPARK_NAMES = TimingNames("heartbeatIntervalMs", "sessionTimeoutMs", "topicWaitT
 class ReaderTiming:
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     session_timeout_ms: int = SESSION_TIMEOUT_MS
-    topic_wait_timeout_s: float | None = None
+    topic_wait_timeout_s: float | None = TOPIC_WAIT_S
     kafka_wait_s: float = KAFKA_WAIT_S
 
     def check(self, names: TimingNames) -> ReaderTiming:

@@ -52,7 +52,7 @@ from sluicegate.api.ranges import SkippedInput, SupportsPositionRanges
 from sluicegate.api.reader import LowWatermarkListener, Record
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import WireSplit
-from sluicegate.kafka.control_channel import KafkaControlChannel, KafkaNeverAnswered
+from sluicegate.kafka.control_channel import KafkaControlChannel, KafkaNeverAnswered, SourceNotSetUp
 from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import SourceDefinition
@@ -72,7 +72,14 @@ from sluicegate.reader.protocol import (
     Superseded,
 )
 from sluicegate.reader.state import ReaderCheckpoint
-from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, KAFKA_WAIT_S, SESSION_TIMEOUT_MS, SPARK_NAMES, ReaderTiming
+from sluicegate.reader.timing import (
+    HEARTBEAT_INTERVAL_MS,
+    KAFKA_WAIT_S,
+    SESSION_TIMEOUT_MS,
+    SPARK_NAMES,
+    TOPIC_WAIT_S,
+    ReaderTiming,
+)
 from sluicegate.reader.watermark import SplitWatermarks
 from sluicegate.spark.metrics import DriverMetrics, DriverSnapshot, SubtaskFigures
 from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskOffset, SubtaskView
@@ -81,8 +88,9 @@ log = logging.getLogger("sluicegate.spark")
 
 T = TypeVar("T")
 
-TOPIC_WAIT_TIMEOUT_S = 120.0
-"""A Spark query does not wait for ever for its source's topics: it fails, naming them."""
+TOPIC_WAIT_TIMEOUT_S = TOPIC_WAIT_S
+"""A Spark query does not wait for ever for its source's topics: it fails, naming them
+(reader/timing.py says why the default is short)."""
 REGISTRATION_NOTICE_INTERVAL_S = 15.0
 CALL_TIMEOUT_S = 60.0
 ACK_WAIT_S = 10.0
@@ -378,6 +386,8 @@ class SparkReaderDriver:
                 f"{exc}. It names sluicegate's control cluster (default: KAFKA_BOOTSTRAP_SERVERS); "
                 "kafkaWaitS waits longer for a broker that is still starting",
             ) from None
+        except SourceNotSetUp as exc:
+            raise ConfigError("source", exc.advice(s.source, s.namespace, SPARK_NAMES.topic_wait_timeout_s)) from None
         count = partitions[self.topics.readers]
         if s.parallelism > count:
             raise ConfigError(

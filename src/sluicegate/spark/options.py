@@ -12,14 +12,62 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sluicegate.api.errors import ConfigError
-from sluicegate.api.options import int_option
-from sluicegate.kafka.security import KafkaSecurity
+from sluicegate.api.options import int_option, unknown_option
+from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, KAFKA_WAIT_S, SESSION_TIMEOUT_MS
 from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+CONNECTOR_PREFIX = "option."
+
+KNOWN = (
+    "source",
+    "parallelism",
+    "connector",
+    "connectorOptions",
+    "kafka.bootstrap.servers",
+    "namespace",
+    "maxRecordsPerTrigger",
+    "heartbeatIntervalMs",
+    "sessionTimeoutMs",
+    "topicWaitTimeoutS",
+    "kafkaWaitS",
+    "arrowBatchRows",
+    "alignmentMaxDriftMs",
+    "splitIdleTimeoutMs",
+    "metricsPort",
+    *SPARK_SECURITY_OPTIONS,
+)
+"""Every option of ``format("sluicegate")`` besides ``option.<connector option>``: anything
+else fails at ``load()`` (an option nobody reads would change nothing without a word)."""
+
+SPARK_KAFKA_OPTIONS = {
+    "subscribe": "option.topics",
+    "subscribePattern": "option.topic_pattern",
+    "startingOffsets": "option.starting_offsets (its default here is earliest, Spark's is latest)",
+    "endingOffsets": "option.stopping_offsets",
+    "startingTimestamp": "option.starting_offsets=timestamp:MS",
+    "endingTimestamp": "option.stopping_offsets=timestamp:MS",
+    "failOnDataLoss": "option.fail_on_data_loss",
+    "includeHeaders": "option.include_headers",
+    "maxOffsetsPerTrigger": "maxRecordsPerTrigger",
+    "kafkaConsumer.pollTimeoutMs": "option.poll_timeout_ms",
+    "assign": None,
+    "startingOffsetsByTimestamp": None,
+    "endingOffsetsByTimestamp": None,
+    "startingOffsetsByTimestampStrategy": None,
+    "minOffsetsPerTrigger": None,
+    "maxTriggerDelay": None,
+    "minPartitions": None,
+    "groupIdPrefix": None,
+    "fetchOffset.numRetries": None,
+    "fetchOffset.retryIntervalMs": None,
+}
+"""Spark's own Kafka source options (its Structured Streaming + Kafka guide) and what
+``format("sluicegate")`` calls them (None: nothing yet). Refused by name either way: a
+``startingOffsets=latest`` that quietly read from the earliest offset would be wrong data."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +115,7 @@ class SparkSourceConfig:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SparkSourceConfig:
         opts = {str(k).lower(): str(v) for k, v in options.items()}
+        check_known(opts)
         source = opts.get("source", "").strip()
         if not source:
             raise ConfigError("source", "is required: .option('source', NAME)")
@@ -82,8 +131,8 @@ class SparkSourceConfig:
                 raise ConfigError("connectorOptions", "must be a JSON object")
             connector_options.update({str(k): str(v) for k, v in parsed.items()})
         for key, value in opts.items():
-            if key.startswith("option."):
-                connector_options[key[len("option.") :]] = value
+            if key.startswith(CONNECTOR_PREFIX):
+                connector_options[key[len(CONNECTOR_PREFIX) :]] = value
         bootstrap = opts.get("kafka.bootstrap.servers") or os.environ.get(BOOTSTRAP_ENV, "")
         return cls(
             source=source,
@@ -127,6 +176,27 @@ class SparkSourceConfig:
             metrics_port=self.metrics_port,
             definition=SourceDefinition.of(self.connector, dict(self.connector_options)),
         )
+
+
+def check_known(opts: Mapping[str, str]) -> None:
+    """ConfigError for the first option (lower-cased keys) that ``format("sluicegate")``
+    does not read, saying what to write instead where that is known."""
+    spark_kafka = {name.lower(): (name, ours) for name, ours in SPARK_KAFKA_OPTIONS.items()}
+    known = {name.lower() for name in KNOWN}
+    for key in sorted(opts):
+        if key in known or key.startswith(CONNECTOR_PREFIX):
+            continue
+        if key in spark_kafka:
+            name, ours = spark_kafka[key]
+            instead = f"write {ours}" if ours else "it has no equivalent in format('sluicegate') yet"
+            raise ConfigError(name, f"is an option of Spark's Kafka source: {instead} (docs/kafka.md)")
+        if key == "path":
+            raise ConfigError("path", "give a files connector's path as option.path (load(path) is not read)")
+        also = "option.<connector option>"
+        if key.startswith("kafka."):
+            # the data cluster's client settings belong to the connector, not to the control plane
+            also += f"; the data cluster's client settings are {CONNECTOR_PREFIX}{key}"
+        raise unknown_option(key, KNOWN, "format('sluicegate')", also=also)
 
 
 def _port_option(opts: Mapping[str, str], key: str) -> int:

@@ -1,0 +1,62 @@
+"""A coordinator told to read a topic that does not exist fails at start, naming it, within
+the input wait (issue 24 item 2): before, it logged one warning and served a source that
+would never read anything. Waiting for a topic created later is the explicit
+``missing_topics=wait``. Real processes against real Kafka: exit code, time, words."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+from kafka_data import create_topic
+from processes import ProcessGroup
+
+from sluicegate.coordinator.faust_app import INPUT_WAIT_S
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+
+def coordinator_args(source: str, topics: str, **more: str) -> list[str]:
+    args = ["coordinator", "--source", source, "--connector", "kafka", "--max-parallelism", "1"]
+    for key, value in {"topics": topics, **more}.items():
+        args += ["--option", f"{key}={value}"]
+    return args
+
+
+def test_a_topic_that_does_not_exist_ends_the_coordinator_with_exit_2_naming_it(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    there, typo = f"orders-{secrets.token_hex(3)}", f"ordres-{secrets.token_hex(3)}"
+    create_topic(kafka_bootstrap, there, 1)
+    group = ProcessGroup(tmp_path, kafka_bootstrap)
+    try:
+        started = time.monotonic()
+        proc = group.run("coordinator", coordinator_args(unique_source, f"{there},{typo}"), timeout_s=120)
+        took = time.monotonic() - started
+        said = " ".join(proc.log().split())
+        assert proc.returncode == 2, said
+        assert INPUT_WAIT_S <= took < INPUT_WAIT_S + 45, f"took {took:.1f} s"
+        assert f"source {unique_source}: topic {typo} (option topics) does not exist" in said, said
+        assert "missing_topics=wait" in said
+        assert "is serving" not in said
+    finally:
+        group.stop_all()
+
+
+def test_with_missing_topics_wait_the_coordinator_serves_and_picks_the_topic_up_when_created(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    later = f"later-{secrets.token_hex(3)}"
+    group = ProcessGroup(tmp_path, kafka_bootstrap)
+    try:
+        args = coordinator_args(unique_source, later, missing_topics="wait", partition_discovery_interval_ms="500")
+        proc = group.start("coordinator", args)
+        proc.wait_for_log("is serving", timeout_s=90)
+        proc.wait_for_log(f"topics ['{later}'] do not exist (yet)", timeout_s=30)
+        create_topic(kafka_bootstrap, later, 2)
+        proc.wait_for_log("discovered 2 partitions", timeout_s=60)
+        assert proc.popen.poll() is None, proc.tail()
+    finally:
+        group.stop_all()

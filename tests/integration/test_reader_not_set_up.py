@@ -1,0 +1,58 @@
+"""A reader of a source nobody set up, or with an output topic nobody created, fails
+within ``--topic-wait-timeout-s`` saying which and who creates it (issue 24 item 2):
+before, both waited for ever, the second with a hint that was wrong for a user's topic.
+Real processes against real Kafka: exit code, time, words."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from inline_coordinator import create_topics
+
+pytestmark = pytest.mark.kafka
+
+WAIT_S = 3
+
+
+def run_reader(bootstrap: str, source: str, output: str, *extra: str) -> tuple[int, float, str]:
+    args = [
+        *("--source", source, "--subtask", "0", "--connector", "sequence", "--output", output),
+        *("--bootstrap-servers", bootstrap, "--topic-wait-timeout-s", str(WAIT_S)),
+        *extra,
+    ]
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "sluicegate", "reader", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
+    )
+    return done.returncode, time.monotonic() - began, " ".join((done.stdout + done.stderr).split())
+
+
+def test_a_source_never_set_up_ends_the_reader_with_exit_2_and_what_to_do(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    code, took, said = run_reader(kafka_bootstrap, unique_source, f"jsonl:{tmp_path / 'out.jsonl'}")
+    assert code == 2, said
+    assert WAIT_S <= took < WAIT_S + 25, f"took {took:.1f} s"
+    assert f"source {unique_source} is not set up in namespace sluicegate" in said, said
+    assert f"sluicegate.{unique_source}.coordinator" in said  # which topics were looked for
+    assert f"sluicegate topics apply --source {unique_source}" in said and "Start its coordinator" in said
+    assert "wait longer with --topic-wait-timeout-s" in said
+
+
+async def test_a_missing_output_topic_is_named_as_the_users_to_create(kafka_bootstrap: str, unique_source: str) -> None:
+    await create_topics(kafka_bootstrap, unique_source, 1)
+    topic = f"{unique_source}-no-such-output"
+    code, took, said = run_reader(kafka_bootstrap, unique_source, f"kafka:{topic}")
+    assert code == 2, said
+    assert took < WAIT_S + 25, f"took {took:.1f} s"
+    assert f"the output topic {topic} (--output kafka:{topic}) does not exist" in said, said
+    assert "never creates an output topic" in said
+    assert "created by the coordinator" not in said  # the control topics' hint, wrong here

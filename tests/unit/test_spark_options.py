@@ -1,0 +1,100 @@
+"""format("sluicegate") reads every option it is given or fails naming it (issue 19 item 8):
+an option nobody reads would change nothing without a word."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluicegate.api.errors import ConfigError
+from sluicegate.spark.options import KNOWN, SPARK_KAFKA_OPTIONS, SparkSourceConfig
+
+BASE = {"source": "orders", "parallelism": "2", "kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+def _refused(**extra: str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        SparkSourceConfig.from_options({**BASE, **extra})
+    return info.value
+
+
+def test_every_known_option_and_any_connector_option_is_accepted() -> None:
+    config = SparkSourceConfig.from_options(
+        {**BASE, "maxRecordsPerTrigger": "100", "option.topics": "orders", "metricsPort": "0"}
+    )
+    assert config.max_records_per_trigger == 100
+    assert config.options == {"topics": "orders"}
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("maxRecordPerTrigger", "maxRecordsPerTrigger"),
+        ("paralelism", "parallelism"),
+        ("arrowBatchRow", "arrowBatchRows"),
+        ("kafka.security.protocl", "kafka.security.protocol"),
+    ],
+)
+def test_a_misspelled_option_fails_naming_it_and_the_closest_known_one(typo: str, meant: str) -> None:
+    error = _refused(**{typo: "100"})
+    assert error.setting == typo.lower()
+    assert f"did you mean {meant!r}" in str(error), error
+
+
+def test_keys_are_case_insensitive_as_in_spark() -> None:
+    config = SparkSourceConfig.from_options({**BASE, "MAXRECORDSPERTRIGGER": "7"})
+    assert config.max_records_per_trigger == 7
+    assert "did you mean 'maxRecordsPerTrigger'" in str(_refused(MAXRECORDPERTRIGGER="7"))
+
+
+def test_a_name_far_from_any_lists_the_known_ones() -> None:
+    error = _refused(colour="blue")
+    assert "did you mean" not in str(error)
+    assert all(name in str(error) for name in ("parallelism", "maxRecordsPerTrigger", "option.<connector option>"))
+
+
+@pytest.mark.parametrize("name", sorted(SPARK_KAFKA_OPTIONS))
+def test_spark_kafka_source_options_are_refused_saying_what_to_write(name: str) -> None:
+    error = _refused(**{name: "x"})
+    assert error.setting == name
+    assert "Spark's Kafka source" in str(error)
+    ours = SPARK_KAFKA_OPTIONS[name]
+    assert (ours or "no equivalent") in str(error)
+
+
+def test_starting_offsets_latest_is_never_quietly_earliest() -> None:
+    error = _refused(startingOffsets="latest")
+    assert "option.starting_offsets" in str(error) and "earliest" in str(error)
+
+
+def test_a_data_cluster_client_setting_at_top_level_points_to_the_connector_option() -> None:
+    error = _refused(**{"kafka.max.poll.records": "20000"})
+    assert error.setting == "kafka.max.poll.records"
+    assert "option.kafka.max.poll.records" in str(error)
+
+
+def test_a_load_path_says_where_the_path_goes() -> None:
+    assert "option.path" in str(_refused(path="/data"))
+
+
+def test_the_known_list_has_no_spark_kafka_name() -> None:
+    """One meaning per name: an option is either read by format("sluicegate") or refused as Spark's."""
+    assert not {k.lower() for k in KNOWN} & {k.lower() for k in SPARK_KAFKA_OPTIONS}
+
+
+@pytest.mark.parametrize(
+    ("connector", "options", "typo", "meant"),
+    [
+        ("kafka", {"topics": "a", "bootstrap_servers": "127.0.0.1:9092"}, "starting_offset", "starting_offsets"),
+        ("files", {"path": "/tmp"}, "max_file_age", "max_file_age_ms"),
+        ("sequence", {}, "record_per_split", "records_per_split"),
+    ],
+)
+def test_a_misspelled_connector_option_names_the_closest_known_one(
+    connector: str, options: dict[str, str], typo: str, meant: str
+) -> None:
+    from sluicegate.connectors import load_source
+
+    with pytest.raises(ConfigError) as info:
+        load_source(connector, {**options, typo: "1"})
+    assert info.value.setting == typo
+    assert f"did you mean {meant!r}" in str(info.value) and f"the {connector} connector" in str(info.value)

@@ -1,0 +1,25 @@
+"""A retried group-coordinator lookup at start is an INFO line that says it is normal;
+one aiokafka does not retry stays an ERROR (issue 24 item 3: no ERROR for a normal start)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from aiokafka import errors
+
+from sluicegate.kafka.startup_noise import LOOKUP_FAILED, LOOKUP_LOGGER, quiet_startup_noise
+
+
+def test_a_retried_lookup_is_info_and_a_fatal_one_stays_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    quiet_startup_noise()
+    quiet_startup_noise()  # idempotent: one filter
+    logger = logging.getLogger(LOOKUP_LOGGER)
+    assert len(logger.filters) == 1
+    caplog.set_level(logging.INFO, logger=LOOKUP_LOGGER)
+    logger.error(LOOKUP_FAILED, errors.GroupCoordinatorNotAvailableError())
+    logger.error(LOOKUP_FAILED, errors.GroupAuthorizationFailedError())
+    retried, fatal = caplog.records
+    assert retried.levelno == logging.INFO and "normal while the broker starts it" in retried.getMessage()
+    assert "GroupCoordinatorNotAvailableError" in retried.getMessage()
+    assert fatal.levelno == logging.ERROR and "Group Coordinator Request failed" in fatal.getMessage()
