@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import ProcessGroup, Proc
+from processes import Proc, ProcessGroup
 from test_takeover import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
