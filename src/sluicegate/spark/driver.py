@@ -289,7 +289,8 @@ class SparkReaderDriver:
         return loop
 
     def _call(self, factory: Callable[[], Coroutine[Any, Any, T]], timeout_s: float = CALL_TIMEOUT_S) -> T:
-        return asyncio.run_coroutine_threadsafe(factory(), self._running_loop()).result(timeout=timeout_s)
+        loop = self._running_loop()  # first: a stopped driver must not leave a coroutine never awaited
+        return asyncio.run_coroutine_threadsafe(factory(), loop).result(timeout=timeout_s)
 
     def _call_or(self, factory: Callable[[], Coroutine[Any, Any, T]], timeout_s: float, pending: T) -> T:
         """As _call for work that waits on the broker: ``pending`` if it is not done within
