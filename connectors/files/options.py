@@ -41,6 +41,7 @@ KNOWN = {
     "max_file_age_ms",
     "split_size_bytes",
     "on_bad_file",
+    "missing_path",
     ASSIGNER_OPTION,
     GRACE_OPTION,
     REBALANCE_OPTION,
@@ -64,6 +65,9 @@ class FileOptions:
     enumerator forgets the files it read once they are this old."""
     split_size_bytes: int = DEFAULT_SPLIT_SIZE
     on_bad_file: BadFilePolicy = "fail"
+    missing_path: str = "fail"
+    """A path that does not exist when the source first starts: ``fail`` (after a short wait,
+    naming it) or ``wait`` (for a directory created later; discovery picks it up)."""
     storage: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
     """``storage.*`` options without the prefix (may hold secrets: never in a repr or a log)."""
     assigner: Callable[[], SplitAssigner[Any]] = field(default=PullAssigner, compare=False, repr=False)
@@ -88,6 +92,9 @@ class FileOptions:
         policy = options.get("on_bad_file", "fail").strip().lower()
         if policy not in ("fail", "skip"):
             raise ConfigError("on_bad_file", f"must be fail or skip, got {policy!r}")
+        missing_path = options.get("missing_path", "fail").strip().lower()
+        if missing_path not in ("fail", "wait"):
+            raise ConfigError("missing_path", f"must be fail or wait, got {missing_path!r}")
         storage = {
             key[len(STORAGE_PREFIX) :]: _storage_value(value)
             for key, value in options.items()
@@ -103,6 +110,7 @@ class FileOptions:
             max_file_age_ms=int_option(options, "max_file_age_ms", 0, 0),
             split_size_bytes=int_option(options, "split_size_bytes", DEFAULT_SPLIT_SIZE, 1),
             on_bad_file="skip" if policy == "skip" else "fail",
+            missing_path=missing_path,
             storage=tuple(sorted(storage.items())),
             assigner=assigner_from_options(options, PullAssigner.name),
         )

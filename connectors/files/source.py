@@ -8,6 +8,7 @@ JSON Lines, read once each: bounded (the files present at start) or continuously
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from sluicegate.api import (
     SupportsSplitReassignmentOnRecovery,
 )
 from sluicegate.api.assigners import ASSIGNMENT_OPTIONS
-from sluicegate.api.errors import ConfigError
+from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.ranges import SkippedInput
 
 from .badfiles import BadFile, BadFileError
@@ -38,6 +39,7 @@ from .storage import READ_ERRORS, FileStore
 log = logging.getLogger("sluicegate.connectors.files")
 
 RANGE_BATCH_ROWS = 65_536
+CHECK_INTERVAL_S = 1.0
 
 
 class FileSource(
@@ -45,7 +47,7 @@ class FileSource(
     SupportsSplitReassignmentOnRecovery,
     SupportsPositionRanges[FileSplit],
 ):
-    LOCAL_OPTIONS = ("storage.", *ASSIGNMENT_OPTIONS)  # fsspec arguments: endpoints and credentials
+    LOCAL_OPTIONS = ("storage.", "missing_path", *ASSIGNMENT_OPTIONS)  # fsspec arguments: endpoints and credentials
     reads_splits_in_order = True  # a Parquet row group is decoded whole: no thin slices of every file
 
     def __init__(self, options: FileOptions) -> None:
@@ -80,6 +82,21 @@ class FileSource(
             else:
                 self._schema = self._inferred_schema()
         return self._schema
+
+    def check_inputs(self, wait_s: float) -> None:
+        """The path exists (``missing_path=fail``, the default), looked for again every
+        second for up to ``wait_s``; an empty directory is fine (files may come)."""
+        if self.options.missing_path == "wait":
+            return
+        store = self.store()
+        deadline = time.monotonic() + wait_s
+        while not store.root_exists():
+            if time.monotonic() >= deadline:
+                raise SourceError(
+                    f"path {self.options.path} (option path) does not exist (waited {wait_s:.0f} s): check it, "
+                    "create the directory, or set missing_path=wait to wait until it is created"
+                )
+            time.sleep(CHECK_INTERVAL_S)
 
     def _inferred_schema(self) -> pa.Schema:
         """The first readable file's schema. A file that cannot be read is a bad file, not

@@ -90,12 +90,12 @@ class KafkaSource(
         return KafkaSourceReader(self.options)
 
     def check_inputs(self, wait_s: float) -> None:
-        """The topics of ``topics`` exist on the data cluster (``missing_topics=fail``, the
-        default), asked again every second for up to ``wait_s``. A ``topic_pattern`` may
-        match nothing yet: not checked."""
+        """The data cluster answers and the topics of ``topics`` exist on it (with
+        ``missing_topics=fail``, the default), asked again every second for up to
+        ``wait_s``. A ``topic_pattern`` may match nothing yet, and ``missing_topics=wait``
+        waits for them: then only the cluster is checked."""
         options = self.options
-        if not options.topics or options.missing_topics == "wait":
-            return
+        wanted = options.topics if options.missing_topics == "fail" else ()
         cluster = self._cluster(options)
         deadline = time.monotonic() + wait_s
         while True:
@@ -105,7 +105,7 @@ class KafkaSource(
             except DataClusterError as exc:
                 found, problem = None, str(exc)
             if found is not None:
-                missing = [t for t in options.topics if t not in found]
+                missing = [t for t in wanted if t not in found]
                 if not missing:
                     return
                 problem = (

@@ -467,3 +467,23 @@ def test_a_corrupt_first_file_is_a_bad_file_under_the_policy_not_a_bad_schema_se
     (tmp_path / "b.parquet").write_bytes(b"not parquet either")
     with pytest.raises(ConfigError, match="no readable file"):
         FileSource.from_options({"path": str(tmp_path), "on_bad_file": "skip"}).arrow_schema()
+
+
+def test_a_path_that_does_not_exist_fails_the_first_start_unless_told_to_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sluicegate_connectors.files import source as files_source
+
+    from sluicegate.api.errors import SourceError
+
+    monkeypatch.setattr(files_source, "CHECK_INTERVAL_S", 0.01)
+    typo = tmp_path / "inbxo"
+    with pytest.raises(SourceError) as failed:
+        FileSource.from_options({"path": str(typo)}).check_inputs(wait_s=0.05)
+    said = str(failed.value)
+    assert f"path {typo} (option path) does not exist" in said and "missing_path=wait" in said, said
+    FileSource.from_options({"path": str(typo), "missing_path": "wait"}).check_inputs(wait_s=0.05)
+    typo.mkdir()  # an empty directory is fine: files may come
+    FileSource.from_options({"path": str(typo)}).check_inputs(wait_s=0.05)
+    with pytest.raises(ConfigError, match="missing_path"):
+        FileSource.from_options({"path": str(typo), "missing_path": "later"})

@@ -337,11 +337,14 @@ def test_a_topic_that_does_not_exist_fails_the_start_naming_it_and_the_way_to_wa
     src.check_inputs(wait_s=0.05)
 
 
-def test_missing_topics_wait_and_a_pattern_are_not_checked() -> None:
-    clusters: list[MemoryCluster] = []
-    kafka_source(clusters, topics="later", missing_topics="wait").check_inputs(wait_s=0.0)
-    kafka_source([], topics="", topic_pattern="later-.*").check_inputs(wait_s=0.0)
-    assert clusters == []  # nobody even asked the cluster
+def test_with_missing_topics_wait_or_a_pattern_only_the_cluster_is_checked() -> None:
+    for options in ({"topics": "later", "missing_topics": "wait"}, {"topics": "", "topic_pattern": "later-.*"}):
+        clusters: list[MemoryCluster] = []
+        src = kafka_source(clusters, **options)
+        src.check_inputs(wait_s=0.0)  # no topic yet: fine
+        clusters[0].down = True
+        with pytest.raises(SourceError, match="option bootstrap_servers"):
+            src.check_inputs(wait_s=0.0)
     with pytest.raises(ConfigError) as info:
         KafkaOptions.parse({"topics": "a", "bootstrap_servers": BOOTSTRAP, "missing_topics": "maybe"})
     assert info.value.setting == "missing_topics"

@@ -19,6 +19,10 @@ class Boundedness(enum.Enum):
     CONTINUOUS_UNBOUNDED = "continuous_unbounded"
 
 
+INPUT_WAIT_S = 15.0
+"""How long a starting process waits for a source's inputs (``Source.check_inputs``)."""
+
+
 class Source(ABC, Generic[SplitT]):
     """A connector. Built from string options; raises ConfigError naming a bad option.
 
@@ -65,12 +69,14 @@ class Source(ABC, Generic[SplitT]):
     def create_reader(self, context: SourceReaderContext) -> SourceReader[SplitT]: ...
 
     def check_inputs(self, wait_s: float) -> None:
-        """Once, where a coordinator starts, before it serves: what the source was told to
+        """Once, where a source is first started (a coordinator with no committed state, a
+        Spark query with no checkpoint), before anything reads: what the source was told to
         read exists (a topic, a path). A name that never existed is more often a typo than
         something on its way, so a missing input raises SourceError saying what is missing
         and how to fix it, after waiting up to ``wait_s`` for it (created at the same
-        moment). A source that should wait for its inputs has an option that says so and
-        skips the check. Default: nothing to check."""
+        moment). An input that existed and went away later is the enumerator's business, not
+        this check's. A source that should wait for its inputs has an option that says so
+        and skips the check. Default: nothing to check."""
 
 
 class SupportsSplitReassignmentOnRecovery:

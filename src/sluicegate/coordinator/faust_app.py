@@ -40,6 +40,7 @@ import faust
 from aiokafka import TopicPartition
 
 from sluicegate.api.errors import SourceError
+from sluicegate.api.source import INPUT_WAIT_S
 from sluicegate.coordinator.metrics import CoordinatorMetrics
 from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.coordinator.silence import liveness_interval_ms
@@ -312,16 +313,18 @@ async def prepare_topics(settings: CoordinatorSettings) -> None:
     await apply_topics(settings.bootstrap_servers, specs)
 
 
-INPUT_WAIT_S = 15.0
-"""How long a starting coordinator waits for what its sources read (Source.check_inputs)."""
-
-
 async def check_inputs(settings: CoordinatorSettings, wait_s: float = INPUT_WAIT_S) -> None:
-    """Refuse to start (SourceError) if a source's inputs do not exist, a topic or a path
-    that is more likely a typo than on its way (the connector's own option waits instead)."""
+    """Refuse to start (SourceError) if a source started for the first time (no committed
+    state) reads inputs that do not exist, a topic or a path that is more likely a typo than
+    on its way (the connector's own option waits instead)."""
     from sluicegate.connectors import load_source
+    from sluicegate.coordinator.state_store import read_state
+    from sluicegate.protocol.topics import ControlTopics
 
     for source in settings.sources:
+        topic = ControlTopics.for_source(source.source, settings.namespace).coordinator_state
+        if await read_state(settings.bootstrap_servers, topic, source.source) is not None:
+            continue  # it ran before: an input gone since is the enumerator's to handle
         checked = load_source(source.connector, source.options)
         try:
             await asyncio.to_thread(checked.check_inputs, wait_s)

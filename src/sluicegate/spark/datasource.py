@@ -66,7 +66,7 @@ from pyspark.sql.types import (
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
-from sluicegate.api.source import Source
+from sluicegate.api.source import INPUT_WAIT_S, Source
 from sluicegate.connectors import load_source
 from sluicegate.kafka.log_repeats import RepeatFilter
 from sluicegate.spark.driver import SparkReaderDriver
@@ -197,6 +197,8 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                         f"the query's checkpoint has reader subtasks {beyond} but parallelism is "
                         f"{self.config.parallelism}; a query cannot change its parallelism",
                     )
+            if restored is None:  # a new query: what it reads must exist (Source.check_inputs)
+                self._source.check_inputs(INPUT_WAIT_S)
             driver = SparkReaderDriver(self.config.driver_settings(), self._source)
             log.info(
                 "source %s: %d reader subtasks, %s",

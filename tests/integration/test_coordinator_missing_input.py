@@ -1,7 +1,8 @@
-"""A coordinator told to read a topic that does not exist fails at start, naming it, within
-the input wait (issue 24 item 2): before, it logged one warning and served a source that
-would never read anything. Waiting for a topic created later is the explicit
-``missing_topics=wait``. Real processes against real Kafka: exit code, time, words."""
+"""A coordinator told to read a topic or a path that does not exist fails at the source's
+first start, naming it, within the input wait (issue 24 item 2): before, it logged one
+warning (or nothing, for a path) and served a source that would never read anything.
+Waiting for an input created later is explicit: ``missing_topics=wait``,
+``missing_path=wait``. Real processes against real Kafka: exit code, time, words."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from kafka_data import create_topic
 from processes import ProcessGroup
 
-from sluicegate.coordinator.faust_app import INPUT_WAIT_S
+from sluicegate.api.source import INPUT_WAIT_S
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -58,5 +59,24 @@ def test_with_missing_topics_wait_the_coordinator_serves_and_picks_the_topic_up_
         create_topic(kafka_bootstrap, later, 2)
         proc.wait_for_log("discovered 2 partitions", timeout_s=60)
         assert proc.popen.poll() is None, proc.tail()
+    finally:
+        group.stop_all()
+
+
+def test_a_files_path_that_does_not_exist_ends_the_coordinator_with_exit_2_naming_it(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    typo = tmp_path / "inbxo"
+    group = ProcessGroup(tmp_path, kafka_bootstrap)
+    try:
+        args = ["coordinator", "--source", unique_source, "--connector", "files", "--max-parallelism", "1"]
+        args += ["--option", f"path={typo}", "--option", "schema=id BIGINT"]
+        started = time.monotonic()
+        proc = group.run("coordinator", args, timeout_s=120)
+        took = time.monotonic() - started
+        said = " ".join(proc.log().split())
+        assert proc.returncode == 2, said
+        assert INPUT_WAIT_S <= took < INPUT_WAIT_S + 45, f"took {took:.1f} s"
+        assert f"path {typo} (option path) does not exist" in said and "missing_path=wait" in said, said
     finally:
         group.stop_all()
