@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from sluicegate.api.errors import ConfigError
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_source
+from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
 
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
     source: str
     max_parallelism: int
-    session_timeout_ms: int = 10_000
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
     reader_departure_timeout_ms: int = 60_000
     watermark_announce_interval_ms: int = 1_000
     max_watermark_drift_ms: int | None = None

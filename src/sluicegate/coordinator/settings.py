@@ -19,6 +19,7 @@ from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.silence import LIVENESS_FRACTION, MAX_SILENCE_MS, MIN_SILENCE_MS
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_namespace
+from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -42,7 +43,7 @@ class SourceSettings:
     connector: str
     max_parallelism: int
     options: Mapping[str, str] = field(default_factory=dict)
-    session_timeout_ms: int = 10_000
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
     reader_departure_timeout_ms: int = 60_000
     watermark_announce_interval_ms: int = 1_000
     max_watermark_drift_ms: int | None = None

@@ -56,6 +56,7 @@ from sluicegate.protocol.definition import DefinitionRefusedError, SourceDefinit
 from sluicegate.protocol.event_time import event_time_text
 from sluicegate.protocol.messages import Body, ReaderLeaving
 from sluicegate.protocol.names import validate_namespace, validate_source
+from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
 from sluicegate.reader.checkpoint_txn import CheckpointTxn, ReaderTakenOver, TxnRecord, TxnState
@@ -64,14 +65,7 @@ from sluicegate.reader.output import Output, OutputSpec, open_output
 from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
 from sluicegate.reader.slot_claim import NoFreeSlot, claim_slot
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
-from sluicegate.reader.timing import (
-    CLI_NAMES,
-    HEARTBEAT_INTERVAL_MS,
-    KAFKA_WAIT_S,
-    SESSION_TIMEOUT_MS,
-    TOPIC_WAIT_S,
-    ReaderTiming,
-)
+from sluicegate.reader.timing import CLI_NAMES, KAFKA_WAIT_S, TOPIC_WAIT_S, ReaderTiming
 
 log = logging.getLogger("sluicegate.reader")
 

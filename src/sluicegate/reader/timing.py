@@ -24,9 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 
-HEARTBEAT_INTERVAL_MS = 1_000
-SESSION_TIMEOUT_MS = 10_000
 KAFKA_WAIT_S = 15.0
 TOPIC_WAIT_S = 15.0
 

@@ -16,7 +16,8 @@ from sluicegate.api.options import int_option, unknown_option
 from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_namespace, validate_source
-from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, KAFKA_WAIT_S, SESSION_TIMEOUT_MS
+from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
+from sluicegate.reader.timing import KAFKA_WAIT_S
 from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
