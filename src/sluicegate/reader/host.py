@@ -44,6 +44,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IllegalOperation, KafkaError
 
 from sluicegate.api.errors import ConfigError, SourceError
+from sluicegate.api.options import checked_int, checked_port
 from sluicegate.api.reader import Record
 from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
@@ -138,14 +139,13 @@ class ReaderSettings:
                 "not set: pass --bootstrap-servers or set KAFKA_BOOTSTRAP_SERVERS",
             )
         if self.subtask is not None:
-            _at_least("--subtask", self.subtask, 0)
+            checked_int("--subtask", self.subtask, 0)
         elif self.name is not None and not self.name.strip():
             raise ConfigError("--name", "must not be empty")
-        _at_least("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
-        _at_least("--max-batch", self.max_batch, 1)
-        _at_least("--split-idle-timeout-ms", self.split_idle_timeout_ms, 0)
-        if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError("--metrics-port", f"must be a TCP port (1..65535) or 0 for off, got {self.metrics_port}")
+        checked_int("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
+        checked_int("--max-batch", self.max_batch, 1)
+        checked_int("--split-idle-timeout-ms", self.split_idle_timeout_ms, 0)
+        checked_port("--metrics-port", self.metrics_port)
         ReaderTiming(
             self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s, self.kafka_wait_s
         ).check(CLI_NAMES)
@@ -157,11 +157,6 @@ class ReaderSettings:
         if self.subtask is None:
             raise RuntimeError("a reader with --subtask auto has no transactional id before it gets a slot")
         return f"{self.namespace}.{self.source}.reader-{self.subtask}"
-
-
-def _at_least(setting: str, value: int, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(setting, f"must be an integer >= {minimum}, got {value!r}")
 
 
 class ReaderSuperseded(RuntimeError):

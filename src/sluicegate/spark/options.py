@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sluicegate.api.errors import ConfigError
-from sluicegate.api.options import int_option, unknown_option
+from sluicegate.api.options import checked_port, int_option, unknown_option
 from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_namespace, validate_source
@@ -201,7 +201,4 @@ def check_known(opts: Mapping[str, str]) -> None:
 
 
 def _port_option(opts: Mapping[str, str], key: str) -> int:
-    port = int_option(opts, key, 0, 0)
-    if port > 65535:
-        raise ConfigError("metricsPort", f"must be a TCP port (1..65535) or 0 for off, got {port}")
-    return port
+    return checked_port("metricsPort", int_option(opts, key, 0, 0))
