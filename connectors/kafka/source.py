@@ -8,6 +8,7 @@ offset ranges read into Arrow for Spark (ranges.py). docs/kafka.md is the guide.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -30,6 +31,8 @@ from .options import KafkaOptions
 from .ranges import PlanningView, RangeReader, arrow_schema
 from .reader import KafkaSourceReader
 from .split import KafkaPartitionSplit, KafkaSplitCodec
+
+log = logging.getLogger("sluicegate.connectors.kafka")
 
 CHECK_INTERVAL_S = 1.0
 
@@ -98,12 +101,16 @@ class KafkaSource(
         wanted = options.topics if options.missing_topics == "fail" else ()
         cluster = self._cluster(options)
         deadline = time.monotonic() + wait_s
+        said = False
         while True:
             try:
                 found: set[str] | None = set(cluster.partitions())
                 problem = ""
             except DataClusterError as exc:
                 found, problem = None, str(exc)
+                if not said:  # once: the state does not change until it answers
+                    log.warning("%s; waiting up to %.0f s for it to answer", problem, wait_s)
+                    said = True
             if found is not None:
                 missing = [t for t in wanted if t not in found]
                 if not missing:

@@ -52,6 +52,8 @@ from kafka_data import (
 from processes import ProcessGroup
 from test_takeover import free_port
 
+from sluicegate.api.source import INPUT_WAIT_S
+
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
 
 
@@ -220,12 +222,30 @@ class TcpForwarder:
             self._server.close()
 
 
-def test_an_unreachable_data_cluster_is_logged_naming_it_and_crashes_nothing(
+def test_a_data_cluster_that_never_answers_ends_the_coordinator_naming_it(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
 ) -> None:
-    """The data cluster's address answers nothing at first: the coordinator logs an
-    error naming it and keeps serving; once it answers, discovery succeeds and a reader
-    copies the (bounded) topic exactly once."""
+    """The data cluster's address answers nothing at the source's first start: more often a
+    wrong address than an outage, so the coordinator exits 2 within the input wait, naming
+    the cluster and the option (issue 24 item 2)."""
+    cluster = f"127.0.0.1:{free_port()}"
+    options = kafka_options(cluster, topics=f"{unique_source}.in", stopping_offsets="latest")
+    started = time.monotonic()
+    coordinator = procs.run("coordinator", coordinator_args(unique_source, 1, options), timeout_s=120)
+    took = time.monotonic() - started
+    said = " ".join(coordinator.log().split())
+    assert coordinator.returncode == 2, said
+    assert INPUT_WAIT_S <= took < INPUT_WAIT_S + 45, f"took {took:.1f} s"
+    assert f"data cluster at {cluster}" in said and "check option bootstrap_servers" in said, said
+    assert said.count("waiting up to") == 1  # the wait is said once, not per attempt
+
+
+def test_a_data_cluster_that_answers_late_is_waited_for_and_read_exactly_once(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    """The data cluster answers a few seconds after the coordinator starts (a broker still
+    starting): the coordinator says it waits, once, then serves; a reader copies the
+    (bounded) topic exactly once and nothing crashes."""
     source = unique_source
     data, out = f"{source}.in", f"{source}.out"
     create_topic(kafka_bootstrap, data, 2)
@@ -236,16 +256,14 @@ def test_an_unreachable_data_cluster_is_logged_naming_it_and_crashes_nothing(
     port = free_port()
     cluster = f"127.0.0.1:{port}"
     options = kafka_options(cluster, topics=data, stopping_offsets="latest")
-    coordinator = start_coordinator(procs, source, 1, options)
-    reader = start_reader(procs, source, 0, options, out)
-    coordinator.wait_for_log("partition discovery failed", timeout_s=40)
-    failure = coordinator.lines_with("partition discovery failed")[0]
-    assert "ERROR" in failure and f"data cluster at {cluster}" in failure, failure
-    reader.wait_for_log("registered as attempt 1", timeout_s=30)
-    assert coordinator.returncode is None and reader.returncode is None
+    coordinator = procs.start("coordinator", coordinator_args(source, 1, options))
+    coordinator.wait_for_log("waiting up to", timeout_s=60)
+    assert f"data cluster at {cluster}" in coordinator.lines_with("waiting up to")[0]
     forwarder = TcpForwarder(port, kafka_bootstrap)
     forwarder.start()
     try:
+        coordinator.wait_for_log("is serving", timeout_s=60)
+        reader = start_reader(procs, source, 0, options, out)
         coordinator.wait_for_log("discovered 2 partitions", timeout_s=40)
         assert reader.wait(60) == 0, reader.tail()
     finally:

@@ -1,4 +1,5 @@
-"""The runner lets time pass in the core only once it has read its inbox."""
+"""The runner lets time pass in the core only once it has read its inbox, and not while an
+open transaction holds the inbox (coordinator/tick_gate.py)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,23 @@ from typing import Any
 import pytest
 
 from sluicegate.coordinator.settings import SourceSettings
-from sluicegate.coordinator.source_runner import MAX_TICK_DEFERRAL_S, SourceRunner
+from sluicegate.coordinator.source_runner import SourceRunner
+from sluicegate.coordinator.tick_gate import MAX_TICK_DEFERRAL_S
 
 
 class Inbox:
-    """The two things _may_tick asks of the consumer."""
+    """The three things _may_tick asks of the consumer."""
 
     def __init__(self, position: int, stable: int | None) -> None:
         self.at = position
         self.stable = stable
+        self.high: int | None = stable
 
     def last_stable_offset(self, tp: Any) -> int | None:
         return self.stable
+
+    def highwater(self, tp: Any) -> int | None:
+        return self.high
 
     async def position(self, tp: Any) -> int:
         return self.at
@@ -56,7 +62,7 @@ async def test_heartbeats_waiting_in_the_inbox_hold_the_tick_back_for_a_while(
     runner: tuple[SourceRunner, Inbox, Clock],
 ) -> None:
     r, inbox, clock = runner
-    inbox.stable = 500  # 490 records not read yet
+    inbox.stable = inbox.high = 500  # 490 records not read yet
     assert not await r._may_tick()
     clock.now += MAX_TICK_DEFERRAL_S - 1
     assert not await r._may_tick()
@@ -64,5 +70,27 @@ async def test_heartbeats_waiting_in_the_inbox_hold_the_tick_back_for_a_while(
     assert await r._may_tick()
     inbox.at = 500
     assert await r._may_tick()
-    inbox.stable = 900
+    inbox.stable = inbox.high = 900
     assert not await r._may_tick()  # a new backlog starts a new deferral
+
+
+async def test_heartbeats_behind_an_open_transaction_hold_the_tick_back_for_a_while(
+    runner: tuple[SourceRunner, Inbox, Clock],
+) -> None:
+    """A reader SIGKILLed between its checkpoint's ack and the commit leaves a transaction
+    open on the inbox: everything after it, the other readers' heartbeats included, waits
+    until the broker aborts it. Ticking meanwhile failed every reader."""
+    r, inbox, clock = runner
+    inbox.high = 40  # read up to the stable offset (10); 30 records wait behind the open transaction
+    assert not await r._may_tick()
+    clock.now += MAX_TICK_DEFERRAL_S - 1
+    assert not await r._may_tick()
+    inbox.stable = 40  # the broker aborted it: the heartbeats are readable now ...
+    assert not await r._may_tick()  # ... and not read yet
+    inbox.at = 40
+    assert await r._may_tick()
+    inbox.high = 41  # a live reader's brief checkpoint transaction holds one tick back
+    assert not await r._may_tick()
+    inbox.stable = 41
+    inbox.at = 41
+    assert await r._may_tick()

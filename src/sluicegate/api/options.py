@@ -1,4 +1,6 @@
-"""Parsing a connector's or host's string options: one rule, one wording of errors."""
+"""Checking settings: one rule and one wording of errors for every integer, duration and
+port of every command, connector and Spark option (a ConfigError naming the setting as
+the user wrote it)."""
 
 from __future__ import annotations
 
@@ -20,8 +22,23 @@ def int_option(options: Mapping[str, str], key: str, default: int | None, minimu
         value = int(raw)
     except ValueError:
         raise ConfigError(key, f"must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(key, f"must be >= {minimum}, got {value}")
+    return checked_int(key, value, minimum)
+
+
+def checked_int(setting: str, value: object, minimum: int, maximum: int | None = None) -> int:
+    """``value`` if it is an integer (not a bool) within ``minimum``..``maximum``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(setting, f"must be an integer, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise ConfigError(setting, f"must be {bound}, got {value}")
+    return value
+
+
+def checked_port(setting: str, value: object) -> int:
+    """A TCP port to listen on, or 0 for off."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 65535:
+        raise ConfigError(setting, f"must be a TCP port (1..65535) or 0 for off, got {value!r}")
     return value
 
 

@@ -14,6 +14,7 @@ from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.connectors import parse_options
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings, resolve_bootstrap
 from sluicegate.kafka.access import KafkaAccessError, require_access
+from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -30,7 +31,7 @@ def coordinator_command(
         str | None, typer.Option(help="Kafka bootstrap (default: $KAFKA_BOOTSTRAP_SERVERS)")
     ] = None,
     namespace: Annotated[str | None, typer.Option(help="Topic namespace NS (default sluicegate)")] = None,
-    session_timeout_ms: Annotated[int, typer.Option(help="A reader silent this long has failed")] = 10_000,
+    session_timeout_ms: Annotated[int, typer.Option(help="A reader silent this long has failed")] = SESSION_TIMEOUT_MS,
     reader_departure_timeout_ms: Annotated[
         int, typer.Option(help="A failed subtask's checkpointed splits return after this")
     ] = 60_000,

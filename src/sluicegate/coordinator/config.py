@@ -5,15 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.api.options import checked_int
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_source
+from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
 
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
     source: str
     max_parallelism: int
-    session_timeout_ms: int = 10_000
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
     reader_departure_timeout_ms: int = 60_000
     watermark_announce_interval_ms: int = 1_000
     max_watermark_drift_ms: int | None = None
@@ -25,18 +27,10 @@ class CoordinatorConfig:
 
     def __post_init__(self) -> None:
         validate_source(self.source)
-        _positive("max_parallelism", self.max_parallelism, upper=100_000)
-        _positive("session_timeout_ms", self.session_timeout_ms)
-        _positive("reader_departure_timeout_ms", self.reader_departure_timeout_ms)
-        _positive("watermark_announce_interval_ms", self.watermark_announce_interval_ms)
+        checked_int("max_parallelism", self.max_parallelism, 1, 100_000)
+        checked_int("session_timeout_ms", self.session_timeout_ms, 1)
+        checked_int("reader_departure_timeout_ms", self.reader_departure_timeout_ms, 1)
+        checked_int("watermark_announce_interval_ms", self.watermark_announce_interval_ms, 1)
         if self.max_watermark_drift_ms is not None and self.max_watermark_drift_ms < 0:
             raise ConfigError("max_watermark_drift_ms", "must be >= 0 (or unset to turn alignment off)")
-        _positive("max_message_bytes", self.max_message_bytes, lower=1024)
-
-
-def _positive(setting: str, value: object, lower: int = 1, upper: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(setting, f"must be an integer, got {value!r}")
-    if value < lower or (upper is not None and value > upper):
-        bound = f">= {lower}" + (f" and <= {upper}" if upper is not None else "")
-        raise ConfigError(setting, f"must be {bound}, got {value}")
+        checked_int("max_message_bytes", self.max_message_bytes, 1024)

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.api.options import checked_int, checked_port
 from sluicegate.connectors import load_source
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.silence import LIVENESS_FRACTION, MAX_SILENCE_MS, MIN_SILENCE_MS
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_namespace
+from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -42,7 +44,7 @@ class SourceSettings:
     connector: str
     max_parallelism: int
     options: Mapping[str, str] = field(default_factory=dict)
-    session_timeout_ms: int = 10_000
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
     reader_departure_timeout_ms: int = 60_000
     watermark_announce_interval_ms: int = 1_000
     max_watermark_drift_ms: int | None = None
@@ -121,13 +123,11 @@ class CoordinatorSettings:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ConfigError("sources", f"source names must be unique, repeated: {', '.join(duplicates)}")
-        if not 10 <= self.tick_interval_ms <= 60_000:
-            raise ConfigError("tick_interval_ms", f"must be between 10 and 60000, got {self.tick_interval_ms}")
-        if not 10 <= self.commit_interval_ms <= 60_000:
-            raise ConfigError("commit_interval_ms", f"must be between 10 and 60000, got {self.commit_interval_ms}")
+        checked_int("tick_interval_ms", self.tick_interval_ms, 10, 60_000)
+        checked_int("commit_interval_ms", self.commit_interval_ms, 10, 60_000)
         _check_takeover_silence(self.takeover_silence_ms, self.tick_interval_ms)
-        if self.web_port is not None and not 0 <= self.web_port <= 65535:
-            raise ConfigError("web_port", f"must be a TCP port, got {self.web_port}")
+        if self.web_port is not None:
+            checked_port("web_port", self.web_port)
 
     @property
     def group_id(self) -> str:

@@ -38,6 +38,7 @@ from sluicegate.coordinator.state_store import (
     StateWriter,
     read_state,
 )
+from sluicegate.coordinator.tick_gate import TickGate
 from sluicegate.kafka.clients import security_settings
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
@@ -49,7 +50,6 @@ from sluicegate.protocol.topics import ControlTopics
 log = logging.getLogger("sluicegate.coordinator")
 
 INBOX_BATCH = 500
-MAX_TICK_DEFERRAL_S = 60.0
 COMMIT_BYTES = 8 * 1024 * 1024
 """Commit within a batch of inbox records once this much is waiting to go out: 64
 registrations that hand out 1,000,000 splits were one transaction of 160 MB, and
@@ -156,7 +156,7 @@ class SourceRunner:
         """time.monotonic() when it started serving."""
         self._last_commit = 0.0
         self._next_tick = 0.0
-        self._behind_since: float | None = None
+        self._tick_gate = TickGate()
 
     @property
     def source(self) -> str:
@@ -300,20 +300,12 @@ class SourceRunner:
             await self._commit()
 
     async def _may_tick(self) -> bool:
-        """Whether to let time pass in the core now. Not while the inbox holds records
-        not yet read: the heartbeats in it are the readers' proof of life, and a tick
-        would time out readers whose heartbeats wait behind a slow step (1,000,000 splits
-        handed out took 15 s and timed out every reader). A coordinator that stays behind
-        for MAX_TICK_DEFERRAL_S ticks anyway, so a dead reader is not kept for ever."""
+        """Whether to let time pass in the core now (tick_gate.py says when not)."""
         assert self._consumer is not None
-        stable = self._consumer.last_stable_offset(self._inbox)
-        behind = stable is not None and await self._consumer.position(self._inbox) < stable
-        if not behind:
-            self._behind_since = None
-            return True
-        if self._behind_since is None:
-            self._behind_since = time.monotonic()
-        return time.monotonic() - self._behind_since >= MAX_TICK_DEFERRAL_S
+        consumer = self._consumer
+        position = await consumer.position(self._inbox)
+        stable, high = consumer.last_stable_offset(self._inbox), consumer.highwater(self._inbox)
+        return self._tick_gate.may_tick(position, stable, high, time.monotonic())
 
     def _on_record(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
         assert self.core is not None

@@ -14,6 +14,7 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.connectors import load_source, parse_options
 from sluicegate.kafka.access import KafkaAccessError, require_access
 from sluicegate.kafka.log_repeats import quiet_repeats
+from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.reader.host import EXIT_CONFIG, ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
 from sluicegate.reader.timing import KAFKA_WAIT_S, TOPIC_WAIT_S
@@ -56,7 +57,7 @@ def reader_command(
     ] = 2_000,
     heartbeat_interval_ms: Annotated[
         int, typer.Option("--heartbeat-interval-ms", help="Heartbeat every N ms.")
-    ] = 1_000,
+    ] = HEARTBEAT_INTERVAL_MS,
     max_batch: Annotated[int, typer.Option("--max-batch", help="Most records read in one batch.")] = 10_000,
     exit_when_finished: Annotated[
         bool,
@@ -80,7 +81,7 @@ def reader_command(
             help="The coordinator's session timeout; with no heartbeat sent for longer, "
             "the reader fences itself and registers again.",
         ),
-    ] = 10_000,
+    ] = SESSION_TIMEOUT_MS,
     split_idle_timeout_ms: Annotated[
         int,
         typer.Option(

@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
+from aiokafka.errors import IllegalOperation, KafkaError
 
 from sluicegate.api.errors import ConfigError, SourceError
+from sluicegate.api.options import checked_int, checked_port
 from sluicegate.api.reader import Record
 from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
@@ -56,21 +57,16 @@ from sluicegate.protocol.definition import DefinitionRefusedError, SourceDefinit
 from sluicegate.protocol.event_time import event_time_text
 from sluicegate.protocol.messages import Body, ReaderLeaving
 from sluicegate.protocol.names import validate_namespace, validate_source
+from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
+from sluicegate.reader.checkpoint_txn import CheckpointTxn, ReaderTakenOver, TxnRecord, TxnState
 from sluicegate.reader.metrics import ReaderMetrics, ReaderSnapshot
-from sluicegate.reader.output import Output, OutputSpec, gather_all, open_output
+from sluicegate.reader.output import Output, OutputSpec, open_output
 from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
 from sluicegate.reader.slot_claim import NoFreeSlot, claim_slot
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
-from sluicegate.reader.timing import (
-    CLI_NAMES,
-    HEARTBEAT_INTERVAL_MS,
-    KAFKA_WAIT_S,
-    SESSION_TIMEOUT_MS,
-    TOPIC_WAIT_S,
-    ReaderTiming,
-)
+from sluicegate.reader.timing import CLI_NAMES, KAFKA_WAIT_S, TOPIC_WAIT_S, ReaderTiming
 
 log = logging.getLogger("sluicegate.reader")
 
@@ -78,7 +74,6 @@ PROGRESS_INTERVAL_S = 5.0
 REGISTRATION_NOTICE_INTERVAL_S = 10.0
 IDLE_POLL_MS = 100
 BUSY_BACKOFF_MS = 5
-PRODUCER_RETRY_S = 1.0
 OUTPUT_TOPIC_HINT = "(sluicegate never creates an output topic: create it with kafka-topics.sh or your tooling)"
 
 
@@ -144,14 +139,13 @@ class ReaderSettings:
                 "not set: pass --bootstrap-servers or set KAFKA_BOOTSTRAP_SERVERS",
             )
         if self.subtask is not None:
-            _at_least("--subtask", self.subtask, 0)
+            checked_int("--subtask", self.subtask, 0)
         elif self.name is not None and not self.name.strip():
             raise ConfigError("--name", "must not be empty")
-        _at_least("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
-        _at_least("--max-batch", self.max_batch, 1)
-        _at_least("--split-idle-timeout-ms", self.split_idle_timeout_ms, 0)
-        if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError("--metrics-port", f"must be a TCP port (1..65535) or 0 for off, got {self.metrics_port}")
+        checked_int("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
+        checked_int("--max-batch", self.max_batch, 1)
+        checked_int("--split-idle-timeout-ms", self.split_idle_timeout_ms, 0)
+        checked_port("--metrics-port", self.metrics_port)
         ReaderTiming(
             self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s, self.kafka_wait_s
         ).check(CLI_NAMES)
@@ -163,15 +157,6 @@ class ReaderSettings:
         if self.subtask is None:
             raise RuntimeError("a reader with --subtask auto has no transactional id before it gets a slot")
         return f"{self.namespace}.{self.source}.reader-{self.subtask}"
-
-
-def _at_least(setting: str, value: int, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(setting, f"must be an integer >= {minimum}, got {value!r}")
-
-
-class ReaderTakenOver(RuntimeError):
-    """Another process of this subtask started its transactional producer: this one is a zombie."""
 
 
 class ReaderSuperseded(RuntimeError):
@@ -209,13 +194,10 @@ class ReaderHost:
         self.location = location or f"{socket.gethostname()}:{os.getpid()}"
         self.session: ReaderSession[Any] | None = None
         self._stop_requested = asyncio.Event()
-        self._txn: AIOKafkaProducer | None = None
+        self._txn: CheckpointTxn | None = None
         self.channel: ControlChannel = self._control_channel("claim" if settings.subtask is None else None)
         self.stats = _Stats(self.channel)
         self._output: Output | None = None
-        self._in_txn = False
-        self._txn_fenced = False
-        """The producer was fenced and is not replaced yet (see _after_producer_fenced)."""
         self._registration_sent_s: float | None = None
         self._last_registration_notice_s = 0.0
         self._finished_idle = False
@@ -344,7 +326,7 @@ class ReaderHost:
                 "--subtask",
                 f"{subtask} has no partition in {self.topics.readers} ({count} partitions: subtasks 0..{count - 1})",
             )
-        self._txn = self._new_txn_producer()
+        self._txn = CheckpointTxn(self._new_txn_producer, self._taken_over, _stop_producer)
         await self._txn.start()  # init_transactions: fences a zombie of this subtask
         restored = await self._restore()
         self.session = ReaderSession(
@@ -356,7 +338,7 @@ class ReaderHost:
             split_idle_timeout_ms=s.split_idle_timeout_ms,
             definition=SourceDefinition.of(s.connector, s.options, type(self.source)),
         )
-        self._output = open_output(s.output, self._txn_producer)
+        self._output = open_output(s.output, lambda: self._txn_.producer)
         await self._output.open()
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="reader-heartbeat"))
 
@@ -391,7 +373,7 @@ class ReaderHost:
                 log.exception("closing the output failed")
         await self.channel.close()
         if self._txn is not None:
-            await _stop_producer(self._txn)
+            await self._txn.stop()
 
     # -- restore ------------------------------------------------------------------
 
@@ -490,13 +472,13 @@ class ReaderHost:
     async def _write(self, records: list[Record]) -> None:
         output = self._output_
         try:
-            await self._ensure_txn_for_output()
+            if output.exactly_once:
+                await self._txn_.open()
             await output.write(self.subtask, records)
-        except IllegalOperation as exc:  # the producer left its transaction: it was fenced
-            raise self._taken_over() from exc
-        except KafkaError as exc:
-            if isinstance(exc, ProducerFenced):
-                raise self._taken_over() from exc
+        except (KafkaError, IllegalOperation) as exc:
+            taken = self._txn_.taken_over_by(exc)
+            if taken is not None:
+                raise taken from exc
             # The records read since the last checkpoint cannot be committed: start over
             # from that checkpoint, as after being fenced.
             reason = f"writing to {self.settings.output} failed ({exc})"
@@ -600,21 +582,20 @@ class ReaderHost:
         try:
             await output.flush()
             plan = session.prepare_checkpoint()
-            await self._ensure_txn()
-            futures = []
             finished = plan.splits_finished()
-            if finished is not None:
-                futures.append(await self._txn_send_control(finished))
-            futures.append(await self._txn_send_state(plan.checkpoint))
-            futures.append(await self._txn_send_control(plan.ack()))
-            await gather_all(futures)
-            await self._txn_producer().commit_transaction()
-            self._in_txn = False
-        except (ProducerFenced, IllegalOperation) as exc:
-            raise self._taken_over() from exc
-        except (KafkaError, OSError) as exc:
+            await self._txn_.commit(
+                [
+                    *([self._control_record(finished)] if finished is not None else []),
+                    self._state_record(plan.checkpoint),
+                    self._control_record(plan.ack()),
+                ]
+            )
+        except (KafkaError, IllegalOperation, OSError) as exc:
+            taken = self._txn_.taken_over_by(exc)  # the output's flush may meet the fence first
+            if taken is not None:
+                raise taken from exc
             log.warning("checkpoint %d failed: %s", session.next_checkpoint_id, exc)
-            await self._abort_txn()
+            await self._txn_.abort()  # a failed flush leaves it open
             output.discarded()
             if output.exactly_once:
                 session.self_fence("a checkpoint failed, so the records read since the last one were not committed")
@@ -653,19 +634,11 @@ class ReaderHost:
         last = session.last_checkpoint
         splits = list(last.splits) if last else []
         try:
-            await self._ensure_txn()
-            futures = [
-                await self._txn_send_state(session.leaving_checkpoint()),
-                await self._txn_send_control(ReaderLeaving(splits=splits)),
-            ]
-            await gather_all(futures)
-            await self._txn_producer().commit_transaction()
-            self._in_txn = False
-        except (ProducerFenced, IllegalOperation) as exc:
-            raise self._taken_over() from exc
+            await self._txn_.commit(
+                [self._state_record(session.leaving_checkpoint()), self._control_record(ReaderLeaving(splits=splits))]
+            )
         except KafkaError as exc:
             log.warning("could not send ReaderLeaving: %s (the coordinator will time the attempt out)", exc)
-            await self._abort_txn()
             return
         log.info("leaving: handed %d splits back to the coordinator", len(splits))
 
@@ -673,22 +646,17 @@ class ReaderHost:
         """Fenced: drop what was not checkpointed, re-affirm the last checkpoint, register again."""
         session = self._session
         self.stats.fenced += 1
-        await self._abort_txn()
+        txn = self._txn_
+        await txn.abort()
         self._output_.discarded()
         last = session.last_checkpoint
-        if last is not None and not self._txn_fenced:
+        if last is not None and txn.state is not TxnState.FENCED:
             # Writing the last checkpoint again in a transaction proves this process still
             # owns the subtask's transactional id: a zombie fails here and stops.
             try:
-                await self._ensure_txn()
-                await gather_all([await self._txn_send_state(last)])
-                await self._txn_producer().commit_transaction()
-                self._in_txn = False
-            except (ProducerFenced, IllegalOperation) as exc:
-                raise self._taken_over() from exc
+                await txn.commit([self._state_record(last)])
             except KafkaError as exc:
                 log.warning("could not re-affirm checkpoint %d: %s", last.checkpoint_id, exc)
-                await self._abort_txn()
         log.warning(
             "fenced (%s): restoring checkpoint %s (%d splits, applied seq %d), registering again",
             reason,
@@ -710,19 +678,13 @@ class ReaderHost:
         # The broker also fences a producer whose transaction it aborted past its timeout
         # (the broker was down longer than that): its transaction is gone either way, and
         # a fence read below must not try to abort it or write with it.
-        self._in_txn = False
-        self._txn_fenced = True
+        self._txn_.fenced()
         # What the coordinator says about our attempt: the twin registers right after it
         # initialised the id, and the coordinator answers within a step.
         for _ in range(SUPERSEDED_WAIT_POLLS):
             await self._poll_control(IDLE_POLL_MS * 2)
         log.warning("%s; it did not register after this one, so this one takes the subtask back", exc)
-        old, self._txn, self._in_txn = self._txn, None, False
-        if old is not None:
-            await _stop_producer(old)
-        self._txn = self._new_txn_producer()
-        await self._txn.start()
-        self._txn_fenced = False
+        await self._txn_.renew()
         if self._session.phase is not Phase.CLOSED:
             self._session.self_fence("the transactional id was taken")
             await self._recover_after_fence("the transactional id was taken")
@@ -743,70 +705,17 @@ class ReaderHost:
             transaction_timeout_ms=min(900_000, max(60_000, 3 * s.checkpoint_interval_ms)),
         )
 
-    def _txn_producer(self) -> AIOKafkaProducer:
-        assert self._txn is not None
+    @property
+    def _txn_(self) -> CheckpointTxn:
+        assert self._txn is not None, "the transaction exists once the reader started"
         return self._txn
 
-    async def _ensure_txn(self) -> None:
-        if not self._in_txn:
-            await self._txn_producer().begin_transaction()
-            self._in_txn = True
-
-    async def _ensure_txn_for_output(self) -> None:
-        if self._output_.exactly_once:
-            try:
-                await self._ensure_txn()
-            except (ProducerFenced, IllegalOperation) as exc:
-                raise self._taken_over() from exc
-
-    async def _abort_txn(self) -> None:
-        if not self._in_txn:
-            return
-        self._in_txn = False
-        try:
-            await self._txn_producer().abort_transaction()
-        except (ProducerFenced, IllegalOperation) as exc:
-            raise self._taken_over() from exc
-        except KafkaError as exc:
-            # e.g. the broker, back from an outage, no longer knows the transaction (it
-            # aborted it past its timeout): aiokafka's producer is then unusable for good
-            log.warning("aborting the open transaction failed: %s", exc)
-            await self._renew_txn_producer()
-
-    async def _renew_txn_producer(self) -> None:
-        """A new transactional producer on the same id (init_transactions aborts whatever
-        the old one left open), retried until the broker answers."""
-        old, self._txn, self._in_txn = self._txn, None, False
-        if old is not None:
-            await _stop_producer(old)
-        while True:
-            producer = self._new_txn_producer()
-            try:
-                await producer.start()
-            except KafkaError as exc:
-                await _stop_producer(producer)
-                log.warning("cannot start a new transactional producer yet: %s; retrying", exc)
-                await asyncio.sleep(PRODUCER_RETRY_S)
-                continue
-            self._txn = producer
-            log.info("started a new transactional producer for %s", self.settings.transactional_id)
-            return
-
-    async def _txn_send_control(self, body: Body) -> asyncio.Future[Any]:
+    def _control_record(self, body: Body) -> TxnRecord:
         env = self._session.envelope(body, _now_ms())
-        future: asyncio.Future[Any] = await self._txn_producer().send(
-            self.topics.coordinator, encode(env), key=encode_key(self.subtask)
-        )
-        return future
+        return TxnRecord(self.topics.coordinator, encode(env), key=encode_key(self.subtask))
 
-    async def _txn_send_state(self, checkpoint: ReaderCheckpoint) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = await self._txn_producer().send(
-            self.topics.reader_state,
-            checkpoint.encode(),
-            key=encode_key(self.subtask),
-            partition=self.subtask,
-        )
-        return future
+    def _state_record(self, checkpoint: ReaderCheckpoint) -> TxnRecord:
+        return TxnRecord(self.topics.reader_state, checkpoint.encode(), encode_key(self.subtask), self.subtask)
 
     async def _send_plain(self, body: Body, wait: bool = False) -> bool:
         """Send outside the checkpoint transaction; with ``wait``, until the broker has it."""

@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.api.options import checked_int
+from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 
-HEARTBEAT_INTERVAL_MS = 1_000
-SESSION_TIMEOUT_MS = 10_000
 KAFKA_WAIT_S = 15.0
 TOPIC_WAIT_S = 15.0
 
@@ -52,8 +52,8 @@ class ReaderTiming:
 
     def check(self, names: TimingNames) -> ReaderTiming:
         """This timing, or ConfigError naming the first bad setting."""
-        _at_least(names.heartbeat_interval_ms, self.heartbeat_interval_ms, 10)
-        _at_least(names.session_timeout_ms, self.session_timeout_ms, 100)
+        checked_int(names.heartbeat_interval_ms, self.heartbeat_interval_ms, 10)
+        checked_int(names.session_timeout_ms, self.session_timeout_ms, 100)
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ConfigError(
                 names.heartbeat_interval_ms,
@@ -64,8 +64,3 @@ class ReaderTiming:
         if self.kafka_wait_s <= 0:
             raise ConfigError(names.kafka_wait_s, f"must be > 0, got {self.kafka_wait_s:g}")
         return self
-
-
-def _at_least(setting: str, value: int, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(setting, f"must be an integer >= {minimum}, got {value!r}")

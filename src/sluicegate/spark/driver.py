@@ -57,6 +57,7 @@ from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.messages import Body, Heartbeat, ReaderLeaving
+from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
 from sluicegate.reader.protocol import (
@@ -72,14 +73,7 @@ from sluicegate.reader.protocol import (
     Superseded,
 )
 from sluicegate.reader.state import ReaderCheckpoint
-from sluicegate.reader.timing import (
-    HEARTBEAT_INTERVAL_MS,
-    KAFKA_WAIT_S,
-    SESSION_TIMEOUT_MS,
-    SPARK_NAMES,
-    TOPIC_WAIT_S,
-    ReaderTiming,
-)
+from sluicegate.reader.timing import KAFKA_WAIT_S, SPARK_NAMES, TOPIC_WAIT_S, ReaderTiming
 from sluicegate.reader.watermark import SplitWatermarks
 from sluicegate.spark.metrics import DriverMetrics, DriverSnapshot, SubtaskFigures
 from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskOffset, SubtaskView

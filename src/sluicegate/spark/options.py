@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sluicegate.api.errors import ConfigError
-from sluicegate.api.options import int_option, unknown_option
+from sluicegate.api.options import checked_port, int_option, unknown_option
 from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_namespace, validate_source
-from sluicegate.reader.timing import HEARTBEAT_INTERVAL_MS, KAFKA_WAIT_S, SESSION_TIMEOUT_MS
+from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
+from sluicegate.reader.timing import KAFKA_WAIT_S
 from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -200,7 +201,4 @@ def check_known(opts: Mapping[str, str]) -> None:
 
 
 def _port_option(opts: Mapping[str, str], key: str) -> int:
-    port = int_option(opts, key, 0, 0)
-    if port > 65535:
-        raise ConfigError("metricsPort", f"must be a TCP port (1..65535) or 0 for off, got {port}")
-    return port
+    return checked_port("metricsPort", int_option(opts, key, 0, 0))

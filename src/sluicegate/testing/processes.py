@@ -211,11 +211,15 @@ class ProcessGroup:
 
 
 def output_records(*paths: Path) -> list[dict[str, Any]]:
-    """The JSON objects ({"subtask", "split_id", "value", "event_time_ms"}) of jsonl outputs."""
+    """The JSON objects ({"subtask", "split_id", "value", "event_time_ms"}) of jsonl outputs:
+    their complete lines. A reader may be writing while a test looks, and the line it is
+    writing is not a record yet (a test read one half-written line as corrupt JSON)."""
     records: list[dict[str, Any]] = []
     for path in paths:
         if path.exists():
-            records += [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+            data = path.read_bytes()
+            complete = data[: data.rfind(b"\n") + 1]
+            records += [orjson.loads(line) for line in complete.splitlines() if line.strip()]
     return records
 
 
