@@ -319,7 +319,6 @@ async def check_inputs(settings: CoordinatorSettings, wait_s: float = INPUT_WAIT
     on its way (the connector's own option waits instead)."""
     from sluicegate.connectors import load_source
     from sluicegate.coordinator.state_store import read_state
-    from sluicegate.protocol.topics import ControlTopics
 
     for source in settings.sources:
         topic = ControlTopics.for_source(source.source, settings.namespace).coordinator_state
@@ -337,7 +336,6 @@ async def check_definitions(settings: CoordinatorSettings) -> None:
     from this worker's: a standby must be refused now, not when it takes over."""
     from sluicegate.coordinator.source_runner import check_definition
     from sluicegate.coordinator.state_store import read_state
-    from sluicegate.protocol.topics import ControlTopics
 
     for source in settings.sources:
         topic = ControlTopics.for_source(source.source, settings.namespace).coordinator_state
