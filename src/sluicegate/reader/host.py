@@ -75,12 +75,6 @@ REGISTRATION_NOTICE_INTERVAL_S = 10.0
 IDLE_POLL_MS = 100
 BUSY_BACKOFF_MS = 5
 OUTPUT_TOPIC_HINT = "(sluicegate never creates an output topic: create it with kafka-topics.sh or your tooling)"
-
-
-class OutputTopicMissing(Exception):
-    """The reader's output topic does not exist (exit 2): the message says what to do."""
-
-
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -157,6 +151,10 @@ class ReaderSettings:
         if self.subtask is None:
             raise RuntimeError("a reader with --subtask auto has no transactional id before it gets a slot")
         return f"{self.namespace}.{self.source}.reader-{self.subtask}"
+
+
+class OutputTopicMissing(Exception):
+    """The reader's output topic does not exist (exit 2): the message says what to do."""
 
 
 class ReaderSuperseded(RuntimeError):
