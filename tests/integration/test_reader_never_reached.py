@@ -7,10 +7,9 @@ what was tried and what to check. A real process, its exit code, its time and it
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
+
+from cli_run import run_sluicegate
 
 WAIT_S = 3
 
@@ -23,20 +22,11 @@ def closed_port() -> int:
 
 
 def run_reader(tmp_path: Path, *extra: str) -> tuple[int, float, str]:
-    args = [
-        *("--source", "orders", "--subtask", "0", "--connector", "sequence"),
+    return run_sluicegate(
+        *("reader", "--source", "orders", "--subtask", "0", "--connector", "sequence"),
         *("--output", f"jsonl:{tmp_path / 'out.jsonl'}", "--bootstrap-servers", f"127.0.0.1:{closed_port()}"),
         *extra,
-    ]
-    began = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "sluicegate", "reader", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
     )
-    return done.returncode, time.monotonic() - began, " ".join((done.stdout + done.stderr).split())
 
 
 def test_a_kafka_that_never_answers_ends_the_reader_with_exit_2_naming_the_setting(tmp_path: Path) -> None:

@@ -5,12 +5,10 @@ Real processes against real Kafka: exit code, time, words."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from cli_run import run_sluicegate
 from inline_coordinator import create_topics
 
 pytestmark = pytest.mark.kafka
@@ -18,21 +16,11 @@ pytestmark = pytest.mark.kafka
 WAIT_S = 3
 
 
-def run_reader(bootstrap: str, source: str, output: str, *extra: str) -> tuple[int, float, str]:
-    args = [
-        *("--source", source, "--subtask", "0", "--connector", "sequence", "--output", output),
+def run_reader(bootstrap: str, source: str, output: str) -> tuple[int, float, str]:
+    return run_sluicegate(
+        *("reader", "--source", source, "--subtask", "0", "--connector", "sequence", "--output", output),
         *("--bootstrap-servers", bootstrap, "--topic-wait-timeout-s", str(WAIT_S)),
-        *extra,
-    ]
-    began = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "sluicegate", "reader", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
     )
-    return done.returncode, time.monotonic() - began, " ".join((done.stdout + done.stderr).split())
 
 
 def test_a_source_never_set_up_ends_the_reader_with_exit_2_and_what_to_do(
