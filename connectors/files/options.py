@@ -21,7 +21,7 @@ from sluicegate.api.assigners import (
     assigner_from_options,
 )
 from sluicegate.api.errors import ConfigError
-from sluicegate.api.options import int_option, unknown_option
+from sluicegate.api.options import choice_option, int_option, unknown_option
 
 from .schema import parse_ddl
 
@@ -89,12 +89,7 @@ class FileOptions:
             schema = parse_ddl(ddl)
             if event_time is not None and schema.get_field_index(event_time) < 0:
                 raise ConfigError("event_time_column", f"{event_time!r} is not a column of the schema")
-        policy = options.get("on_bad_file", "fail").strip().lower()
-        if policy not in ("fail", "skip"):
-            raise ConfigError("on_bad_file", f"must be fail or skip, got {policy!r}")
-        missing_path = options.get("missing_path", "fail").strip().lower()
-        if missing_path not in ("fail", "wait"):
-            raise ConfigError("missing_path", f"must be fail or wait, got {missing_path!r}")
+        policy = choice_option(options, "on_bad_file", ("fail", "skip"))
         storage = {
             key[len(STORAGE_PREFIX) :]: _storage_value(value)
             for key, value in options.items()
@@ -110,7 +105,7 @@ class FileOptions:
             max_file_age_ms=int_option(options, "max_file_age_ms", 0, 0),
             split_size_bytes=int_option(options, "split_size_bytes", DEFAULT_SPLIT_SIZE, 1),
             on_bad_file="skip" if policy == "skip" else "fail",
-            missing_path=missing_path,
+            missing_path=choice_option(options, "missing_path", ("fail", "wait")),
             storage=tuple(sorted(storage.items())),
             assigner=assigner_from_options(options, PullAssigner.name),
         )

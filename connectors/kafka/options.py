@@ -23,7 +23,7 @@ from sluicegate.api.assigners import (
     assigner_from_options,
 )
 from sluicegate.api.errors import ConfigError
-from sluicegate.api.options import int_option, unknown_option
+from sluicegate.api.options import choice_option, int_option, unknown_option
 
 from .client_log import client_logging
 
@@ -154,7 +154,7 @@ class KafkaOptions:
             poll_timeout_ms=int_option(options, "poll_timeout_ms", 120_000, 100),
             include_headers=_bool(options, "include_headers", False),
             read_path=_read_path(options.get("read_path", "auto")),
-            missing_topics=_missing_topics(options.get("missing_topics", "fail")),
+            missing_topics=choice_option(options, "missing_topics", ("fail", "wait")),
             client_settings=tuple(sorted(client.items())),
             assigner=assigner_from_options(options, StickyHashAssigner.name, owner_key=partition_owner_key),
         )
@@ -203,13 +203,6 @@ def _check_client_settings(settings: Mapping[str, str]) -> None:
         named = re.search(r'property:? "([^"]+)"', message)
         setting = CLIENT_PREFIX + named.group(1) if named else CLIENT_PREFIX + "*"
         raise ConfigError(setting, message) from None
-
-
-def _missing_topics(text: str) -> str:
-    policy = text.strip().lower()
-    if policy not in ("fail", "wait"):
-        raise ConfigError("missing_topics", f"must be fail or wait, got {text!r}")
-    return policy
 
 
 def _read_path(text: str) -> str:

@@ -25,6 +25,15 @@ def int_option(options: Mapping[str, str], key: str, default: int | None, minimu
     return checked_int(key, value, minimum)
 
 
+def choice_option(options: Mapping[str, str], key: str, choices: tuple[str, ...]) -> str:
+    """``options[key]`` (case-insensitive), one of ``choices``; the first when it is absent."""
+    raw = options.get(key, choices[0])
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ConfigError(key, f"must be {', '.join(choices[:-1])} or {choices[-1]}, got {raw!r}")
+    return value
+
+
 def checked_int(setting: str, value: object, minimum: int, maximum: int | None = None) -> int:
     """``value`` if it is an integer (not a bool) within ``minimum``..``maximum``."""
     if not isinstance(value, int) or isinstance(value, bool):
