@@ -9,7 +9,7 @@ import asyncio
 import sys
 
 from sluicegate.api.errors import ConfigError, SourceError
-from sluicegate.coordinator.faust_app import build_app, check_definitions, check_inputs, prepare_topics
+from sluicegate.coordinator.faust_app import build_app, check_sources, prepare_topics
 from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.kafka.topics import TopicApplyError
 from sluicegate.protocol.definition import DefinitionMismatchError
@@ -25,8 +25,7 @@ def _prepared_settings() -> CoordinatorSettings:
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(prepare_topics(settings))
-        loop.run_until_complete(check_definitions(settings))
-        loop.run_until_complete(check_inputs(settings))
+        loop.run_until_complete(check_sources(settings))
     except TopicApplyError as exc:
         sys.exit(f"sluicegate coordinator app: {exc}")
     except DefinitionMismatchError as exc:

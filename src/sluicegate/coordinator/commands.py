@@ -128,14 +128,13 @@ def _settings(
 def run_coordinator(settings: CoordinatorSettings) -> None:
     import faust
 
-    from sluicegate.coordinator.faust_app import build_app, check_definitions, check_inputs, prepare_topics
+    from sluicegate.coordinator.faust_app import build_app, check_sources, prepare_topics
     from sluicegate.kafka.topics import TopicApplyError
     from sluicegate.protocol.definition import DefinitionMismatchError
 
     try:
         asyncio.run(prepare_topics(settings))
-        asyncio.run(check_definitions(settings))
-        asyncio.run(check_inputs(settings))
+        asyncio.run(check_sources(settings))
     except TopicApplyError as exc:  # e.g. not authorized to create a missing topic: one line
         typer.echo(f"sluicegate coordinator: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -313,31 +313,35 @@ async def prepare_topics(settings: CoordinatorSettings) -> None:
     await apply_topics(settings.bootstrap_servers, specs)
 
 
-async def check_inputs(settings: CoordinatorSettings, wait_s: float = INPUT_WAIT_S) -> None:
-    """Refuse to start (SourceError) if a source started for the first time (no committed
-    state) reads inputs that do not exist, a topic or a path that is more likely a typo than
-    on its way (the connector's own option waits instead)."""
+async def check_sources(settings: CoordinatorSettings, wait_s: float = INPUT_WAIT_S) -> None:
+    """Refuse to start before serving anything, each source's committed state read once:
+
+    - DefinitionMismatchError if a source's committed definition differs from this
+      worker's: a standby must be refused now, not when it takes over;
+    - SourceError if a source started for the first time (no committed state) reads inputs
+      that do not exist, a topic or a path that is more likely a typo than on its way (the
+      connector's own option waits instead). A source that ran before is not checked: an
+      input gone since is its enumerator's to handle."""
     from sluicegate.connectors import load_source
+    from sluicegate.coordinator.source_runner import check_definition
     from sluicegate.coordinator.state_store import read_state
 
+    stored = {
+        source.source: await read_state(
+            settings.bootstrap_servers,
+            ControlTopics.for_source(source.source, settings.namespace).coordinator_state,
+            source.source,
+        )
+        for source in settings.sources
+    }
     for source in settings.sources:
-        topic = ControlTopics.for_source(source.source, settings.namespace).coordinator_state
-        if await read_state(settings.bootstrap_servers, topic, source.source) is not None:
-            continue  # it ran before: an input gone since is the enumerator's to handle
+        state = stored[source.source]
+        check_definition(source.source, state.parts if state else None, source.definition(), "this coordinator")
+    for source in settings.sources:
+        if stored[source.source] is not None:
+            continue
         checked = load_source(source.connector, source.options)
         try:
             await asyncio.to_thread(checked.check_inputs, wait_s)
         except SourceError as exc:
             raise SourceError(f"source {source.source}: {exc}") from None
-
-
-async def check_definitions(settings: CoordinatorSettings) -> None:
-    """Refuse to start (DefinitionMismatchError) if a source's committed definition differs
-    from this worker's: a standby must be refused now, not when it takes over."""
-    from sluicegate.coordinator.source_runner import check_definition
-    from sluicegate.coordinator.state_store import read_state
-
-    for source in settings.sources:
-        topic = ControlTopics.for_source(source.source, settings.namespace).coordinator_state
-        stored = await read_state(settings.bootstrap_servers, topic, source.source)
-        check_definition(source.source, stored.parts if stored else None, source.definition(), "this coordinator")
