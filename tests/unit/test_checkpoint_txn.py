@@ -148,8 +148,10 @@ async def test_a_twin_that_took_the_id_is_taken_over_once_and_nothing_more_is_tr
 
 def test_only_fences_count_as_taken_over() -> None:
     txn = txn_of(MemoryBroker())
-    assert txn.taken_over_by(KafkaConnectionError("down")) is None and state(txn) is TxnState.IDLE
-    assert isinstance(txn.taken_over_by(IllegalOperation("left its transaction")), ReaderTakenOver)
+    txn.raise_if_fenced(KafkaConnectionError("down"))  # not a fence: returns
+    assert state(txn) is TxnState.IDLE
+    with pytest.raises(ReaderTakenOver):
+        txn.raise_if_fenced(IllegalOperation("left its transaction"))
     assert state(txn) is TxnState.FENCED
 
 

@@ -9,7 +9,7 @@ each of those places:
 
 - a producer that is fenced (``ProducerFenced``, or aiokafka's ``IllegalOperation`` once
   the producer left its transaction because of a fence) means another process took the
-  subtask's transactional id: ``ReaderTakenOver``, decided in ``taken_over_by`` alone;
+  subtask's transactional id: ``ReaderTakenOver``, decided in ``raise_if_fenced`` alone;
 - a failed commit aborts the transaction, so the next one starts clean;
 - an abort the broker no longer knows (it aborted the transaction past its timeout while
   it was away) leaves aiokafka's producer unusable for good: a new producer on the same id
@@ -96,13 +96,13 @@ class CheckpointTxn:
         assert self._producer is not None, "start() first"
         return self._producer
 
-    def taken_over_by(self, exc: BaseException) -> ReaderTakenOver | None:
-        """The one place that decides a fence: ReaderTakenOver for an error that means
-        another process took the transactional id (the state becomes FENCED), else None."""
+    def raise_if_fenced(self, exc: BaseException) -> None:
+        """The one place that decides a fence: an error that means another process took the
+        transactional id raises ReaderTakenOver (the state becomes FENCED); any other
+        returns, for the caller to handle."""
         if isinstance(exc, (ProducerFenced, IllegalOperation)):
             self.state = TxnState.FENCED
-            return self._taken_over()
-        return None
+            raise self._taken_over() from exc
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -153,9 +153,7 @@ class CheckpointTxn:
         try:
             await self.producer.begin_transaction()
         except (KafkaError, IllegalOperation) as exc:
-            taken = self.taken_over_by(exc)
-            if taken is not None:
-                raise taken from exc
+            self.raise_if_fenced(exc)
             raise
         self.state = TxnState.OPEN
 
@@ -169,9 +167,7 @@ class CheckpointTxn:
             await gather_all(futures)
             await self.producer.commit_transaction()
         except (KafkaError, IllegalOperation) as exc:
-            taken = self.taken_over_by(exc)
-            if taken is not None:
-                raise taken from exc
+            self.raise_if_fenced(exc)
             await self.abort()
             raise
         self.state = TxnState.IDLE
@@ -185,8 +181,6 @@ class CheckpointTxn:
         try:
             await self.producer.abort_transaction()
         except (KafkaError, IllegalOperation) as exc:
-            taken = self.taken_over_by(exc)
-            if taken is not None:
-                raise taken from exc
+            self.raise_if_fenced(exc)
             log.warning("aborting the open transaction failed: %s", exc)
             await self.renew()

@@ -74,7 +74,7 @@ PROGRESS_INTERVAL_S = 5.0
 REGISTRATION_NOTICE_INTERVAL_S = 10.0
 IDLE_POLL_MS = 100
 BUSY_BACKOFF_MS = 5
-OUTPUT_TOPIC_HINT = "(sluicegate never creates an output topic: create it with kafka-topics.sh or your tooling)"
+OUTPUT_TOPIC_ADVICE = "sluicegate never creates an output topic: create it with kafka-topics.sh or your tooling"
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -346,11 +346,11 @@ class ReaderHost:
         s = self.settings
         timeout = FOREVER_S if s.topic_wait_timeout_s is None else s.topic_wait_timeout_s
         try:
-            await wait_for_topics(s.bootstrap_servers, [topic], timeout, hint=OUTPUT_TOPIC_HINT)
+            await wait_for_topics(s.bootstrap_servers, [topic], timeout, hint=f"({OUTPUT_TOPIC_ADVICE})")
         except TopicsMissingError:
             raise OutputTopicMissing(
                 f"the output topic {topic} (--output kafka:{topic}) does not exist on {s.bootstrap_servers} "
-                f"(waited {timeout:.0f} s). {OUTPUT_TOPIC_HINT[1:-1].capitalize()}; "
+                f"(waited {timeout:.0f} s). {OUTPUT_TOPIC_ADVICE.capitalize()}; "
                 f"{CLI_NAMES.topic_wait_timeout_s} waits longer for one created later"
             ) from None
 
@@ -474,9 +474,7 @@ class ReaderHost:
                 await self._txn_.open()
             await output.write(self.subtask, records)
         except (KafkaError, IllegalOperation) as exc:
-            taken = self._txn_.taken_over_by(exc)
-            if taken is not None:
-                raise taken from exc
+            self._txn_.raise_if_fenced(exc)
             # The records read since the last checkpoint cannot be committed: start over
             # from that checkpoint, as after being fenced.
             reason = f"writing to {self.settings.output} failed ({exc})"
@@ -589,9 +587,7 @@ class ReaderHost:
                 ]
             )
         except (KafkaError, IllegalOperation, OSError) as exc:
-            taken = self._txn_.taken_over_by(exc)  # the output's flush may meet the fence first
-            if taken is not None:
-                raise taken from exc
+            self._txn_.raise_if_fenced(exc)  # the output's flush may meet the fence first
             log.warning("checkpoint %d failed: %s", session.next_checkpoint_id, exc)
             await self._txn_.abort()  # a failed flush leaves it open
             output.discarded()
