@@ -12,6 +12,9 @@ file again. Two rules keep the set from growing without bound:
 
 A remembered file that a listing shows with another size or modification time changed
 after it was taken: it is reported (the policy for bad files decides), never re-read.
+Once its take is behind the horizon it is no longer remembered, so a file rewritten
+later at the same path is a new file and is taken (Spark's file source does the same:
+its seen-files map forgets by age too). Bounded memory cannot tell the two apart.
 """
 
 from __future__ import annotations
