@@ -105,8 +105,10 @@ class KafkaOptions:
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
     """How long a Spark executor waits for records it knows exist before it fails the task."""
-    include_headers: bool = False
-    """Spark's ``includeHeaders``: rows have a ``headers`` column only when asked for."""
+    include_headers: bool | None = None
+    """Spark's ``includeHeaders``: Spark's rows have a ``headers`` column only when it is
+    true. None (not given): Spark's default, false; but a standalone reader that writes
+    the records themselves keeps their headers (``headers_kept``)."""
     read_path: str = "auto"
     """How an executor reads ranges: ``native``, ``python`` or ``auto`` (read_path.py)."""
     missing_topics: str = "fail"
@@ -152,7 +154,9 @@ class KafkaOptions:
             partition_discovery_interval_ms=int_option(options, "partition_discovery_interval_ms", 30_000, 0),
             fail_on_data_loss=_bool(options, "fail_on_data_loss", True),
             poll_timeout_ms=int_option(options, "poll_timeout_ms", 120_000, 100),
-            include_headers=_bool(options, "include_headers", False),
+            include_headers=None
+            if options.get("include_headers") is None
+            else _bool(options, "include_headers", False),
             read_path=_read_path(options.get("read_path", "auto")),
             missing_topics=choice_option(options, "missing_topics", ("fail", "wait")),
             client_settings=tuple(sorted(client.items())),
@@ -214,6 +218,16 @@ def _read_path(text: str) -> str:
     if path == "native" and not native_available():
         raise ConfigError("read_path", NOT_BUILT.format(what="is native"))
     return path
+
+
+def headers_in_rows(options: KafkaOptions) -> bool:
+    """Spark's rows and the JSON envelope: a headers column or key only when asked for."""
+    return options.include_headers is True
+
+
+def headers_kept(options: KafkaOptions) -> bool:
+    """Records written as they are: their headers kept unless ``include_headers=false``."""
+    return options.include_headers is not False
 
 
 def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:

@@ -190,7 +190,9 @@ class PythonRangeConsumer:
         return (python_batch(rows, topic, partition, headers) if rows else None), position, event
 
 
-def python_batch(rows: list[Message], topic: str, partition: int, headers: bool = True) -> Any:
+def python_batch(rows: list[Message], topic: str | None, partition: int | None, headers: bool = True) -> Any:
+    """Messages as a batch in Spark's Kafka schema; ``topic`` and ``partition`` None: each
+    message's own (a batch of several partitions)."""
     import pyarrow as pa
 
     from .ranges import arrow_schema
@@ -203,8 +205,12 @@ def python_batch(rows: list[Message], topic: str, partition: int, headers: bool 
     columns = [
         pa.array([m.key() for m in rows], pa.binary()),
         pa.array([m.value() for m in rows], pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.repeat(pa.scalar(topic, pa.string()), n)
+        if topic is not None
+        else pa.array([m.topic() for m in rows], pa.string()),
+        pa.repeat(pa.scalar(partition, pa.int32()), n)
+        if partition is not None
+        else pa.array([m.partition() for m in rows], pa.int32()),
         pa.array([m.offset() for m in rows], pa.int64()),
         timestamps,
         kinds,

@@ -18,17 +18,18 @@ ends its split with a warning.
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from sluicegate.api import InputStatus, ReadResult, Record, SourceError, SourceReader
+from sluicegate.api import ColumnarReader, ColumnarResult, InputStatus, ReadResult, Record, SourceError, SourceReader
+from sluicegate.api.bytes_json import header_value, put_bytes
 
 from .enumerator import REMOVED_EVENT
-from .options import KafkaOptions
+from .options import KafkaOptions, headers_in_rows, headers_kept
+from .read_path import python_batch
 from .split import KafkaPartitionSplit, split_id_of
 
 log = logging.getLogger("sluicegate.connectors.kafka")
@@ -51,7 +52,7 @@ class DataLossError(SourceError):
         self.first_left = first_left
 
 
-class KafkaSourceReader(SourceReader[KafkaPartitionSplit]):
+class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
     def __init__(self, options: KafkaOptions) -> None:
         self._options = options
         self._consumer: Consumer | None = None
@@ -78,48 +79,75 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit]):
 
     def next_batch(self, max_records: int) -> ReadResult:
         result = ReadResult()
-        self._finish_requested(result)
+        for split, message in self._read(max_records, result.finished_split_ids):
+            offset = message.offset()
+            kind, timestamp = message.timestamp()
+            value = record_value(message, offset, kind, timestamp, headers_in_rows(self._options))
+            result.records.append(Record(split.split_id, value, timestamp))
+        result.status = self._status()
+        return result
+
+    def next_columns(self, max_records: int) -> ColumnarResult:
+        """The records as one batch in Spark's Kafka schema (several partitions in it)."""
+        result = ColumnarResult()
+        taken = self._read(max_records, result.finished_split_ids)
+        if taken:
+            rows = [message for _, message in taken]
+            result.batch = python_batch(rows, None, None, headers_kept(self._options))
+            for split, message in taken:
+                timestamp = message.timestamp()[1]
+                latest = result.event_times.get(split.split_id)
+                if latest is None or timestamp > latest:
+                    result.event_times[split.split_id] = timestamp
+        result.status = self._status()
+        return result
+
+    def _status(self) -> InputStatus:
+        return InputStatus.MORE_AVAILABLE if self._splits else InputStatus.NOTHING_AVAILABLE
+
+    def _read(self, max_records: int, finished: list[str]) -> list[tuple[KafkaPartitionSplit, Message]]:
+        """The data messages of one consume, each with its split (positions moved on); the
+        splits that ended go to ``finished``."""
+        self._finish_requested(finished)
+        taken: list[tuple[KafkaPartitionSplit, Message]] = []
         if self._splits:
             messages = self._client().consume(num_messages=max(1, min(max_records, MAX_BATCH)), timeout=POLL_TIMEOUT_S)
             for message in messages:
-                self._take(message, result)
-        result.status = InputStatus.MORE_AVAILABLE if self._splits else InputStatus.NOTHING_AVAILABLE
-        return result
+                split = self._accept(message, finished)
+                if split is not None:
+                    taken.append((split, message))
+        return taken
 
-    def _take(self, message: Message, result: ReadResult) -> None:
+    def _accept(self, message: Message, finished: list[str]) -> KafkaPartitionSplit | None:
+        """The split of a data message inside its range, else None (an event handled here)."""
         key = (message.topic(), message.partition())
         split = self._splits.get(key)
         if split is None:
-            return  # left over from a partition that was just removed
+            return None  # left over from a partition that was just removed
         error = message.error()
         if error is not None:
-            self._on_error(split, error, message, result)
-            return
+            self._on_error(split, error, message, finished)
+            return None
         offset = message.offset()
         if split.stop is not None and offset >= split.stop:
-            self._finish(split, result)
-            return
-        kind, timestamp = message.timestamp()
-        result.records.append(
-            Record(
-                split.split_id, record_value(message, offset, kind, timestamp, self._options.include_headers), timestamp
-            )
-        )
+            self._finish(split, finished)
+            return None
         split.position = offset + 1
         if split.finished:
-            self._finish(split, result)
+            self._finish(split, finished)
+        return split
 
-    def _on_error(self, split: KafkaPartitionSplit, error: KafkaError, message: Message, result: ReadResult) -> None:
+    def _on_error(self, split: KafkaPartitionSplit, error: KafkaError, message: Message, finished: list[str]) -> None:
         code = error.code()
         if code == KafkaError._PARTITION_EOF:
             if split.stop is not None and message.offset() >= split.stop:
                 split.position = max(split.position, split.stop)
-                self._finish(split, result)
+                self._finish(split, finished)
         elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             self._on_offset_out_of_range(split)
         elif code == KafkaError.UNKNOWN_TOPIC_OR_PART:
             log.warning("%s: %s; the split ends (partition deleted?)", split.split_id, error.str())
-            self._finish(split, result)
+            self._finish(split, finished)
         else:
             log.warning("%s: %s", split.split_id, error.str())
 
@@ -147,20 +175,20 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit]):
         split.position = low
         consumer.seek(TopicPartition(split.topic, split.partition, low))
 
-    def _finish(self, split: KafkaPartitionSplit, result: ReadResult) -> None:
+    def _finish(self, split: KafkaPartitionSplit, finished: list[str]) -> None:
         key = (split.topic, split.partition)
         if self._splits.pop(key, None) is None:
             return
-        result.finished_split_ids.append(split.split_id)
+        finished.append(split.split_id)
         self._client().incremental_unassign([TopicPartition(split.topic, split.partition)])
 
-    def _finish_requested(self, result: ReadResult) -> None:
+    def _finish_requested(self, finished: list[str]) -> None:
         requested, self._to_finish = self._to_finish, []
         by_id = {s.split_id: s for s in self._splits.values()}
         for split_id in requested:
             split = by_id.get(split_id)
             if split is not None:
-                self._finish(split, result)
+                self._finish(split, finished)
 
     def snapshot_state(self, checkpoint_id: int) -> list[KafkaPartitionSplit]:
         return [s.copy() for s in self._splits.values()]
@@ -224,37 +252,17 @@ def record_value(
         "timestamp": timestamp,
         "timestamp_type": spark_timestamp_type(kind),
     }
-    _put_bytes(out, "key", message.key())
-    _put_bytes(out, "value", message.value())
+    put_bytes(out, "key", message.key())
+    put_bytes(out, "value", message.value())
     if include_headers:
         headers = message.headers()
-        out["headers"] = None if headers is None else [[k, _text_or_b64(v)] for k, v in headers]
+        out["headers"] = None if headers is None else [[k, header_value(v)] for k, v in headers]
     return out
 
 
 def spark_timestamp_type(librdkafka_kind: int) -> int:
     """Kafka's own numbering, as Spark's Kafka source shows it: 0 CreateTime, 1 LogAppendTime."""
     return 1 if librdkafka_kind == 2 else 0
-
-
-def _put_bytes(out: dict[str, Any], name: str, data: bytes | None) -> None:
-    if data is None:
-        out[name] = None
-        return
-    try:
-        out[name] = data.decode("utf-8")
-    except UnicodeDecodeError:
-        out[name] = None
-        out[f"{name}_base64"] = base64.b64encode(data).decode("ascii")
-
-
-def _text_or_b64(data: bytes | None) -> Any:
-    if data is None:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(data).decode("ascii")}
 
 
 __all__ = ["DataLossError", "KafkaSourceReader", "record_value", "split_id_of"]

@@ -27,7 +27,7 @@ from sluicegate.api.errors import SourceError
 
 from .cluster import DataCluster, DataClusterError
 from .enumerator import KafkaEnumerator
-from .options import KafkaOptions
+from .options import KafkaOptions, headers_in_rows
 from .ranges import PlanningView, RangeReader, arrow_schema
 from .reader import KafkaSourceReader
 from .split import KafkaPartitionSplit, KafkaSplitCodec
@@ -168,10 +168,10 @@ class KafkaSource(
         return self._view().offset_after(split, event_time_ms)
 
     def arrow_schema(self) -> Any:
-        return arrow_schema(self.options.include_headers)
+        return arrow_schema(headers_in_rows(self.options))
 
     def read_arrow(self, split: KafkaPartitionSplit, start: int, end: int, max_rows: int) -> Iterator[Any]:
-        return RangeReader(self.options, headers=self.options.include_headers).read(split, start, end, max_rows)
+        return RangeReader(self.options, headers=headers_in_rows(self.options)).read(split, start, end, max_rows)
 
     def read_range(self, split: KafkaPartitionSplit, start: int, end: int, max_rows: int) -> Iterator[RangeChunk]:
         """Values and event times (ms) only, for hosts without the connector's own schema."""

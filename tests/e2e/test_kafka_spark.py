@@ -620,7 +620,14 @@ def test_partitions_move_from_a_running_query_to_readers_that_join_exactly_once(
             time.sleep(0.5)
         for k in range(PARALLELISM, slots):
             reader_args = ["reader", "--source", unique_source, "--subtask", str(k), "--connector", "kafka"]
-            reader_args += ["--output", f"kafka:{out}", "--checkpoint-interval-ms", "300"]
+            reader_args += [
+                "--output",
+                f"kafka:{out}",
+                "--output-format",
+                "envelope",
+                "--checkpoint-interval-ms",
+                "300",
+            ]
             for key, value in options.items():
                 reader_args += ["--option", f"{key}={value}"]
             readers.append(procs.start(f"reader-{k}", reader_args))

@@ -123,7 +123,7 @@ def coordinator(procs: ProcessGroup, source: str, options: dict[str, str]) -> Pr
 def reader(procs: ProcessGroup, source: str, subtask: int, options: dict[str, str], out: str) -> Proc:
     args = [
         *("reader", "--source", source, "--subtask", str(subtask), "--connector", "files"),
-        *("--output", f"kafka:{out}"),
+        *("--output", f"kafka:{out}", "--output-format", "envelope"),
         *option_args(options),
         *READER_TIMING,
     ]

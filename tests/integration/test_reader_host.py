@@ -238,7 +238,7 @@ async def test_kafka_output_commits_data_with_the_checkpoint(
             ReaderHost(
                 dataclasses.replace(
                     settings(kafka_bootstrap, unique_source, k, tmp_path / "unused"),
-                    output=OutputSpec.parse(f"kafka:{out_topic}"),
+                    output=OutputSpec.parse(f"kafka:{out_topic}", "envelope"),
                 ),
                 SequenceSource(SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT)),
             )

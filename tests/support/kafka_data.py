@@ -326,7 +326,7 @@ def coordinator_args(source: str, max_parallelism: int, options: Mapping[str, st
 def reader_args(source: str, subtask: int, options: Mapping[str, str], out_topic: str, *extra: str) -> list[str]:
     return [
         *("reader", "--source", source, "--subtask", str(subtask), "--connector", "kafka"),
-        *("--output", f"kafka:{out_topic}"),
+        *("--output", f"kafka:{out_topic}", "--output-format", "envelope"),
         *option_args(options),
         *extra,
     ]

@@ -42,10 +42,15 @@ class MemoryProducer:
         self.open = []
 
     async def send(
-        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> asyncio.Future[Any]:
         assert self.open is not None, "send outside a transaction"
-        self.open.append(TxnRecord(topic, value or b"", key, partition))
+        self.open.append(TxnRecord(topic, value or b"", key, partition, tuple(headers or ())))
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         future.set_result(None)
         return future

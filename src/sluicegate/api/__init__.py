@@ -21,6 +21,8 @@ from sluicegate.api.enumerator import (
 from sluicegate.api.errors import ConfigError, NoLiveReaderError, SourceError
 from sluicegate.api.ranges import RangeChunk, SkippedInput, SupportsPositionRanges
 from sluicegate.api.reader import (
+    ColumnarReader,
+    ColumnarResult,
     InputStatus,
     LowWatermarkListener,
     ReadResult,
@@ -35,6 +37,8 @@ __all__ = [
     "AssignmentRound",
     "AsyncCallHandle",
     "Boundedness",
+    "ColumnarReader",
+    "ColumnarResult",
     "ConfigError",
     "EnumeratorMetrics",
     "FairShareAssigner",

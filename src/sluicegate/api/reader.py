@@ -34,6 +34,19 @@ class ReadResult:
     status: InputStatus = InputStatus.NOTHING_AVAILABLE
 
 
+@dataclass
+class ColumnarResult:
+    """What ``ColumnarReader.next_columns`` read: the records as one Arrow batch."""
+
+    batch: Any | None = None
+    """A ``pyarrow.RecordBatch`` (None: nothing read)."""
+    event_times: dict[str, int | None] = field(default_factory=dict)
+    """Each split that gave records in ``batch``: its greatest event time there (None: none
+    known). The host's watermarks and counts come from this, not from the rows."""
+    finished_split_ids: list[str] = field(default_factory=list)
+    status: InputStatus = InputStatus.NOTHING_AVAILABLE
+
+
 @dataclass(frozen=True)
 class SourceReaderContext:
     subtask: int
@@ -93,6 +106,17 @@ class SourceReader(ABC, Generic[SplitT]):
 
     def close(self) -> None:
         """Release resources."""
+
+
+class ColumnarReader(ABC):
+    """A mix-in for a ``SourceReader`` that can also hand its records over as whole Arrow
+    batches, with no Python object per record: the standalone host's fast path when it
+    writes records (not the JSON envelope). The host calls one of ``next_batch`` and
+    ``next_columns`` for its whole life, never both."""
+
+    @abstractmethod
+    def next_columns(self, max_records: int) -> ColumnarResult:
+        """Up to ``max_records`` records in one batch; never blocks for long."""
 
 
 class LowWatermarkListener(ABC):

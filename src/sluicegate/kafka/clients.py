@@ -49,6 +49,9 @@ def plain_producer(bootstrap_servers: str, client_id: str, security: KafkaSecuri
     )
 
 
+TXN_BATCH_BYTES = 512 * 1024
+
+
 def transactional_producer(
     bootstrap_servers: str,
     transactional_id: str,
@@ -63,5 +66,8 @@ def transactional_producer(
         enable_idempotence=True,
         acks="all",
         transaction_timeout_ms=transaction_timeout_ms,
+        # A reader's records go out in batches it builds itself (reader/output.py): room for
+        # thousands of records per request, under the broker's default 1 MiB message limit.
+        max_batch_size=TXN_BATCH_BYTES,
         **security_settings(security),
     )

@@ -61,7 +61,12 @@ class TxnProducer(Protocol):
     async def abort_transaction(self) -> None: ...
 
     async def send(
-        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> asyncio.Future[Any]: ...
 
 
@@ -71,6 +76,7 @@ class TxnRecord:
     value: bytes
     key: bytes | None = None
     partition: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 class CheckpointTxn:
@@ -163,7 +169,12 @@ class CheckpointTxn:
         starts clean) and is raised for the host to decide what the loss means."""
         await self.open()
         try:
-            futures = [await self.producer.send(r.topic, r.value, key=r.key, partition=r.partition) for r in records]
+            futures = [
+                await self.producer.send(
+                    r.topic, r.value, key=r.key, partition=r.partition, headers=list(r.headers) or None
+                )
+                for r in records
+            ]
             await gather_all(futures)
             await self.producer.commit_transaction()
         except (KafkaError, IllegalOperation) as exc:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -39,6 +39,33 @@ def reader_command(
             help="kafka:TOPIC (exactly-once, the topic must exist) or jsonl:PATH (at-least-once).",
         ),
     ],
+    output_format: Annotated[
+        str | None,
+        typer.Option(
+            "--output-format",
+            help="record: the records themselves (key, value, headers, timestamp; kafka's default); "
+            "envelope: sluicegate's JSON wrapper with the split id (jsonl's default).",
+        ),
+    ] = None,
+    process: Annotated[
+        str | None,
+        typer.Option(
+            "--process",
+            help="module:function run on every record (or, if its first parameter is annotated "
+            "pyarrow.RecordBatch, on every batch) between reading and writing.",
+        ),
+    ] = None,
+    on_process_error: Annotated[
+        str,
+        typer.Option(
+            "--on-process-error",
+            help="When the function raises: fail (stop; nothing is lost), skip (dead-letter the record "
+            "and go on) or retry (--process-retries times, then fail).",
+        ),
+    ] = "fail",
+    process_retries: Annotated[
+        int, typer.Option("--process-retries", help="With --on-process-error retry: tries after the first.")
+    ] = 3,
     option: Annotated[
         list[str] | None,
         typer.Option("--option", "-o", help="A connector option key=value (repeatable)."),
@@ -132,7 +159,10 @@ def reader_command(
             subtask=_subtask(subtask),
             name=name,
             connector=connector,
-            output=OutputSpec.parse(output),
+            output=OutputSpec.parse(output, output_format),
+            process=process,
+            on_process_error=on_process_error,
+            process_retries=process_retries,
             bootstrap_servers=bootstrap_servers or "",
             options=parse_options(option or []),
             namespace=namespace,
@@ -148,6 +178,7 @@ def reader_command(
             topic_wait_timeout_s=topic_wait_timeout_s,
         )
         source_impl = load_source(settings.connector, settings.options)
+        host = ReaderHost(settings, source_impl)  # imports --process: a bad one fails here
     except ConfigError as exc:
         typer.echo(f"sluicegate reader: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
@@ -157,7 +188,7 @@ def reader_command(
     except KafkaAccessError as exc:
         typer.echo(f"sluicegate reader: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
-    code = asyncio.run(run_reader(settings, source_impl))
+    code = asyncio.run(run_host(host))
     raise typer.Exit(code)
 
 
@@ -170,9 +201,8 @@ def _subtask(value: str) -> int | None:
         raise ConfigError("--subtask", f"must be an integer >= 0 or auto, got {value!r}") from None
 
 
-async def run_reader(settings: ReaderSettings, source: Any | None = None) -> int:
-    """Run a reader host with SIGTERM/SIGINT wired to a graceful stop (a second one: at once)."""
-    host = ReaderHost(settings, source)
+async def run_host(host: ReaderHost) -> int:
+    """Run ``host`` with SIGTERM/SIGINT wired to a graceful stop (a second one: at once)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     signals_seen = 0

@@ -36,7 +36,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,6 @@ from aiokafka.errors import IllegalOperation, KafkaError
 
 from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.options import checked_int, checked_port
-from sluicegate.api.reader import Record
 from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
 from sluicegate.kafka.clients import control_consumer, transactional_producer
@@ -53,6 +52,7 @@ from sluicegate.kafka.compacted import read_latest_value
 from sluicegate.kafka.control_channel import FOREVER_S, KafkaControlChannel, KafkaNeverAnswered, SourceNotSetUp
 from sluicegate.kafka.topics import TopicsMissingError, wait_for_topics
 from sluicegate.protocol.codec import encode, encode_key
+from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionRefusedError, SourceDefinition
 from sluicegate.protocol.event_time import event_time_text
 from sluicegate.protocol.messages import Body, ReaderLeaving
@@ -63,6 +63,16 @@ from sluicegate.reader.channel import ControlChannel, Inbound
 from sluicegate.reader.checkpoint_txn import CheckpointTxn, ReaderTakenOver, TxnRecord, TxnState
 from sluicegate.reader.metrics import ReaderMetrics, ReaderSnapshot
 from sluicegate.reader.output import Output, OutputSpec, open_output
+from sluicegate.reader.processing import (
+    DEAD_LETTER_KIND,
+    PROCESS_SETTING,
+    RETRIES_SETTING,
+    ErrorHandling,
+    ErrorPolicy,
+    Failure,
+    load_function,
+    processor_for,
+)
 from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
 from sluicegate.reader.slot_claim import NoFreeSlot, claim_slot
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
@@ -123,6 +133,12 @@ class ReaderSettings:
     """Serve Prometheus metrics on this port (reader/metrics.py); 0: off."""
     metrics_split_labels: bool = False
     """Also one series per owned split (records left to its end): mind the cardinality."""
+    process: str | None = None
+    """``module:function``: the user's function between reading and writing
+    (reader/processing.py); None: records written as read."""
+    on_process_error: str = "fail"
+    """fail, skip (dead-letter the record) or retry (``process_retries`` times, then fail)."""
+    process_retries: int = 3
 
     def __post_init__(self) -> None:
         validate_source(self.source, "--source")
@@ -145,6 +161,14 @@ class ReaderSettings:
         ).check(CLI_NAMES)
         if not self.connector.strip():
             raise ConfigError("--connector", "must name a connector")
+        ErrorPolicy.parse(self.on_process_error)
+        checked_int(RETRIES_SETTING, self.process_retries, 0)
+        if self.process is not None and not self.output.records:
+            raise ConfigError(PROCESS_SETTING, "writes records: it cannot be used with --output-format envelope")
+
+    @property
+    def error_handling(self) -> ErrorHandling:
+        return ErrorHandling(ErrorPolicy.parse(self.on_process_error), self.process_retries)
 
     @property
     def transactional_id(self) -> str:
@@ -185,8 +209,17 @@ class ReaderHost:
         source: Source[Any] | None = None,
         *,
         location: str | None = None,
+        process: Callable[..., Any] | None = None,
     ) -> None:
+        """``process``: the user's function (overrides ``settings.process``)."""
         self.settings = settings
+        if process is not None and not settings.output.records:
+            raise ConfigError(PROCESS_SETTING, "writes records: it cannot be used with --output-format envelope")
+        function = process if process is not None else (load_function(settings.process) if settings.process else None)
+        self.processor = processor_for(function, settings.error_handling)
+        self._failed_records: list[DeadLetter] = []
+        """Records the user's function failed on (skip policy) since the last checkpoint:
+        dead-lettered inside its transaction, so once each."""
         self.source: Source[Any] = source if source is not None else load_source(settings.connector, settings.options)
         self.topics = ControlTopics.for_source(settings.source, settings.namespace)
         self.location = location or f"{socket.gethostname()}:{os.getpid()}"
@@ -440,10 +473,7 @@ class ReaderHost:
             if self._finished_idle and not session.is_finished:
                 self._finished_idle = False  # --no-exit-when-finished and new work came
             if session.active:
-                result = session.read(s.max_batch)
-                last_batch = len(result.records)
-                if result.records:
-                    await self._write(result.records)
+                last_batch = await self._read_and_write(s.max_batch)
                 interval_over = time.monotonic() - last_checkpoint_s >= s.checkpoint_interval_ms / 1000
                 # Out of work with finished splits not yet reported: checkpoint now, so the
                 # coordinator learns of them (and can hand out more, or end) without waiting.
@@ -467,12 +497,43 @@ class ReaderHost:
             self._progress()
             await asyncio.sleep(0)
 
-    async def _write(self, records: list[Record]) -> None:
+    async def _read_and_write(self, max_batch: int) -> int:
+        """One batch read, processed and written; returns how many records were read."""
+        session = self._session
+        if not self.settings.output.records:
+            records = session.read(max_batch).records
+            if records:
+                await self._write(lambda output: output.write(self.subtask, records))
+            return len(records)
+        batch = session.read_columns(max_batch)
+        if batch is None:
+            return 0
+        processed = await asyncio.to_thread(self.processor.apply, batch)
+        for failure in processed.failures:
+            self._failed_records.append(self._failure_letter(failure))
+        await self._write(lambda output: output.write_batch(processed.batch))
+        return int(batch.num_rows)
+
+    def _failure_letter(self, failure: Failure) -> DeadLetter:
+        record = failure.record
+        letter = DeadLetter(
+            topic=record.topic or failure.split_id or "",
+            partition=-1 if record.partition is None else record.partition,
+            offset=-1 if record.offset is None else record.offset,
+            key=record.key,
+            value=record.value,
+            kind=DEAD_LETTER_KIND,
+            reason=f"{self.processor.name}: {failure.reason}",
+        )
+        letter.log()
+        return letter
+
+    async def _write(self, write: Callable[[Output], Awaitable[None]]) -> None:
         output = self._output_
         try:
             if output.exactly_once:
                 await self._txn_.open()
-            await output.write(self.subtask, records)
+            await write(output)
         except (KafkaError, IllegalOperation) as exc:
             self._txn_.raise_if_fenced(exc)
             # The records read since the last checkpoint cannot be committed: start over
@@ -582,6 +643,7 @@ class ReaderHost:
             await self._txn_.commit(
                 [
                     *([self._control_record(finished)] if finished is not None else []),
+                    *(self._dead_letter_record(letter) for letter in self._failed_records),
                     self._state_record(plan.checkpoint),
                     self._control_record(plan.ack()),
                 ]
@@ -590,7 +652,7 @@ class ReaderHost:
             self._txn_.raise_if_fenced(exc)  # the output's flush may meet the fence first
             log.warning("checkpoint %d failed: %s", session.next_checkpoint_id, exc)
             await self._txn_.abort()  # a failed flush leaves it open
-            output.discarded()
+            self._discarded()
             if output.exactly_once:
                 session.self_fence("a checkpoint failed, so the records read since the last one were not committed")
                 await self._recover_after_fence("checkpoint failed")
@@ -599,11 +661,19 @@ class ReaderHost:
         self._committed(plan)
         return True
 
+    def _discarded(self) -> None:
+        """What was written since the last checkpoint will not commit: the records are read
+        again from there (and a failed one fails again)."""
+        self._output_.discarded()
+        self._failed_records.clear()
+
     def _committed(self, plan: CheckpointPlan) -> None:
         session = self._session
         output = self._output_
         session.checkpoint_committed(plan)
         output.committed()
+        self.channel.dead_letters += len(self._failed_records)
+        self._failed_records.clear()
         self.channel.contact()
         log.info(
             "checkpoint %d: %d splits, %d records since the last, %d splits finished, applied seq %d",
@@ -642,7 +712,7 @@ class ReaderHost:
         self.stats.fenced += 1
         txn = self._txn_
         await txn.abort()
-        self._output_.discarded()
+        self._discarded()
         last = session.last_checkpoint
         if last is not None and txn.state is not TxnState.FENCED:
             # Writing the last checkpoint again in a transaction proves this process still
@@ -707,6 +777,9 @@ class ReaderHost:
     def _control_record(self, body: Body) -> TxnRecord:
         env = self._session.envelope(body, _now_ms())
         return TxnRecord(self.topics.coordinator, encode(env), key=encode_key(self.subtask))
+
+    def _dead_letter_record(self, letter: DeadLetter) -> TxnRecord:
+        return TxnRecord(self.topics.dead_letter, letter.value or b"", letter.key, headers=tuple(letter.headers()))
 
     def _state_record(self, checkpoint: ReaderCheckpoint) -> TxnRecord:
         return TxnRecord(self.topics.reader_state, checkpoint.encode(), encode_key(self.subtask), self.subtask)

@@ -1,16 +1,23 @@
-"""Where a reader host writes the records its connector reads.
+"""Where a reader host writes the records it reads (after the user's function, if any).
 
-- ``kafka:TOPIC``: every record goes to TOPIC through the host's transactional
-  producer, inside the transaction that also carries the reader's checkpoint
-  and its ``CheckpointAck``: data, state and ack commit atomically
-  (exactly-once). The topic must exist (sluicegate never creates it): the host waits
-  ``--topic-wait-timeout-s`` for it, then exits 2 saying so.
-- ``jsonl:PATH``: one JSON line per record, appended to PATH and flushed and
-  fsynced before each checkpoint commits (at-least-once: the records after the
-  last checkpoint may be written again after a crash).
+- ``kafka:TOPIC``: through the host's transactional producer, inside the transaction that
+  also carries the reader's checkpoint and its ``CheckpointAck``: data, state and ack
+  commit atomically (exactly-once). The topic must exist (sluicegate never creates it):
+  the host waits ``--topic-wait-timeout-s`` for it, then exits 2 saying so.
+- ``jsonl:PATH``: one JSON line per record, appended to PATH and flushed and fsynced
+  before each checkpoint commits (at-least-once: the records after the last checkpoint
+  may be written again after a crash).
 
-Both write the same JSON object per record:
-``{"subtask", "split_id", "value", "event_time_ms"}``.
+What is written (``--output-format``):
+
+- ``record`` (kafka's default): the record itself, key, value, headers and timestamp,
+  batched (to Kafka: partitioned by key as Kafka's default partitioner does, a keyless
+  batch to one partition, the next batch to the next). To jsonl:
+  ``{"key", "value", "headers", "timestamp"}`` with bytes as text or base64
+  (api/bytes_json.py);
+- ``envelope`` (jsonl's default): sluicegate's JSON wrapper
+  ``{"subtask", "split_id", "value", "event_time_ms"}`` (for kafka keyed by the split id),
+  ``value`` being the connector's JSON of the record. No user function with it.
 """
 
 from __future__ import annotations
@@ -24,11 +31,19 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 import orjson
+import pyarrow as pa
+from aiokafka.partitioner import murmur2
 
+from sluicegate.api.bytes_json import header_value, put_bytes
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.reader import Record
 
 OUTPUT_SETTING = "--output"
+
+
+FORMAT_SETTING = "--output-format"
+FORMATS = ("record", "envelope")
+DEFAULT_FORMAT = {"kafka": "record", "jsonl": "envelope"}
 
 
 @dataclass(frozen=True)
@@ -36,12 +51,26 @@ class OutputSpec:
     kind: Literal["kafka", "jsonl"]
     target: str
     """The topic (kafka) or the file path (jsonl)."""
+    format: str = ""
+    """``record`` or ``envelope``; empty: the kind's default."""
+
+    def __post_init__(self) -> None:
+        if not self.format:
+            object.__setattr__(self, "format", DEFAULT_FORMAT[self.kind])
+        elif self.format not in FORMATS:
+            raise ConfigError(FORMAT_SETTING, f"must be record or envelope, got {self.format!r}")
+
+    @property
+    def records(self) -> bool:
+        """Writes the records themselves (not the envelope)."""
+        return self.format == "record"
 
     @classmethod
-    def parse(cls, text: str) -> OutputSpec:
+    def parse(cls, text: str, output_format: str | None = None) -> OutputSpec:
         kind, sep, target = text.partition(":")
         kind = kind.strip().lower()
         target = target.strip()
+        chosen = (output_format or "").strip().lower()
         if not sep or kind not in ("kafka", "jsonl"):
             raise ConfigError(OUTPUT_SETTING, f"expected kafka:TOPIC or jsonl:PATH, got {text!r}")
         if not target:
@@ -49,11 +78,11 @@ class OutputSpec:
         if kind == "kafka":
             if len(target) > 249 or not all(c.isalnum() or c in "._-" for c in target):
                 raise ConfigError(OUTPUT_SETTING, f"{target!r} is not a valid Kafka topic name")
-            return cls("kafka", target)
+            return cls("kafka", target, chosen)
         parent = Path(target).expanduser().resolve().parent
         if not parent.is_dir():
             raise ConfigError(OUTPUT_SETTING, f"the directory {str(parent)!r} of {target!r} does not exist")
-        return cls("jsonl", target)
+        return cls("jsonl", target, chosen)
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.target}"
@@ -86,7 +115,12 @@ class Output(ABC):
         """Prepare for writing."""
 
     @abstractmethod
-    async def write(self, subtask: int, records: Sequence[Record]) -> None: ...
+    async def write(self, subtask: int, records: Sequence[Record]) -> None:
+        """Records in the envelope format."""
+
+    @abstractmethod
+    async def write_batch(self, batch: pa.RecordBatch) -> None:
+        """Records themselves: a batch in ``records.OUTPUT_SCHEMA``."""
 
     @abstractmethod
     async def flush(self) -> None:
@@ -128,6 +162,15 @@ class JsonlOutput(Output):
         self._file.write(b"".join(record_json(subtask, r) + b"\n" for r in records))
         self.records_pending += len(records)
 
+    async def write_batch(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        if self._file is None:
+            await self.open()
+        assert self._file is not None
+        self._file.write(b"".join(_message_json(row) + b"\n" for row in batch.to_pylist()))
+        self.records_pending += batch.num_rows
+
     async def flush(self) -> None:
         file = self._file
         if file is None:
@@ -152,6 +195,7 @@ class KafkaOutput(Output):
         self.topic = topic
         self._producer = producer
         self._futures: list[asyncio.Future[Any]] = []
+        self._next_keyless = 0
 
     async def write(self, subtask: int, records: Sequence[Record]) -> None:
         producer = self._producer()
@@ -164,6 +208,41 @@ class KafkaOutput(Output):
             self._futures.append(future)
         self.records_pending += len(records)
 
+    async def write_batch(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        producer = self._producer()
+        partitions = sorted(await producer.partitions_for(self.topic))
+        keyless = partitions[self._next_keyless % len(partitions)]
+        self._next_keyless += 1
+        builders: dict[int, Any] = {}
+        columns = zip(
+            batch.column("key").to_pylist(),
+            batch.column("value").to_pylist(),
+            batch.column("headers").to_pylist(),
+            batch.column("timestamp").cast(pa.int64()).to_pylist(),
+            strict=True,
+        )
+        for key, value, headers, stamp in columns:
+            partition = keyless if key is None else partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)]
+            builder = builders.get(partition)
+            if builder is None:
+                builder = builders[partition] = producer.create_batch()
+            timestamp = None if stamp is None else stamp // 1000
+            kafka_headers = [(h["key"], h["value"]) for h in headers] if headers else []
+            if builder.append(key=key, value=value, timestamp=timestamp, headers=kafka_headers) is None:
+                await self._send(producer, builder, partition)
+                builder = builders[partition] = producer.create_batch()
+                if builder.append(key=key, value=value, timestamp=timestamp, headers=kafka_headers) is None:
+                    raise ValueError(f"a record of {len(value or b'')} bytes is larger than the producer's batch")
+        for partition, builder in builders.items():
+            await self._send(producer, builder, partition)
+        self.records_pending += batch.num_rows
+
+    async def _send(self, producer: Any, builder: Any, partition: int) -> None:
+        builder.close()
+        self._futures.append(await producer.send_batch(builder, self.topic, partition=partition))
+
     async def flush(self) -> None:
         futures, self._futures = self._futures, []
         await gather_all(futures)
@@ -173,6 +252,17 @@ class KafkaOutput(Output):
             future.add_done_callback(_retrieve)
         self._futures = []
         super().discarded()
+
+
+def _message_json(row: dict[str, Any]) -> bytes:
+    out: dict[str, Any] = {}
+    put_bytes(out, "key", row["key"])
+    put_bytes(out, "value", row["value"])
+    headers = row["headers"]
+    out["headers"] = None if headers is None else [[h["key"], header_value(h["value"])] for h in headers]
+    stamp = row["timestamp"]
+    out["timestamp"] = None if stamp is None else int(stamp.timestamp() * 1000)
+    return orjson.dumps(out)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -19,7 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
+import pyarrow as pa
+
 from sluicegate.api.reader import (
+    ColumnarReader,
     InputStatus,
     LowWatermarkListener,
     ReadResult,
@@ -54,6 +57,7 @@ from sluicegate.reader.protocol import (
     SplitsAdded,
     Superseded,
 )
+from sluicegate.reader.records import records_batch
 from sluicegate.reader.state import ReaderCheckpoint
 from sluicegate.reader.watermark import SplitWatermarks
 
@@ -279,17 +283,33 @@ class ReaderSession(Generic[SplitT]):
     # -- reading ----------------------------------------------------------------
 
     def read(self, max_records: int) -> ReadResult:
-        """One batch from the connector reader, with the bookkeeping done."""
+        """One batch of records from the connector reader, with the bookkeeping done."""
         result = self._require_reader().next_batch(max_records)
-        self.records_read += len(result.records)
         self.watermarks.observe(result.records, self._clock_ms())
-        if result.finished_split_ids:
-            self.protocol.splits_finished(result.finished_split_ids)
-            self.watermarks.remove(result.finished_split_ids)
-        self._nothing_to_read = not result.records and result.status is not InputStatus.MORE_AVAILABLE
-        if self.max_allowed_watermark is not None and result.records:
-            self._align()
+        self._after_read(len(result.records), result.finished_split_ids, result.status)
         return result
+
+    def read_columns(self, max_records: int) -> pa.RecordBatch | None:
+        """One input batch (reader/records.py) with the bookkeeping done: the connector's
+        own columns when it is a ``ColumnarReader``, else its records converted."""
+        reader = self._require_reader()
+        if not isinstance(reader, ColumnarReader):
+            records = self.read(max_records).records
+            return records_batch(records) if records else None
+        result = reader.next_columns(max_records)
+        rows = 0 if result.batch is None else result.batch.num_rows
+        self.watermarks.observe_event_times(result.event_times, self._clock_ms())
+        self._after_read(rows, result.finished_split_ids, result.status)
+        return result.batch if rows else None
+
+    def _after_read(self, rows: int, finished_split_ids: list[str], status: InputStatus) -> None:
+        self.records_read += rows
+        if finished_split_ids:
+            self.protocol.splits_finished(finished_split_ids)
+            self.watermarks.remove(finished_split_ids)
+        self._nothing_to_read = not rows and status is not InputStatus.MORE_AVAILABLE
+        if self.max_allowed_watermark is not None and rows:
+            self._align()
 
     @property
     def nothing_to_read(self) -> bool:

@@ -22,7 +22,7 @@ Every method that depends on time takes ``now_ms`` (any monotonic clock in ms).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sluicegate.api.reader import Record
@@ -70,16 +70,23 @@ class SplitWatermarks:
         ``active=False``: event times known without new data (a host that re-reports a
         position that did not move) raise the watermarks but leave the idle clocks alone."""
         for record in records:
-            if record.split_id not in self._max:
-                continue  # not a split this reader owns (or already finished)
-            if active:
-                self._last_active_ms[record.split_id] = now_ms
-            t = record.event_time_ms
-            if t is None:
-                continue
-            current = self._max[record.split_id]
-            if current is None or t > current:
-                self._max[record.split_id] = t
+            self._observe(record.split_id, record.event_time_ms, now_ms, active)
+
+    def observe_event_times(self, event_times: Mapping[str, int | None], now_ms: int = 0) -> None:
+        """A batch read: each split that gave records, with its greatest event time in it."""
+        for split_id, event_time_ms in event_times.items():
+            self._observe(split_id, event_time_ms, now_ms, True)
+
+    def _observe(self, split_id: str, event_time_ms: int | None, now_ms: int, active: bool) -> None:
+        if split_id not in self._max:
+            return  # not a split this reader owns (or already finished)
+        if active:
+            self._last_active_ms[split_id] = now_ms
+        if event_time_ms is None:
+            return
+        current = self._max[split_id]
+        if current is None or event_time_ms > current:
+            self._max[split_id] = event_time_ms
 
     def split_watermark(self, split_id: str) -> int | None:
         return self._max.get(split_id)

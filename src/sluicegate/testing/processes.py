@@ -190,6 +190,7 @@ class ProcessGroup:
         """``output``: a Path is written as jsonl:PATH, a string is passed to --output as is."""
         target = f"jsonl:{output}" if isinstance(output, Path) else output
         args = ["reader", "--source", source, "--subtask", str(subtask), "--connector", "sequence", "--output", target]
+        args += ["--output-format", "envelope"]  # the checks read the split id of each record
         for key, value in options.items():
             args += ["--option", f"{key}={value}"]
         return [*args, *extra]

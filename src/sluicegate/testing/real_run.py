@@ -52,6 +52,7 @@ def real_run(kit: ConnectorTestKit, env: KitEnv, bootstrap: str, log_dir: Path) 
 
     def reader(subtask: int) -> Proc:
         args = ["reader", "--source", source, "--subtask", str(subtask), *connector, "--output", f"kafka:{out}"]
+        args += ["--output-format", "envelope"]  # the checks read the split id of each record
         return group.start(
             f"reader-{subtask}-{len(group.procs)}", [*args, *option_args, *READER_TIMING, *READER_STAYS], env=extra_env
         )

@@ -1,0 +1,270 @@
+"""The user's function between what a reader reads and what it writes.
+
+Two forms, told apart by the annotation of the function's first parameter:
+
+- a *batch function* (``def f(batch: pyarrow.RecordBatch) -> pyarrow.RecordBatch``) gets
+  each input batch whole and returns the batch to write (``records.output_batch`` says
+  which columns count): the fast path, vectorised;
+- a *record function* (anything else) gets one ``Message`` at a time and returns a
+  ``Message`` (map), None (filter) or an iterable of them (flat-map).
+
+No function writes each record as it was read (key, value, headers, timestamp).
+
+When the function raises, the user's policy (``--on-process-error``) decides:
+
+- ``fail`` (default): the reader stops with exit 1, naming the record; nothing read
+  since the last checkpoint was committed, so a restart reads it again: no loss;
+- ``skip``: the failed records are dead-lettered with the exception (inside the
+  checkpoint's transaction) and the rest goes on. For a batch function the failing
+  rows are isolated by halving the batch, so one bad row costs only itself;
+- ``retry``: the call is tried again ``--process-retries`` times, waiting 0.1 s, 0.2 s,
+  0.4 s ... in between (a flaky lookup), then it fails as with ``fail``.
+
+The function runs in a worker thread (the host's heartbeats go on meanwhile), one call
+at a time.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import inspect
+import logging
+import time
+import typing
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from sluicegate.api.errors import ConfigError, SourceError
+from sluicegate.api.options import choice_option
+from sluicegate.reader.records import Message, messages, messages_batch, output_batch
+
+log = logging.getLogger("sluicegate.reader")
+
+PROCESS_SETTING = "--process"
+POLICY_SETTING = "--on-process-error"
+RETRIES_SETTING = "--process-retries"
+RETRY_FIRST_WAIT_S = 0.1
+DEAD_LETTER_KIND = "process-error"
+
+
+class ErrorPolicy(enum.Enum):
+    FAIL = "fail"
+    SKIP = "skip"
+    RETRY = "retry"
+
+    @classmethod
+    def parse(cls, text: str) -> ErrorPolicy:
+        return cls(choice_option({POLICY_SETTING: text}, POLICY_SETTING, tuple(p.value for p in cls)))
+
+
+class ProcessingFailed(SourceError):
+    """The user's function failed on a record and the policy says stop."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what}. Nothing read since the last checkpoint was committed, so a restart reads it again; "
+            f"{POLICY_SETTING} skip dead-letters such records and goes on"
+        )
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An input record the function failed on (skip policy): dead-lettered."""
+
+    record: Message
+    split_id: str | None
+    reason: str
+
+
+@dataclass
+class Processed:
+    batch: pa.RecordBatch
+    """To write, in ``records.OUTPUT_SCHEMA``."""
+    failures: list[Failure] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ErrorHandling:
+    policy: ErrorPolicy = ErrorPolicy.FAIL
+    retries: int = 3
+    sleep: Callable[[float], None] = time.sleep
+
+    def call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        """``fn(arg)``; under ``retry``, tried again on an exception before it is raised."""
+        attempts = 1 + (self.retries if self.policy is ErrorPolicy.RETRY else 0)
+        for attempt in range(attempts):
+            try:
+                return fn(arg)
+            except Exception as exc:
+                if attempt + 1 == attempts:
+                    raise
+                wait = RETRY_FIRST_WAIT_S * 2**attempt
+                log.warning("the function failed (%s); trying again in %.1f s", describe(exc), wait)
+                self.sleep(wait)
+        raise AssertionError("unreachable")
+
+
+class Processor(ABC):
+    """Applies one form of user function to input batches."""
+
+    name = "identity"
+
+    @abstractmethod
+    def apply(self, batch: pa.RecordBatch) -> Processed: ...
+
+
+class Identity(Processor):
+    """No function: each record written as read."""
+
+    def apply(self, batch: pa.RecordBatch) -> Processed:
+        return Processed(output_batch(batch))
+
+
+class BatchFunction(Processor):
+    def __init__(self, fn: Callable[[pa.RecordBatch], Any], errors: ErrorHandling, name: str) -> None:
+        self.fn = fn
+        self.errors = errors
+        self.name = name
+
+    def apply(self, batch: pa.RecordBatch) -> Processed:
+        if self.errors.policy is ErrorPolicy.SKIP:
+            return self._isolating(batch)
+        try:
+            return Processed(self._call(batch))
+        except Exception as exc:
+            first = messages(batch.slice(0, 1))[0] if batch.num_rows else Message(None)
+            raise ProcessingFailed(
+                self._failed(f"a batch of {batch.num_rows} records from {first.where()}", exc)
+            ) from exc
+
+    def _call(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return output_batch(self.errors.call(self.fn, batch))
+
+    def _isolating(self, batch: pa.RecordBatch) -> Processed:
+        """Halve a failing batch until the failing rows are alone: they are the failures."""
+        try:
+            return Processed(self._call(batch))
+        except Exception as exc:
+            if batch.num_rows <= 1:
+                failures = [Failure(m, _split_id(batch), describe(exc)) for m in messages(batch)]
+                return Processed(output_batch(batch.slice(0, 0)), failures)
+        half = batch.num_rows // 2
+        left, right = self._isolating(batch.slice(0, half)), self._isolating(batch.slice(half))
+        parts = [p.batch for p in (left, right) if p.batch.num_rows]
+        joined = pa.Table.from_batches(parts).combine_chunks().to_batches() if parts else []
+        return Processed(
+            joined[0] if joined else left.batch,
+            left.failures + right.failures,
+        )
+
+    def _failed(self, what: str, exc: BaseException) -> str:
+        return f"{self.name} failed on {what}: {describe(exc)}"
+
+
+class RecordFunction(Processor):
+    def __init__(self, fn: Callable[[Message], Any], errors: ErrorHandling, name: str) -> None:
+        self.fn = fn
+        self.errors = errors
+        self.name = name
+
+    def apply(self, batch: pa.RecordBatch) -> Processed:
+        out: list[Message] = []
+        failures: list[Failure] = []
+        split_ids = batch.column("split_id").to_pylist() if "split_id" in batch.schema.names else None
+        for i, message in enumerate(messages(batch)):
+            try:
+                out.extend(self._results(self.errors.call(self.fn, message)))
+            except Exception as exc:
+                if self.errors.policy is not ErrorPolicy.SKIP:
+                    raise ProcessingFailed(f"{self.name} failed on {message.where()}: {describe(exc)}") from exc
+                failures.append(Failure(message, split_ids[i] if split_ids else None, describe(exc)))
+        return Processed(messages_batch(out), failures)
+
+    @staticmethod
+    def _results(result: Any) -> Iterable[Message]:
+        if result is None:
+            return ()
+        if isinstance(result, Message):
+            return (result,)
+        if isinstance(result, (bytes, str, dict)) or not isinstance(result, Iterable):
+            raise TypeError(f"returned {type(result).__name__}: return a Message, None or an iterable of Messages")
+        items = list(result)
+        wrong = [type(i).__name__ for i in items if not isinstance(i, Message)]
+        if wrong:
+            raise TypeError(f"returned an iterable holding {wrong[0]}: every item must be a Message")
+        return items
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _split_id(batch: pa.RecordBatch) -> str | None:
+    if "split_id" in batch.schema.names and batch.num_rows:
+        value = batch.column("split_id")[0].as_py()
+        return str(value) if value is not None else None
+    return None
+
+
+def is_batch_function(fn: Callable[..., Any]) -> bool:
+    """True when the first parameter is annotated ``pyarrow.RecordBatch`` (also as text,
+    as under ``from __future__ import annotations``)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if not params:
+        raise ConfigError(PROCESS_SETTING, f"{_name(fn)} takes no parameter: it must take a record or a batch")
+    annotation: object = params[0].annotation
+    if isinstance(annotation, str):
+        text = annotation
+        try:
+            annotation = typing.get_type_hints(fn).get(params[0].name, text)
+        except Exception:  # a name the function's module cannot resolve: judge the text
+            return text.split(".")[-1] == "RecordBatch"
+    return annotation is pa.RecordBatch
+
+
+def load_function(spec: str) -> Callable[..., Any]:
+    """``module:function`` (``module.sub:obj.method`` too), imported from the current
+    directory and the Python path."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name.strip() or not attr.strip():
+        raise ConfigError(PROCESS_SETTING, f"expected module:function, got {spec!r}")
+    import sys
+
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # the user's module next to where the reader was started
+    try:
+        target: Any = importlib.import_module(module_name.strip())
+    except ImportError as exc:
+        raise ConfigError(PROCESS_SETTING, f"cannot import {module_name!r}: {exc}") from None
+    for part in attr.strip().split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ConfigError(PROCESS_SETTING, f"{module_name} has no {attr!r}") from None
+    if not callable(target):
+        raise ConfigError(PROCESS_SETTING, f"{spec} is a {type(target).__name__}, not a function")
+    return typing.cast(Callable[..., Any], target)
+
+
+def processor_for(fn: Callable[..., Any] | None, errors: ErrorHandling | None = None) -> Processor:
+    """The processor for a user's function (None: identity)."""
+    if fn is None:
+        return Identity()
+    errors = errors or ErrorHandling()
+    if is_batch_function(fn):
+        return BatchFunction(fn, errors, _name(fn))
+    return RecordFunction(fn, errors, _name(fn))
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    module = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return f"{module}:{name}" if module else name

@@ -1,0 +1,68 @@
+"""A reader as a Python program: ``sluicegate.run_reader(...)``, the CLI's
+``sluicegate reader`` with the user's function passed as an object.
+
+    import sluicegate
+
+    def enrich(record: sluicegate.Message) -> sluicegate.Message | None:
+        order = record.json()
+        if order["amount"] <= 0:
+            return None
+        return record.replace(value={**order, "vat": round(order["amount"] * 0.2, 2)})
+
+    sluicegate.run_reader(source="orders", connector="kafka", process=enrich, output="kafka:orders-out",
+                          options={"topics": "orders", "bootstrap_servers": "localhost:9092"})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sluicegate.api.errors import ConfigError
+from sluicegate.reader.commands import run_host, setup_logging
+from sluicegate.reader.host import ReaderHost, ReaderSettings
+from sluicegate.reader.output import OutputSpec
+
+SETTINGS = frozenset(f.name for f in dataclasses.fields(ReaderSettings))
+
+
+def run_reader(
+    *,
+    source: str,
+    connector: str,
+    output: str,
+    process: Callable[..., Any] | None = None,
+    options: Mapping[str, str] | None = None,
+    subtask: int | None = None,
+    bootstrap_servers: str | None = None,
+    output_format: str | None = None,
+    log_level: str = "INFO",
+    **settings: Any,
+) -> int:
+    """Run one reader of ``source`` until its bounded input ends or SIGTERM/SIGINT (a
+    graceful stop); returns the exit code of ``sluicegate reader`` (0 done, 1 failed,
+    2 bad settings, 3 another process holds the subtask).
+
+    ``subtask`` None takes a free one from the coordinator (``--subtask auto``);
+    ``bootstrap_servers`` defaults to ``$KAFKA_BOOTSTRAP_SERVERS``; any other keyword is
+    a ``ReaderSettings`` field (``checkpoint_interval_ms``, ``on_process_error``, ...).
+    Raises ConfigError for a setting that is wrong or unknown.
+    """
+    unknown = sorted(set(settings) - SETTINGS)
+    if unknown:
+        raise ConfigError(unknown[0], f"is not a reader setting (they are: {', '.join(sorted(SETTINGS))})")
+    reader_settings = ReaderSettings(
+        source=source,
+        subtask=subtask,
+        connector=connector,
+        output=OutputSpec.parse(output, output_format),
+        bootstrap_servers=bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", ""),
+        options=dict(options or {}),
+        **settings,
+    )
+    host = ReaderHost(reader_settings, process=process)
+    setup_logging(log_level)
+    return asyncio.run(run_host(host))
