@@ -11,6 +11,7 @@ read read_committed, keys, headers and timestamps kept.
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -59,20 +60,21 @@ FUNCTIONS = textwrap.dedent(
 Row = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
 
 
-def order_value(n: int) -> bytes:
-    if n == BAD:
+def order_value(n: int, bad: bool = True) -> bytes:
+    if n == BAD and bad:
         return b"not json"
     return orjson.dumps({"id": n, "amount": (n % 11) - 2})
 
 
-def produce_orders(bootstrap: str, topic: str) -> list[Row]:
-    """The input, each order once: (key, value, headers, timestamp ms)."""
+def produce_orders(bootstrap: str, topic: str, bad: bool = True) -> list[Row]:
+    """The input, each order once: (key, value, headers, timestamp ms); with ``bad``,
+    order BAD is not JSON."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
     rows: list[Row] = []
     for n in range(ORDERS):
         key = None if n % 10 == 0 else f"c{n % 7}".encode()
         headers = (("trace", f"t{n}".encode()),)
-        value = order_value(n)
+        value = order_value(n, bad)
         producer.produce(
             topic, value=value, key=key, headers=list(headers), partition=n % PARTITIONS, timestamp=BASE_TS + n
         )
@@ -207,3 +209,41 @@ def test_a_process_that_cannot_be_imported_is_refused_at_start(tmp_path: Path, p
     proc = procs.run("bad-process", [*args, "--process", "no_such_module_here:fn"], timeout_s=60)
     assert proc.returncode == 2
     assert "--process" in proc.tail() and "no_such_module_here" in proc.tail()
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_ten_line_reader_runs_as_written(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
+) -> None:
+    """The README's Python reader, with only its names and address replaced, run as a
+    program: its function applied to every order exactly once."""
+    (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if "run_reader(" in b]
+    data, out = f"{unique_source}.in", f"{unique_source}.out"
+    program = (
+        snippet.replace('source="orders"', f'source="{unique_source}"')
+        .replace('"topics": "orders"', f'"topics": "{data}", "stopping_offsets": "latest"')
+        .replace("localhost:9092", kafka_bootstrap)
+        .replace("kafka:orders-enriched", f"kafka:{out}")
+    )
+    assert f'source="{unique_source}"' in program and data in program and out in program, program
+    (tmp_path / "ten_line_reader.py").write_text(
+        f"import sys\n\n{program}\nsys.exit(_)\n".replace("sluicegate.run_reader(", "_ = sluicegate.run_reader(", 1)
+    )
+    create_topic(kafka_bootstrap, data, PARTITIONS)
+    create_topic(kafka_bootstrap, out, PARTITIONS)
+    rows = produce_orders(kafka_bootstrap, data, bad=False)
+    options = kafka_options(kafka_bootstrap, topics=data, stopping_offsets="latest")
+    procs.start("coordinator", coordinator_args(unique_source, 1, options)).wait_for_log("is serving", timeout_s=90)
+    pythonpath = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    reader = procs.start("reader", [], module="ten_line_reader", env={"PYTHONPATH": pythonpath})
+    assert reader.wait(120) == 0, reader.tail()
+    expected = []
+    for key, value, headers, timestamp in rows:
+        order = orjson.loads(value)  # type: ignore[arg-type]
+        if order["amount"] > 0:
+            enriched = orjson.dumps({**order, "vat": round(order["amount"] * 0.2, 2)})
+            expected.append((key, enriched, headers, timestamp))
+    assert Counter(read_topic(kafka_bootstrap, out)) == Counter(expected)
+    audit_ok(kafka_bootstrap, unique_source)
