@@ -1,4 +1,4 @@
-"""sluicegate's native Kafka range reader (native/src/lib.rs)."""
+"""sluicegate's native Kafka parts: the range reader (native/src/lib.rs) and the default partitioner (partitioner.rs)."""
 
 from typing import Any
 
@@ -22,3 +22,7 @@ class NativeRangeConsumer:
         wait_ms: int = 500,
         headers: bool = True,
     ) -> tuple[Any | None, int, Event | None]: ...
+
+def key_partitions(keys: Any, partitions: int) -> Any:
+    """Kafka's default partitioner (murmur2) for each key of a ``pyarrow.BinaryArray``:
+    an ``Int32Array``, null for a null key."""

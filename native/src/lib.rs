@@ -14,6 +14,8 @@
 //!   partition EOF and librdkafka's error text, so it reports EOF at offset -1: a prototype
 //!   kept for the benchmark only.
 
+mod partitioner;
+
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr;
@@ -562,6 +564,7 @@ impl NativeRangeConsumer {
 #[pymodule]
 fn sluicegate_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeRangeConsumer>()?;
+    m.add_function(wrap_pyfunction!(partitioner::key_partitions, m)?)?;
     m.add("LIBRDKAFKA_VERSION", unsafe {
         CStr::from_ptr(rd::rd_kafka_version_str())
             .to_string_lossy()

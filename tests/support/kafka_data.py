@@ -5,6 +5,7 @@ the OUT reader and the exactly-once check, coordinator and reader processes."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import zlib
@@ -23,6 +24,9 @@ from sluicegate_connectors.kafka.split import partition_owner_key
 
 from sluicegate.audit import AuditSummary
 from sluicegate.audit.commands import run_audit
+
+SUPPORT_DIR = Path(__file__).resolve().parent
+"""On the PYTHONPATH of reader processes: record_functions.py is there."""
 
 COORDINATOR_TIMEOUTS = ("--session-timeout-ms", "3000", "--reader-departure-timeout-ms", "30000")
 READER_TIMING = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300", "--session-timeout-ms", "3000")
@@ -323,10 +327,16 @@ def coordinator_args(source: str, max_parallelism: int, options: Mapping[str, st
     ]
 
 
-def reader_args(source: str, subtask: int, options: Mapping[str, str], out_topic: str, *extra: str) -> list[str]:
+def reader_args(
+    source: str, subtask: int, options: Mapping[str, str], out_topic: str, *extra: str, process: str | None = None
+) -> list[str]:
+    """Records go to OUT as the JSON envelope the checks read: written by the host
+    (``--output-format envelope``) or, with ``process``, by that function of
+    tests/support/record_functions.py (``as_envelope``) over the records themselves."""
+    written = ("--output-format", "envelope") if process is None else ("--process", f"record_functions:{process}")
     return [
         *("reader", "--source", source, "--subtask", str(subtask), "--connector", "kafka"),
-        *("--output", f"kafka:{out_topic}", "--output-format", "envelope"),
+        *("--output", f"kafka:{out_topic}", *written),
         *option_args(options),
         *extra,
     ]
@@ -341,10 +351,17 @@ def start_coordinator(
 
 
 def start_reader(
-    procs: ProcessGroup, source: str, subtask: int, options: Mapping[str, str], out_topic: str, *extra: str
+    procs: ProcessGroup,
+    source: str,
+    subtask: int,
+    options: Mapping[str, str],
+    out_topic: str,
+    *extra: str,
+    process: str | None = None,
 ) -> Proc:
-    args = reader_args(source, subtask, options, out_topic, *(extra or READER_TIMING))
-    return procs.start(f"reader-{subtask}-{len(procs.procs)}", args)
+    args = reader_args(source, subtask, options, out_topic, *(extra or READER_TIMING), process=process)
+    pythonpath = os.pathsep.join(p for p in (str(SUPPORT_DIR), os.environ.get("PYTHONPATH", "")) if p)
+    return procs.start(f"reader-{subtask}-{len(procs.procs)}", args, env={"PYTHONPATH": pythonpath})
 
 
 def hash_owner(topic: str, partition: int, parallelism: int) -> int:

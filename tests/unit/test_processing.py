@@ -210,6 +210,9 @@ def test_what_a_batch_function_returns_is_checked() -> None:
         output_batch(pa.RecordBatch.from_pydict({"value": [b"a"], "key": [1]}))
     table = pa.table({"value": ["a", "b"], "timestamp": [5, 6]})
     assert rows(output_batch(table)) == [(None, b"a", (), 5), (None, b"b", (), 6)]
+    # columns of None only, as pyarrow infers them (type null)
+    nulls = pa.RecordBatch.from_pydict({"value": [b"a"], "key": [None], "headers": [None], "timestamp": [None]})
+    assert rows(output_batch(nulls)) == [(None, b"a", (), None)]
 
 
 # -- connectors that read one record at a time -----------------------------------------------

@@ -32,11 +32,11 @@ from typing import IO, Any, Literal
 
 import orjson
 import pyarrow as pa
-from aiokafka.partitioner import murmur2
 
 from sluicegate.api.bytes_json import header_value, put_bytes
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.reader import Record
+from sluicegate.kafka.partitioner import key_partitions
 
 OUTPUT_SETTING = "--output"
 
@@ -216,15 +216,17 @@ class KafkaOutput(Output):
         keyless = partitions[self._next_keyless % len(partitions)]
         self._next_keyless += 1
         builders: dict[int, Any] = {}
+        keys = batch.column("key")
         columns = zip(
-            batch.column("key").to_pylist(),
+            key_partitions(keys, len(partitions)) if keys.null_count < len(keys) else [None] * len(keys),
+            keys.to_pylist(),
             batch.column("value").to_pylist(),
             batch.column("headers").to_pylist(),
             batch.column("timestamp").cast(pa.int64()).to_pylist(),
             strict=True,
         )
-        for key, value, headers, stamp in columns:
-            partition = keyless if key is None else partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)]
+        for index, key, value, headers, stamp in columns:
+            partition = keyless if index is None else partitions[index]
             builder = builders.get(partition)
             if builder is None:
                 builder = builders[partition] = producer.create_batch()

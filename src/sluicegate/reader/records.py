@@ -162,7 +162,7 @@ def output_batch(batch: Any) -> pa.RecordBatch:
     columns = [
         _binary(batch, "key", n),
         _binary(batch, "value", n),
-        batch.column("headers").cast(HEADER_TYPE) if "headers" in names else pa.nulls(n, HEADER_TYPE),
+        batch.column("headers").cast(HEADER_TYPE) if "headers" in names else pa.nulls(n, HEADER_TYPE),  # null casts
         _timestamp(batch, n),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=OUTPUT_SCHEMA)
@@ -172,6 +172,8 @@ def _binary(batch: pa.RecordBatch, name: str, n: int) -> pa.Array:
     if name not in batch.schema.names:
         return pa.nulls(n, pa.binary())
     column = batch.column(name)
+    if pa.types.is_null(column.type):  # all None, as pyarrow infers it
+        return pa.nulls(n, pa.binary())
     if pa.types.is_binary(column.type):
         return column
     if (
@@ -187,6 +189,8 @@ def _timestamp(batch: pa.RecordBatch, n: int) -> pa.Array:
     if "timestamp" not in batch.schema.names:
         return pa.nulls(n, TIMESTAMP_TYPE)
     column = batch.column("timestamp")
+    if pa.types.is_null(column.type):
+        return pa.nulls(n, TIMESTAMP_TYPE)
     if pa.types.is_timestamp(column.type):
         return column.cast(pa.timestamp("us", tz=column.type.tz or "UTC")).cast(TIMESTAMP_TYPE)
     if pa.types.is_integer(column.type):

@@ -1,0 +1,29 @@
+"""Functions that reader processes of the tests run (``--process record_functions:NAME``;
+tests/support is on their PYTHONPATH)."""
+
+from __future__ import annotations
+
+import orjson
+
+from sluicegate.reader.records import Message
+
+
+def as_envelope(record: Message) -> Message:
+    """The record rewritten as the JSON envelope the exactly-once checks read
+    (kafka_data.check_exactly_once): the output is then this function applied to every
+    input record, which the check verifies record by record."""
+    key, value = record.key, record.value
+    row = {
+        "subtask": None,
+        "split_id": f"{record.topic}-{record.partition}",
+        "value": {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp": record.timestamp_ms,
+            "key": None if key is None else key.decode(),
+            "value": None if value is None else value.decode(),
+        },
+        "event_time_ms": record.timestamp_ms,
+    }
+    return record.replace(value=orjson.dumps(row))
