@@ -1,11 +1,16 @@
-"""The ``kafka`` reader for the standalone reader host: one librdkafka consumer, the
-assigned partitions added and removed incrementally, no consumer group.
+"""The ``kafka`` reader for the standalone reader host: one consumer, the assigned
+partitions added and removed incrementally, no consumer group.
 
-A record's value is a JSON-ready dict ``{topic, partition, offset, timestamp,
-timestamp_type, key, value}`` and ``headers`` with ``include_headers``; key, value and header values are text
-when they are UTF-8, otherwise ``null`` with the bytes in ``key_base64`` /
-``value_base64`` (header values: ``{"base64": ...}``). Its event time is the
-record's timestamp.
+Two ways to hand records over, one of them for a reader's whole life:
+
+- ``next_columns``: one Arrow batch in Spark's Kafka schema, several partitions in it,
+  read on the native path when it is built (partitions.py; the host's path when it
+  writes records);
+- ``next_batch``: a ``Record`` per message whose value is a JSON-ready dict ``{topic,
+  partition, offset, timestamp, timestamp_type, key, value}`` and ``headers`` with
+  ``include_headers`` (the JSON envelope); key, value and header values are text when
+  they are UTF-8, otherwise ``null`` with the bytes in ``key_base64`` / ``value_base64``
+  (header values: ``{"base64": ...}``). Its event time is the record's timestamp.
 
 Ends of splits: a bounded split ends when a record at or past its stop offset
 arrives, or the consumer reaches the end of the partition at or past it (the last
@@ -22,20 +27,24 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import KafkaError, Message
 
 from sluicegate.api import ColumnarReader, ColumnarResult, InputStatus, ReadResult, Record, SourceError, SourceReader
 from sluicegate.api.bytes_json import header_value, put_bytes
 
 from .enumerator import REMOVED_EVENT
 from .options import KafkaOptions, headers_in_rows, headers_kept
-from .read_path import python_batch
+from .partitions import PartitionsConsumer, PythonPartitionsConsumer, new_partitions_consumer
+from .read_path import read_path
 from .split import KafkaPartitionSplit, split_id_of
 
 log = logging.getLogger("sluicegate.connectors.kafka")
 
-POLL_TIMEOUT_S = 0.05
+POLL_WAIT_MS = 50
 MAX_BATCH = 10_000
+Partition = tuple[str, int]
 
 
 class DataLossError(SourceError):
@@ -55,14 +64,33 @@ class DataLossError(SourceError):
 class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
     def __init__(self, options: KafkaOptions) -> None:
         self._options = options
-        self._consumer: Consumer | None = None
-        self._splits: dict[tuple[str, int], KafkaPartitionSplit] = {}
+        self._consumer: PartitionsConsumer | None = None
+        """Made at the first read, of the kind that read needs (``_client``)."""
+        self._columns: bool | None = None
+        self._splits: dict[Partition, KafkaPartitionSplit] = {}
+        self._paused: set[Partition] = set()
         self._to_finish: list[str] = []
         self.records_lost = 0
 
-    def _client(self) -> Consumer:
+    def _client(self, columns: bool | None = None) -> PartitionsConsumer:
+        """The consumer; the first read (``columns`` given) makes it and assigns the splits
+        added so far, at their positions (and pauses the paused ones)."""
         if self._consumer is None:
-            self._consumer = Consumer(self._options.consumer_config())
+            if columns is None:
+                raise RuntimeError("the kafka reader's consumer is made by its first read")
+            config = self._options.consumer_config()
+            path = read_path(self._options.read_path) if columns else "python"
+            self._consumer = new_partitions_consumer(config, path)
+            if columns:
+                log.info("kafka: reading records as Arrow batches on the %s read path", path)
+            self._columns = columns
+            open_splits = [s for s in self._splits.values() if not s.finished]
+            if open_splits:
+                self._consumer.assign([(s.topic, s.partition, s.position) for s in open_splits])
+            if self._paused:
+                self._consumer.pause(sorted(self._paused))
+        elif columns is not None and columns != self._columns:
+            raise RuntimeError("a kafka reader hands records over as columns or as records, not both")
         return self._consumer
 
     def add_splits(self, splits: Sequence[KafkaPartitionSplit]) -> None:
@@ -73,50 +101,83 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
             if split.finished:
                 self._to_finish.append(split.split_id)
             else:
-                new.append(TopicPartition(split.topic, split.partition, split.position))
-        if new:
-            self._client().incremental_assign(new)
+                new.append((split.topic, split.partition, split.position))
+        if new and self._consumer is not None:
+            self._consumer.assign(new)
 
     def next_batch(self, max_records: int) -> ReadResult:
         result = ReadResult()
-        for split, message in self._read(max_records, result.finished_split_ids):
-            offset = message.offset()
-            kind, timestamp = message.timestamp()
-            value = record_value(message, offset, kind, timestamp, headers_in_rows(self._options))
-            result.records.append(Record(split.split_id, value, timestamp))
+        self._finish_requested(result.finished_split_ids)
+        if self._splits:
+            consumer = self._client(columns=False)
+            assert isinstance(consumer, PythonPartitionsConsumer)
+            for message in consumer.messages(min(max_records, MAX_BATCH), POLL_WAIT_MS):
+                split = self._accept(message, result.finished_split_ids)
+                if split is not None:
+                    offset = message.offset()
+                    kind, timestamp = message.timestamp()
+                    value = record_value(message, offset, kind, timestamp, headers_in_rows(self._options))
+                    result.records.append(Record(split.split_id, value, timestamp))
         result.status = self._status()
         return result
 
     def next_columns(self, max_records: int) -> ColumnarResult:
         """The records as one batch in Spark's Kafka schema (several partitions in it)."""
         result = ColumnarResult()
-        taken = self._read(max_records, result.finished_split_ids)
-        if taken:
-            rows = [message for _, message in taken]
-            result.batch = python_batch(rows, None, None, headers_kept(self._options))
-            for split, message in taken:
-                timestamp = message.timestamp()[1]
-                latest = result.event_times.get(split.split_id)
-                if latest is None or timestamp > latest:
-                    result.event_times[split.split_id] = timestamp
+        self._finish_requested(result.finished_split_ids)
+        if self._splits:
+            consumer = self._client(columns=True)
+            batch, events = consumer.fill(min(max_records, MAX_BATCH), POLL_WAIT_MS, headers_kept(self._options))
+            if batch is not None:
+                result.batch = self._take_columns(batch, result)
+            for topic, partition, code, text, offset in events:
+                split = self._splits.get((topic, partition))
+                if split is not None:
+                    self._on_event(split, code, text, offset, result.finished_split_ids)
+                elif not topic:
+                    log.warning("the kafka consumer: %s", text)
         result.status = self._status()
         return result
 
+    def _take_columns(self, batch: pa.RecordBatch, result: ColumnarResult) -> pa.RecordBatch | None:
+        """Positions, event times and ends of the splits in ``batch``, done per partition
+        (vectorised): rows at or past a split's stop offset, or of a partition no longer
+        owned, are left out."""
+        summary = _per_partition(batch)
+        ended = [key for key, (_, last, _) in summary.items() if self._past_stop(key, last)]
+        gone = [key for key in summary if key not in self._splits]
+        if ended or gone:
+            batch = batch.filter(self._keep_mask(batch, ended, gone))
+            summary = _per_partition(batch)
+        for key, (_, last, latest_us) in summary.items():
+            taken = self._splits[key]
+            taken.position = last + 1
+            result.event_times[taken.split_id] = latest_us // 1000
+        for key in [*ended, *summary]:
+            split = self._splits.get(key)
+            if split is not None and (key in ended or split.finished):
+                self._finish(split, result.finished_split_ids)
+        return batch if batch.num_rows else None
+
+    def _past_stop(self, key: Partition, last_offset: int) -> bool:
+        split = self._splits.get(key)
+        return split is not None and split.stop is not None and last_offset >= split.stop
+
+    def _keep_mask(self, batch: pa.RecordBatch, ended: list[Partition], gone: list[Partition]) -> pa.Array:
+        keep = pa.array([True] * batch.num_rows)
+        for topic, partition in [*ended, *gone]:
+            here = pc.and_(pc.equal(batch.column("topic"), topic), pc.equal(batch.column("partition"), partition))
+            split = self._splits.get((topic, partition))
+            drop = (
+                here
+                if split is None or split.stop is None
+                else pc.and_(here, pc.greater_equal(batch.column("offset"), split.stop))
+            )
+            keep = pc.and_(keep, pc.invert(drop))
+        return keep
+
     def _status(self) -> InputStatus:
         return InputStatus.MORE_AVAILABLE if self._splits else InputStatus.NOTHING_AVAILABLE
-
-    def _read(self, max_records: int, finished: list[str]) -> list[tuple[KafkaPartitionSplit, Message]]:
-        """The data messages of one consume, each with its split (positions moved on); the
-        splits that ended go to ``finished``."""
-        self._finish_requested(finished)
-        taken: list[tuple[KafkaPartitionSplit, Message]] = []
-        if self._splits:
-            messages = self._client().consume(num_messages=max(1, min(max_records, MAX_BATCH)), timeout=POLL_TIMEOUT_S)
-            for message in messages:
-                split = self._accept(message, finished)
-                if split is not None:
-                    taken.append((split, message))
-        return taken
 
     def _accept(self, message: Message, finished: list[str]) -> KafkaPartitionSplit | None:
         """The split of a data message inside its range, else None (an event handled here)."""
@@ -126,7 +187,8 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
             return None  # left over from a partition that was just removed
         error = message.error()
         if error is not None:
-            self._on_error(split, error, message, finished)
+            offset = message.offset()
+            self._on_event(split, error.code(), error.str(), -1 if offset is None else offset, finished)
             return None
         offset = message.offset()
         if split.stop is not None and offset >= split.stop:
@@ -137,28 +199,26 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
             self._finish(split, finished)
         return split
 
-    def _on_error(self, split: KafkaPartitionSplit, error: KafkaError, message: Message, finished: list[str]) -> None:
-        code = error.code()
+    def _on_event(self, split: KafkaPartitionSplit, code: int, text: str, offset: int, finished: list[str]) -> None:
         if code == KafkaError._PARTITION_EOF:
-            if split.stop is not None and message.offset() >= split.stop:
+            if split.stop is not None and offset >= split.stop:
                 split.position = max(split.position, split.stop)
                 self._finish(split, finished)
         elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             self._on_offset_out_of_range(split)
         elif code == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            log.warning("%s: %s; the split ends (partition deleted?)", split.split_id, error.str())
+            log.warning("%s: %s; the split ends (partition deleted?)", split.split_id, text)
             self._finish(split, finished)
         else:
-            log.warning("%s: %s", split.split_id, error.str())
+            log.warning("%s: %s", split.split_id, text)
 
     def _on_offset_out_of_range(self, split: KafkaPartitionSplit) -> None:
         consumer = self._client()
-        tp = TopicPartition(split.topic, split.partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=10.0, cached=False)
+        low, high = consumer.watermarks(split.topic, split.partition, 10_000)
         if split.position >= low:
             # past the end (a truncated log): nothing to skip; read on from where we are
             log.warning("%s: offset %d out of range [%d, %d)", split.split_id, split.position, low, high)
-            consumer.seek(TopicPartition(split.topic, split.partition, min(split.position, high)))
+            consumer.seek(split.topic, split.partition, min(split.position, high))
             return
         lost = low - split.position
         if self._options.fail_on_data_loss:
@@ -173,14 +233,16 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
             low,
         )
         split.position = low
-        consumer.seek(TopicPartition(split.topic, split.partition, low))
+        consumer.seek(split.topic, split.partition, low)
 
     def _finish(self, split: KafkaPartitionSplit, finished: list[str]) -> None:
         key = (split.topic, split.partition)
         if self._splits.pop(key, None) is None:
             return
         finished.append(split.split_id)
-        self._client().incremental_unassign([TopicPartition(split.topic, split.partition)])
+        self._paused.discard(key)
+        if self._consumer is not None:
+            self._consumer.unassign([key])
 
     def _finish_requested(self, finished: list[str]) -> None:
         requested, self._to_finish = self._to_finish, []
@@ -198,10 +260,11 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
         removed = [key for key, split in self._splits.items() if split.split_id in gone]
         for key in removed:
             del self._splits[key]
+            self._paused.discard(key)
         self._to_finish = [sid for sid in self._to_finish if sid not in gone]
         if removed and self._consumer is not None:
-            # messages of these partitions already fetched are dropped by _take (no split)
-            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in removed])
+            # records of these partitions already fetched are left out (no split)
+            self._consumer.unassign(removed)
 
     def handle_source_event(self, event: Any) -> None:
         if isinstance(event, dict) and event.get("type") == REMOVED_EVENT:
@@ -212,14 +275,16 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
                 self._to_finish.extend(ended)
 
     def pause_or_resume_splits(self, to_pause: Sequence[str], to_resume: Sequence[str]) -> None:
-        by_id = {s.split_id: s for s in self._splits.values()}
-        consumer = self._client()
-        pause = [TopicPartition(by_id[i].topic, by_id[i].partition) for i in to_pause if i in by_id]
-        resume = [TopicPartition(by_id[i].topic, by_id[i].partition) for i in to_resume if i in by_id]
-        if pause:
-            consumer.pause(pause)
-        if resume:
-            consumer.resume(resume)
+        by_id = {s.split_id: (s.topic, s.partition) for s in self._splits.values()}
+        pause = [by_id[i] for i in to_pause if i in by_id]
+        resume = [by_id[i] for i in to_resume if i in by_id]
+        self._paused |= set(pause)
+        self._paused -= set(resume)
+        if self._consumer is not None:
+            if pause:
+                self._consumer.pause(pause)
+            if resume:
+                self._consumer.resume(resume)
 
     def records_to_end(self) -> dict[str, int]:
         """A bounded split: to its stop offset; an unbounded one: to the partition's high
@@ -229,17 +294,32 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
             if split.stop is not None:
                 out[split.split_id] = max(0, split.stop - split.position)
             elif self._consumer is not None:
-                _, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(split.topic, split.partition), cached=True
-                )
-                if high is not None and high >= 0:
+                _, high = self._consumer.watermarks(split.topic, split.partition, cached=True)
+                if high >= 0:
                     out[split.split_id] = max(0, high - split.position)
         return out
 
     def close(self) -> None:
-        if self._consumer is not None:
+        if isinstance(self._consumer, PythonPartitionsConsumer):
             self._consumer.close()
-            self._consumer = None
+        self._consumer = None  # the native consumer closes when dropped
+
+
+def _per_partition(batch: pa.RecordBatch) -> dict[Partition, tuple[int, int, int]]:
+    """(topic, partition) -> (first offset, last offset, latest timestamp in µs) of its rows."""
+    table = pa.table(
+        {
+            "topic": batch.column("topic"),
+            "partition": batch.column("partition"),
+            "offset": batch.column("offset"),
+            "ts": batch.column("timestamp").cast(pa.int64()),
+        }
+    )
+    groups = table.group_by(["topic", "partition"]).aggregate([("offset", "min"), ("offset", "max"), ("ts", "max")])
+    return {
+        (row["topic"], row["partition"]): (row["offset_min"], row["offset_max"], row["ts_max"])
+        for row in groups.to_pylist()
+    }
 
 
 def record_value(

@@ -15,6 +15,7 @@
 //!   kept for the benchmark only.
 
 mod partitioner;
+mod partitions;
 
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -86,6 +87,9 @@ struct Builders {
     kind: Vec<i32>,
     headers: ListBuilder<StructBuilder>,
     with_headers: bool,
+    /// Each row's topic and partition, for a batch of several partitions (None: one
+    /// partition, given to `finish`).
+    origins: Option<(StringBuilder, Vec<i32>)>,
 }
 
 fn header_fields() -> Fields {
@@ -139,7 +143,14 @@ impl Builders {
             kind: Vec::with_capacity(capacity),
             headers: ListBuilder::new(structs),
             with_headers,
+            origins: None,
         }
+    }
+
+    /// Rows of several partitions: each row's topic and partition are kept.
+    fn with_origins(mut self) -> Self {
+        self.origins = Some((StringBuilder::new(), Vec::with_capacity(self.offset.capacity())));
+        self
     }
 
     fn len(&self) -> usize {
@@ -170,6 +181,10 @@ impl Builders {
     /// One raw librdkafka message (no error).
     unsafe fn append_raw(&mut self, m: *mut rd::rd_kafka_message_t) {
         let msg = &*m;
+        if let Some((topics, partitions)) = self.origins.as_mut() {
+            topics.append_value(CStr::from_ptr(rd::rd_kafka_topic_name(msg.rkt)).to_string_lossy());
+            partitions.push(msg.partition);
+        }
         self.key.append_option(bytes(msg.key, msg.key_len));
         self.value.append_option(bytes(msg.payload, msg.len));
         let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
@@ -233,11 +248,18 @@ impl Builders {
 
     fn finish(mut self, topic: &str, partition: i32) -> RecordBatch {
         let n = self.len();
+        let (topics, partitions): (ArrayRef, ArrayRef) = match self.origins.take() {
+            Some((mut topics, partitions)) => (Arc::new(topics.finish()), Arc::new(Int32Array::from(partitions))),
+            None => (
+                Arc::new(StringArray::from_iter_values(std::iter::repeat_n(topic, n))),
+                Arc::new(Int32Array::from(vec![partition; n])),
+            ),
+        };
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(self.key.finish()),
             Arc::new(self.value.finish()),
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(topic, n))),
-            Arc::new(Int32Array::from(vec![partition; n])),
+            topics,
+            partitions,
             Arc::new(Int64Array::from(self.offset)),
             Arc::new(TimestampMicrosecondArray::from(self.timestamp).with_timezone("UTC")),
             Arc::new(Int32Array::from(self.kind)),
@@ -268,6 +290,51 @@ fn err_name(code: rd::rd_kafka_resp_err_t) -> String {
 
 fn cstring(text: &str) -> PyResult<CString> {
     CString::new(text).map_err(|_| PyValueError::new_err(format!("NUL in {text:?}")))
+}
+
+/// A raw librdkafka consumer with ``config`` (passed through unchanged) and its consumer
+/// queue, taken from with `rd_kafka_consume_batch_queue`.
+fn raw_consumer(config: &[(String, String)]) -> PyResult<RawHandle> {
+    unsafe {
+        let conf = rd::rd_kafka_conf_new();
+        let mut errstr = [0 as c_char; 512];
+        for (k, v) in config.iter() {
+            let (ck, cv) = (cstring(k)?, cstring(v)?);
+            if rd::rd_kafka_conf_set(
+                conf,
+                ck.as_ptr(),
+                cv.as_ptr(),
+                errstr.as_mut_ptr(),
+                512,
+            ) != rd::rd_kafka_conf_res_t::RD_KAFKA_CONF_OK
+            {
+                rd::rd_kafka_conf_destroy(conf);
+                let e = CStr::from_ptr(errstr.as_ptr())
+                    .to_string_lossy()
+                    .into_owned();
+                return Err(PyValueError::new_err(e));
+            }
+        }
+        // librdkafka's own log lines go nowhere (the Python path sends them to a quiet
+        // logger); what a read needs to know comes back as events.
+        rd::rd_kafka_conf_set_log_cb(conf, None);
+        let rk = rd::rd_kafka_new(
+            rd::rd_kafka_type_t::RD_KAFKA_CONSUMER,
+            conf,
+            errstr.as_mut_ptr(),
+            512,
+        );
+        if rk.is_null() {
+            rd::rd_kafka_conf_destroy(conf);
+            let e = CStr::from_ptr(errstr.as_ptr())
+                .to_string_lossy()
+                .into_owned();
+            return Err(PyRuntimeError::new_err(e));
+        }
+        rd::rd_kafka_poll_set_consumer(rk);
+        let queue = rd::rd_kafka_queue_get_consumer(rk);
+        Ok(RawHandle { rk, queue })
+    }
 }
 
 /// A Kafka consumer that reads offset ranges of one assigned partition into Arrow.
@@ -392,46 +459,7 @@ impl NativeRangeConsumer {
     #[pyo3(signature = (config, mode = "batch"))]
     fn new(config: Vec<(String, String)>, mode: &str) -> PyResult<Self> {
         let backend = match mode {
-            "batch" => unsafe {
-                let conf = rd::rd_kafka_conf_new();
-                let mut errstr = [0 as c_char; 512];
-                for (k, v) in &config {
-                    let (ck, cv) = (cstring(k)?, cstring(v)?);
-                    if rd::rd_kafka_conf_set(
-                        conf,
-                        ck.as_ptr(),
-                        cv.as_ptr(),
-                        errstr.as_mut_ptr(),
-                        512,
-                    ) != rd::rd_kafka_conf_res_t::RD_KAFKA_CONF_OK
-                    {
-                        rd::rd_kafka_conf_destroy(conf);
-                        let e = CStr::from_ptr(errstr.as_ptr())
-                            .to_string_lossy()
-                            .into_owned();
-                        return Err(PyValueError::new_err(e));
-                    }
-                }
-                // librdkafka's own log lines go nowhere (the Python path sends them to a quiet
-                // logger); what a read needs to know comes back as events.
-                rd::rd_kafka_conf_set_log_cb(conf, None);
-                let rk = rd::rd_kafka_new(
-                    rd::rd_kafka_type_t::RD_KAFKA_CONSUMER,
-                    conf,
-                    errstr.as_mut_ptr(),
-                    512,
-                );
-                if rk.is_null() {
-                    rd::rd_kafka_conf_destroy(conf);
-                    let e = CStr::from_ptr(errstr.as_ptr())
-                        .to_string_lossy()
-                        .into_owned();
-                    return Err(PyRuntimeError::new_err(e));
-                }
-                rd::rd_kafka_poll_set_consumer(rk);
-                let queue = rd::rd_kafka_queue_get_consumer(rk);
-                Backend::Batch(RawHandle { rk, queue })
-            },
+            "batch" => Backend::Batch(raw_consumer(&config)?),
             "poll" => {
                 let mut cc = ClientConfig::new();
                 for (k, v) in &config {
@@ -564,6 +592,7 @@ impl NativeRangeConsumer {
 #[pymodule]
 fn sluicegate_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeRangeConsumer>()?;
+    m.add_class::<partitions::NativePartitionsConsumer>()?;
     m.add_function(wrap_pyfunction!(partitioner::key_partitions, m)?)?;
     m.add("LIBRDKAFKA_VERSION", unsafe {
         CStr::from_ptr(rd::rd_kafka_version_str())

@@ -13,10 +13,18 @@ import pytest
 from confluent_kafka import Producer
 from kafka_data import create_topic
 from sluicegate_connectors.kafka.options import KafkaOptions
+from sluicegate_connectors.kafka.read_path import native_available
 from sluicegate_connectors.kafka.reader import KafkaSourceReader
 from sluicegate_connectors.kafka.split import KafkaPartitionSplit
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+READ_PATHS = [
+    "python",
+    pytest.param("native", marks=pytest.mark.skipif(not native_available(), reason="sluicegate_native not built")),
+]
+"""The columns come from either read path (connectors/kafka/partitions.py): both are held
+to the same answers."""
 
 PER_PARTITION = 40
 STOP = 25
@@ -64,13 +72,15 @@ def read_all(reader: KafkaSourceReader, columnar: bool) -> tuple[list[tuple[Any,
     return sorted(rows), latest, finished
 
 
-def test_columns_and_records_read_the_same_and_a_bounded_split_ends(kafka_bootstrap: str) -> None:
+@pytest.mark.parametrize("path", READ_PATHS)
+def test_columns_and_records_read_the_same_and_a_bounded_split_ends(kafka_bootstrap: str, path: str) -> None:
     topic = f"columns-{secrets.token_hex(4)}"
     create_topic(kafka_bootstrap, topic, 2)
     produce(kafka_bootstrap, topic)
     results = {}
     for columnar in (True, False):
-        reader = KafkaSourceReader(KafkaOptions.parse({"topics": topic, "bootstrap_servers": kafka_bootstrap}))
+        options = {"topics": topic, "bootstrap_servers": kafka_bootstrap, "read_path": path}
+        reader = KafkaSourceReader(KafkaOptions.parse(options))
         try:
             reader.add_splits([KafkaPartitionSplit(topic, 0, 0, STOP), KafkaPartitionSplit(topic, 1, 0, None)])
             results[columnar] = read_all(reader, columnar)
@@ -85,11 +95,14 @@ def test_columns_and_records_read_the_same_and_a_bounded_split_ends(kafka_bootst
     assert all(h == [{"key": "n", "value": str(o).encode()}] for _, o, _, _, h in columns)
 
 
-def test_include_headers_false_leaves_them_out_of_the_columns(kafka_bootstrap: str) -> None:
+@pytest.mark.parametrize("path", READ_PATHS)
+def test_include_headers_false_leaves_them_out_of_the_columns(kafka_bootstrap: str, path: str) -> None:
     topic = f"columns-{secrets.token_hex(4)}"
     create_topic(kafka_bootstrap, topic, 2)
     produce(kafka_bootstrap, topic)
-    options = KafkaOptions.parse({"topics": topic, "bootstrap_servers": kafka_bootstrap, "include_headers": "false"})
+    options = KafkaOptions.parse(
+        {"topics": topic, "bootstrap_servers": kafka_bootstrap, "include_headers": "false", "read_path": path}
+    )
     reader = KafkaSourceReader(options)
     try:
         reader.add_splits([KafkaPartitionSplit(topic, 0, 0, 5)])

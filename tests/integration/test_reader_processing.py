@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka_data import audit_ok, coordinator_args, create_topic, kafka_options, option_args
 from processes import ProcessGroup
+from sluicegate_connectors.kafka.read_path import native_available
 
 from sluicegate.protocol.topics import ControlTopics
 
@@ -137,11 +138,20 @@ def run_source(
     return rows, read_topic(bootstrap, out), reader
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "python",
+        pytest.param("native", marks=pytest.mark.skipif(not native_available(), reason="sluicegate_native not built")),
+    ],
+)
 def test_no_function_writes_each_record_as_it_was_read(
-    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path, path: str
 ) -> None:
-    rows, out, reader = run_source(procs, tmp_path, kafka_bootstrap, unique_source)
+    """On both read paths (the other tests take the default, native where it is built)."""
+    rows, out, reader = run_source(procs, tmp_path, kafka_bootstrap, unique_source, "--option", f"read_path={path}")
     assert reader.returncode == 0, reader.tail()
+    assert f"as Arrow batches on the {path} read path" in reader.tail(200), reader.tail(200)
     assert Counter(out) == Counter(rows)
     audit_ok(kafka_bootstrap, unique_source)
 
