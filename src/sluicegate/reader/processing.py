@@ -35,6 +35,7 @@ import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -176,9 +177,15 @@ class RecordFunction(Processor):
         out: list[Message] = []
         failures: list[Failure] = []
         split_ids = batch.column("split_id").to_pylist() if "split_id" in batch.schema.names else None
+        # the function called directly unless retries are asked for: this runs per record
+        call = self.fn if self.errors.policy is not ErrorPolicy.RETRY else partial(self.errors.call, self.fn)
         for i, message in enumerate(messages(batch)):
             try:
-                out.extend(self._results(self.errors.call(self.fn, message)))
+                result = call(message)
+                if type(result) is Message:
+                    out.append(result)
+                else:
+                    out.extend(self._results(result))
             except Exception as exc:
                 if self.errors.policy is not ErrorPolicy.SKIP:
                     raise ProcessingFailed(f"{self.name} failed on {message.where()}: {describe(exc)}") from exc

@@ -16,7 +16,6 @@ batches that carry them.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +48,10 @@ RECORDS_SCHEMA = pa.schema(
 Header = tuple[str, bytes | None]
 
 
-@dataclass(frozen=True, slots=True)
+_SAME: Any = object()
+
+
+@dataclass(slots=True)
 class Message:
     """One record. A function returns a read one changed (``message.replace(value=...)``)
     or a new one (``Message(value=..., key=...)``); topic, partition and offset say where
@@ -70,13 +72,21 @@ class Message:
             return None
         return orjson.loads(self.value)
 
-    def replace(self, **changes: Any) -> Message:
+    def replace(
+        self, *, value: Any = _SAME, key: Any = _SAME, headers: Any = _SAME, timestamp_ms: Any = _SAME
+    ) -> Message:
         """A copy with some fields changed; a ``value`` or ``key`` given as text or a JSON-ready
-        object (not bytes) is encoded (text as UTF-8, anything else as JSON)."""
-        for name in ("key", "value"):
-            if name in changes:
-                changes[name] = to_bytes(changes[name])
-        return dataclasses.replace(self, **changes)
+        object (not bytes) is encoded (text as UTF-8, anything else as JSON). Written out
+        (not ``dataclasses.replace``): this runs once per record."""
+        return Message(
+            self.value if value is _SAME else to_bytes(value),
+            self.key if key is _SAME else to_bytes(key),
+            self.headers if headers is _SAME else tuple(headers),
+            self.timestamp_ms if timestamp_ms is _SAME else timestamp_ms,
+            self.topic,
+            self.partition,
+            self.offset,
+        )
 
     def where(self) -> str:
         """Where the record was read, for messages about it."""
@@ -101,22 +111,13 @@ def messages(batch: pa.RecordBatch) -> list[Message]:
     def column(name: str) -> list[Any]:
         return batch.column(name).to_pylist() if name in names else [None] * n
 
-    headers = column("headers")
     stamps = batch.column("timestamp").cast(pa.int64()).to_pylist() if "timestamp" in names else [None] * n
     return [
-        Message(
-            value=value,
-            key=key,
-            headers=tuple((h["key"], h["value"]) for h in row_headers) if row_headers else (),
-            timestamp_ms=None if stamp is None else stamp // 1000,
-            topic=topic,
-            partition=partition,
-            offset=offset,
-        )
-        for value, key, row_headers, stamp, topic, partition, offset in zip(
+        Message(value, key, headers, None if stamp is None else stamp // 1000, topic, partition, offset)
+        for value, key, headers, stamp, topic, partition, offset in zip(
             column("value"),
             column("key"),
-            headers,
+            _headers(batch, n),
             stamps,
             column("topic"),
             column("partition"),
@@ -126,19 +127,56 @@ def messages(batch: pa.RecordBatch) -> list[Message]:
     ]
 
 
+def _headers(batch: pa.RecordBatch, n: int) -> list[tuple[Header, ...]]:
+    """Each row's headers as (name, value) pairs, from the flattened column (dicts per
+    header would cost more than the rest of the row)."""
+    if "headers" not in batch.schema.names:
+        return [()] * n
+    column = batch.column("headers")
+    if column.null_count == n:
+        return [()] * n
+    offsets = column.offsets.to_pylist()
+    flat = column.values
+    names, values = flat.field("key").to_pylist(), flat.field("value").to_pylist()
+    valid = column.is_valid().to_pylist()
+    return [
+        tuple(zip(names[offsets[i] : offsets[i + 1]], values[offsets[i] : offsets[i + 1]], strict=True))
+        if valid[i]
+        else ()
+        for i in range(n)
+    ]
+
+
 def messages_batch(out: Sequence[Message]) -> pa.RecordBatch:
     """Messages as an output batch."""
     return pa.RecordBatch.from_arrays(
         [
             pa.array([m.key for m in out], pa.binary()),
             pa.array([m.value for m in out], pa.binary()),
-            pa.array([[{"key": k, "value": v} for k, v in m.headers] or None for m in out], HEADER_TYPE),
+            _header_column(out),
             pa.array([None if m.timestamp_ms is None else m.timestamp_ms * 1000 for m in out], pa.int64()).cast(
                 TIMESTAMP_TYPE
             ),
         ],
         schema=OUTPUT_SCHEMA,
     )
+
+
+def _header_column(out: Sequence[Message]) -> pa.Array:
+    """The headers of messages as one list column, built flat (no dict per header)."""
+    offsets, names, values = [0], [], []
+    for m in out:
+        for name, value in m.headers:
+            names.append(name)
+            values.append(value)
+        offsets.append(len(names))
+    if not names:
+        return pa.nulls(len(out), HEADER_TYPE)
+    flat = pa.StructArray.from_arrays(
+        [pa.array(names, pa.string()), pa.array(values, pa.binary())], fields=list(HEADER_TYPE.value_type)
+    )
+    empty = pa.array([not m.headers for m in out])
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat, type=HEADER_TYPE, mask=empty)
 
 
 class NotAnOutputBatch(TypeError):
