@@ -1,4 +1,4 @@
-"""sluicegate's native Kafka parts: the range reader (native/src/lib.rs) and the default partitioner (partitioner.rs)."""
+"""sluicegate's native Kafka parts: the range reader (native/src/lib.rs), partitions (partitions.rs), partitioner."""
 
 from typing import Any
 

@@ -181,10 +181,10 @@ def test_a_record_function_filters_and_enriches_and_dead_letters_what_it_cannot_
     assert Counter(out) == Counter(expected)
     letters = read_topic(kafka_bootstrap, ControlTopics.for_source(unique_source, "sluicegate").dead_letter)
     assert [(key, value) for key, value, _, _ in letters] == [(b"c0", b"not json")]
-    headers = dict(letters[0][2])
-    assert headers["sluicegate.error.kind"] == b"process-error"
-    assert b"order_functions:enrich" in (headers["sluicegate.error.reason"] or b"")
-    assert headers["sluicegate.origin.offset"] == str(BAD // PARTITIONS).encode()
+    said = dict(letters[0][2])
+    assert said["sluicegate.error.kind"] == b"process-error"
+    assert b"order_functions:enrich" in (said["sluicegate.error.reason"] or b"")
+    assert said["sluicegate.origin.offset"] == str(BAD // PARTITIONS).encode()
     assert "1 dead-lettered records" in reader.tail(40)
     audit_ok(kafka_bootstrap, unique_source)
 
