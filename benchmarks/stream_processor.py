@@ -4,11 +4,13 @@
     .venv/bin/python benchmarks/stream_processor.py --records 300000 --repetitions 1   # a short run
     .venv/bin/python benchmarks/stream_processor.py --sides quix,sluicegate-batch      # some sides only
     .venv/bin/python benchmarks/stream_processor.py --sides faust --faust-records 20000  # Faust, its own slice
+    .venv/bin/python benchmarks/stream_processor.py --sides sluicegate-batch,sluicegate-batch-x2  # 2 readers vs 1
 
 The input is kafka_clients.py's topic (``fill_topic``: record i in partition i % P, key
 ``%010d`` of i, a value of ``--value-bytes`` starting with the same digits, no headers),
 written once and reused by every side and every run. Each run copies all of it into a
-fresh output topic OUT of P partitions, exactly once, in one processing process:
+fresh output topic OUT of P partitions, exactly once, in one processing process (two for
+the ``-x2`` sides):
 
 - ``sluicegate-identity``: a bounded ``sluicegate coordinator --connector kafka`` (max
   parallelism 1, ``starting_offsets=earliest``, ``stopping_offsets=latest``) on a fresh
@@ -40,7 +42,16 @@ fresh output topic OUT of P partitions, exactly once, in one processing process:
   ``processing_guarantee="exactly_once"``, ``broker_commit_interval`` 2 s, raw serializers,
   one agent sending ``value + b"!"`` to OUT, on a topic of its own of ``--faust-records``
   records (~1,700 records/s here: over 10x slower than Quix); SIGTERMed once it sent them
-  all (its clean shutdown commits the last transaction; the check below says whether it did).
+  all (its clean shutdown commits the last transaction; the check below says whether it did);
+- ``sluicegate-identity-x2``, ``sluicegate-record-x2``, ``sluicegate-batch-x2`` (only when
+  named in ``--sides``): the side without ``-x2`` (same function) with two readers: the
+  coordinator gets ``--max-parallelism 2`` and ``sluicegate reader --subtask 0`` and
+  ``--subtask 1`` start at once, each with its own log; the kafka connector's sticky
+  assigner gives each half of the P partitions (Flink's rule: consecutive partitions to
+  consecutive subtasks; each reader's "N splits finished" line shows what it got). The run
+  ends once both exited (a reader that exits non-zero gets the other SIGTERMed: the run
+  fails). They answer "do two reader processes on two cores copy >= 1.6x one?": run them
+  with their one-process sides, e.g. ``--sides sluicegate-batch,sluicegate-batch-x2``.
 
 Sides run one at a time, never two at once, in turn (round-robin, the first side moving one
 place each repetition), ``--repetitions`` times.
@@ -59,6 +70,10 @@ coordinator (Quix and Faust have no coordinator: Kafka's group coordinator runs 
 broker); "whole" is the processing process's CPU from start to exit (getrusage, imports and
 startup included) per million records. "x quix" is each side's median rate over Quix's,
 "CPU x quix" Quix's own CPU per million over the side's (both > 1 when the side is better).
+For an ``-x2`` side "processing process" is both readers: the rate is the same OUT-wide
+measure, "wall s" runs from their start to the last exit, "process" and "whole" CPU are the
+two readers' sums, and "x2 / x1" is its median rate over its one-process side's (when that
+side ran too; also in the results' summary as ``rate_over_one_process``).
 
 Check. After each run OUT is read to its end ``read_committed``: exactly N records, N
 distinct keys, each key one of the input's (a key names its input partition and offset,
@@ -101,10 +116,13 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 SLUICEGATE_SIDES = ("sluicegate-identity", "sluicegate-record", "sluicegate-batch")
+X2 = "-x2"
+"""The suffix of a side run by two reader processes (``--max-parallelism 2``)."""
+SLUICEGATE_X2_SIDES = tuple(f"{side}{X2}" for side in SLUICEGATE_SIDES)
 QUIX = "quix"
 FAUST = "faust"
 DEFAULT_SIDES = (*SLUICEGATE_SIDES, QUIX)
-ALL_SIDES = (*DEFAULT_SIDES, FAUST)
+ALL_SIDES = (*DEFAULT_SIDES, *SLUICEGATE_X2_SIDES, FAUST)
 SUFFIX = b"!"
 CPU_PARTS = ("process", "coordinator", "broker")
 SAMPLE_INTERVAL_S = 0.1
@@ -154,12 +172,21 @@ FUNCTIONS = textwrap.dedent(
 PROCESS_FUNCTIONS = {"sluicegate-record": "benchfns:add_field", "sluicegate-batch": "benchfns:add_field_batch"}
 
 
+def one_process_side(side: str) -> str:
+    """The side run by one process: ``sluicegate-batch`` for ``sluicegate-batch-x2``."""
+    return side.removesuffix(X2)
+
+
+def reader_count(side: str) -> int:
+    return 2 if side in SLUICEGATE_X2_SIDES else 1
+
+
 # --- the peers' processes (children of this script) ----------------------------------------------
 
 
 def quix_child(spec: dict[str, Any]) -> int:
     """Copy ``spec["input"]`` to ``spec["output"]`` with Quix Streams, exactly once, N records."""
-    from quixstreams import Application
+    from quixstreams import Application  # type: ignore[import-not-found, unused-ignore]  # only in the quix venv
 
     settings = spec["settings"]
     app = Application(
@@ -268,50 +295,61 @@ class CpuTrace:
 
 @dataclass
 class Ran:
-    """One processing process, run to its end."""
+    """The processing processes, each run to its end."""
 
-    code: int
+    codes: list[int]
     wall_s: float
+    """From their start to the last one's exit."""
     cpu_s: float
-    """User + system CPU of the process and the children it waited for (getrusage), start to exit."""
+    """User + system CPU of the processes and the children they waited for (getrusage), start to exit."""
     trace: CpuTrace
 
 
-def run_process(
-    cmd: list[str],
+def run_processes(
+    cmds: Sequence[list[str]],
     env: Mapping[str, str],
-    log: Path,
+    logs: Sequence[Path],
     timeout_s: float,
     others: Mapping[str, Sequence[int]],
     cwd: Path,
     stop_when: Callable[[str], bool] | None = None,
 ) -> Ran:
-    """Run ``cmd`` to its end (or SIGTERM it once ``stop_when(its output)`` holds), sampling CPU."""
+    """Start every ``cmds[i]`` at once (output to ``logs[i]``) and run them all to their end, sampling
+    CPU (part "process": all of them). ``stop_when(a process's output)`` SIGTERMs that process;
+    once one exits non-zero the others are SIGTERMed."""
     trace = CpuTrace()
+    procs: list[subprocess.Popen[bytes]] = []
+    stopping: set[int] = set()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with log.open("wb") as handle:
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(log.open("wb")) for log in logs]
         started = time.monotonic()
-        proc = subprocess.Popen(cmd, env=dict(env), stdout=handle, stderr=subprocess.STDOUT, cwd=cwd)
         deadline = started + timeout_s
-        stopping = False
         try:
-            while proc.poll() is None:
+            for cmd, handle in zip(cmds, handles, strict=True):
+                procs.append(subprocess.Popen(cmd, env=dict(env), stdout=handle, stderr=subprocess.STDOUT, cwd=cwd))
+            while any(proc.poll() is None for proc in procs):
                 if time.monotonic() > deadline:
-                    raise subprocess.TimeoutExpired(cmd, timeout_s)
-                trace.sample({"process": [proc.pid], **others})
-                if stop_when is not None and not stopping and stop_when(log.read_text(errors="replace")):
-                    stopping = True
-                    proc.send_signal(signal.SIGTERM)
+                    raise subprocess.TimeoutExpired(cmds[0], timeout_s)
+                trace.sample({"process": [proc.pid for proc in procs if proc.returncode is None], **others})
+                failed = any(proc.returncode not in (None, 0) for proc in procs)
+                for i, (proc, log) in enumerate(zip(procs, logs, strict=True)):
+                    if proc.returncode is not None or i in stopping:
+                        continue
+                    if failed or (stop_when is not None and stop_when(log.read_text(errors="replace"))):
+                        stopping.add(i)
+                        proc.send_signal(signal.SIGTERM)
                 time.sleep(SAMPLE_INTERVAL_S)
             wall = time.monotonic() - started
             trace.sample(others)
         finally:
-            if proc.poll() is None:
-                kill_tree(proc.pid)
-                proc.wait()
+            for proc in procs:
+                if proc.poll() is None:
+                    kill_tree(proc.pid)
+                    proc.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Ran(proc.returncode, wall, cpu, trace)
+    return Ran([proc.returncode for proc in procs], wall, cpu, trace)
 
 
 def kill_tree(pid: int) -> None:
@@ -467,11 +505,14 @@ class Result:
     cpu_s_per_m: dict[str, float] = field(default_factory=dict)
     """CPU seconds per million records over the steady window, per ``CPU_PARTS``."""
     process_cpu_s_per_m_whole: float = float("nan")
-    """The processing process's CPU start to exit (imports, startup, final commit) per million records."""
+    """The processing process's CPU start to exit (imports, startup, final commit) per million records
+    (an ``-x2`` side: both readers')."""
     check: Check = field(default_factory=Check)
     ok: bool = False
     error: str = ""
     summary_line: str = ""
+    """The readers' last lines ("... records written to ..."), one a line."""
+    processes: int = 1
 
     @property
     def rate(self) -> float:
@@ -485,10 +526,10 @@ class Result:
 
 
 def start_coordinator(
-    source: str, options: Sequence[str], bootstrap: str, log: Path, cwd: Path
+    source: str, parallelism: int, options: Sequence[str], bootstrap: str, log: Path, cwd: Path
 ) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "sluicegate", "coordinator", "--source", source, "--connector", "kafka"]
-    cmd += ["--max-parallelism", "1", *options]
+    cmd += ["--max-parallelism", str(parallelism), *options]
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, PYTHONUNBUFFERED="1")
     with log.open("ab") as handle:
         proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=cwd)
@@ -509,7 +550,8 @@ def run_one(side: str, repetition: int, args: argparse.Namespace, bootstrap: str
     topic = args.faust_topic if faust else args.topic
     run = f"{side}-{repetition}-{uuid.uuid4().hex[:8]}"
     out = f"spbench-out-{run}"
-    res = Result(side, repetition, records)
+    base = one_process_side(side)
+    res = Result(side, repetition, records, processes=reader_count(side))
     coordinator = None
     source = ""
     broker = [pid for pid in [args.broker_pid] if pid is not None]
@@ -519,18 +561,23 @@ def run_one(side: str, repetition: int, args: argparse.Namespace, bootstrap: str
         env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, PYTHONUNBUFFERED="1")
         others: dict[str, list[int]] = {"broker": broker}
         stop_when = None
-        if side in SLUICEGATE_SIDES:
+        if base in SLUICEGATE_SIDES:
             source = f"spbench-{uuid.uuid4().hex[:10]}"
             options = [f"topics={topic}", f"bootstrap_servers={bootstrap}"]
             options += ["starting_offsets=earliest", "stopping_offsets=latest"]
             option_args = [a for o in options for a in ("--option", o)]
-            coordinator = start_coordinator(source, option_args, bootstrap, workdir / f"{run}-coordinator.log", workdir)
+            coordinator_log = workdir / f"{run}-coordinator.log"
+            coordinator = start_coordinator(source, res.processes, option_args, bootstrap, coordinator_log, workdir)
             others["coordinator"] = [coordinator.pid]
-            cmd = [sys.executable, "-m", "sluicegate", "reader", "--source", source, "--subtask", "0"]
-            cmd += ["--connector", "kafka", *option_args, "--output", f"kafka:{out}"]
-            cmd += ["--max-batch", str(args.max_batch), "--checkpoint-interval-ms", str(args.checkpoint_interval_ms)]
-            if side in PROCESS_FUNCTIONS:
-                cmd += ["--process", PROCESS_FUNCTIONS[side]]
+            cmds = []
+            for subtask in range(res.processes):
+                cmd = [sys.executable, "-m", "sluicegate", "reader", "--source", source, "--subtask", str(subtask)]
+                cmd += ["--connector", "kafka", *option_args, "--output", f"kafka:{out}"]
+                cmd += ["--max-batch", str(args.max_batch)]
+                cmd += ["--checkpoint-interval-ms", str(args.checkpoint_interval_ms)]
+                if base in PROCESS_FUNCTIONS:
+                    cmd += ["--process", PROCESS_FUNCTIONS[base]]
+                cmds.append(cmd)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), os.environ.get("PYTHONPATH", "")) if p)
         else:
             spec: dict[str, Any] = {
@@ -545,17 +592,23 @@ def run_one(side: str, repetition: int, args: argparse.Namespace, bootstrap: str
                 "datadir": str(workdir / f"{run}-faust"),
             }
             python = args.quix_python if side == QUIX else sys.executable
-            cmd = [python, __file__, f"--{side}-child", json.dumps(spec)]
+            cmds = [[python, __file__, f"--{side}-child", json.dumps(spec)]]
             if faust:
                 stop_when = _said_done
-        ran = run_process(cmd, env, log, args.timeout, others, workdir, stop_when)
+        logs = [log] if len(cmds) == 1 else [workdir / f"{run}-subtask{i}.log" for i in range(len(cmds))]
+        ran = run_processes(cmds, env, logs, args.timeout, others, workdir, stop_when)
         res.wall_s = ran.wall_s
-        output = log.read_text(errors="replace")
-        res.summary_line = next((line for line in output.splitlines() if " records written to " in line), "")
-        if ran.code != 0 and not (faust and _said_done(output)):
-            tail = "\n".join(output.splitlines()[-30:])
-            res.error = f"exit {ran.code}, {log}:\n{tail}"
-        suffix = b"" if side == "sluicegate-identity" else SUFFIX
+        errors = []
+        last_lines: list[str] = []
+        for code, process_log in zip(ran.codes, logs, strict=True):
+            output = process_log.read_text(errors="replace")
+            last_lines += [line.strip() for line in output.splitlines() if " records written to " in line][:1]
+            if code != 0 and not (faust and _said_done(output)):
+                tail = "\n".join(output.splitlines()[-30:])
+                errors.append(f"exit {code}, {process_log}:\n{tail}")
+        res.summary_line = "\n".join(last_lines)
+        res.error = "\n".join(errors)
+        suffix = b"" if base == "sluicegate-identity" else SUFFIX
         res.check = check_output(bootstrap, out, records, args.value_tail + suffix)
         res.ok = not res.error and res.check.ok(records)
         c = res.check
@@ -593,7 +646,7 @@ def run_line(r: Result) -> str:
         f"  -> {r.side}: {r.rate:,.0f} records/s steady ({r.steady_records:,} records in {r.steady_s:.2f} s), "
         f"wall {r.wall_s:.1f} s; CPU s per M records: {cpu}; whole process {r.process_cpu_s_per_m_whole:.2f}\n"
         f"     check: {r.check.text(r.records)}"
-        + (f"\n     reader: {r.summary_line.strip()}" if r.summary_line else "")
+        + "".join(f"\n     reader: {line}" for line in r.summary_line.splitlines())
     )
 
 
@@ -615,6 +668,8 @@ class Summary:
     cpu_s_per_m: dict[str, float] = field(default_factory=dict)
     own_cpu: float = float("nan")
     whole_process_cpu: float = float("nan")
+    rate_over_one_process: float = float("nan")
+    """An ``-x2`` side: its median rate over its one-process side's (when that one ran too)."""
 
 
 def summaries(results: Sequence[Result], sides: Sequence[str]) -> list[Summary]:
@@ -634,13 +689,19 @@ def summaries(results: Sequence[Result], sides: Sequence[str]) -> list[Summary]:
                 s.own_cpu = statistics.median(r.own_cpu for r in measured)
             s.whole_process_cpu = statistics.median(r.process_cpu_s_per_m_whole for r in good)
         out.append(s)
+    rate_of = {s.side: s.rate for s in out}
+    for s in out:
+        one = rate_of.get(one_process_side(s.side), float("nan"))
+        if s.side in SLUICEGATE_X2_SIDES and one > 0:
+            s.rate_over_one_process = s.rate / one
     return out
 
 
 def report(results: Sequence[Result], summary: Sequence[Summary], args: argparse.Namespace) -> int:
     print(
         f"\n{args.records:,} records of {10 + args.value_bytes} B (key + value) over {args.partitions} partitions, "
-        f"Kafka -> Kafka exactly once, one process a side; {args.repetitions} repetition(s), median (min - max)"
+        f"Kafka -> Kafka exactly once, one process a side (-x2: two readers); "
+        f"{args.repetitions} repetition(s), median (min - max)"
         + (f"; faust on {args.faust_records:,} records" if FAUST in args.sides else "")
     )
     print(
@@ -651,7 +712,7 @@ def report(results: Sequence[Result], summary: Sequence[Summary], args: argparse
     header = (
         f"{'side':<{w}} {'records/s':>10} {'(min - max)':>21} {'wall s':>7} {'N/wall s':>9} "
         f"{'own CPU':>8} {'process':>8} "
-        f"{'coord':>6} {'broker':>7} {'whole':>6} {'x quix':>7} {'CPU x quix':>10}"
+        f"{'coord':>6} {'broker':>7} {'whole':>6} {'x quix':>7} {'CPU x quix':>10} {'x2 / x1':>8}"
     )
     print(header)
     print("-" * len(header))
@@ -664,15 +725,18 @@ def report(results: Sequence[Result], summary: Sequence[Summary], args: argparse
         cpu = s.cpu_s_per_m or dict.fromkeys(CPU_PARTS, float("nan"))
         ratio = f"{s.rate / peer.rate:.2f}x" if peer else "-"
         cpu_ratio = f"{peer.own_cpu / s.own_cpu:.2f}x" if peer and s.own_cpu > 0 else "-"
+        x2 = f"{s.rate_over_one_process:.2f}x" if s.rate_over_one_process == s.rate_over_one_process else "-"
         print(
             f"{s.side:<{w}} {s.rate:>10,.0f} {spread:>21} {s.wall_s:>7.1f} {s.wall_rate:>9,.0f} "
             f"{s.own_cpu:>8.2f} {cpu['process']:>8.2f} "
-            f"{cpu['coordinator']:>6.2f} {cpu['broker']:>7.2f} {s.whole_process_cpu:>6.2f} {ratio:>7} {cpu_ratio:>10}"
+            f"{cpu['coordinator']:>6.2f} {cpu['broker']:>7.2f} {s.whole_process_cpu:>6.2f} "
+            f"{ratio:>7} {cpu_ratio:>10} {x2:>8}"
         )
     print(
         "\nwall s: the processing process, start to exit (N/wall s: the input over it, startup and final commit "
         "included); whole: its CPU start to exit per million records; "
-        "x quix: rate / Quix's rate; CPU x quix: Quix's own CPU / the side's (> 1: the side is better)\n"
+        "x quix: rate / Quix's rate; CPU x quix: Quix's own CPU / the side's (> 1: the side is better); "
+        "x2 / x1: an -x2 side's rate (two readers: process and whole are their sums) / its one-process side's\n"
     )
     ok = True
     for r in results:
@@ -776,7 +840,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sides",
         default=",".join(DEFAULT_SIDES),
-        help=f"comma-separated subset of {', '.join(ALL_SIDES)} (faust only when named)",
+        help=f"comma-separated subset of {', '.join(ALL_SIDES)} (faust and the -x2 sides only when named)",
     )
     parser.add_argument("--faust-records", type=int, default=20_000, help="the faust side's input (its own topic)")
     parser.add_argument("--max-batch", type=int, default=10_000, help="the sluicegate readers' --max-batch")
@@ -829,8 +893,8 @@ def main() -> int:
         return quix_child(spec) if sys.argv[1] == "--quix-child" else faust_child(spec)
     args = parse_args()
     sys.path.insert(0, str(BENCH_DIR))
-    from kafka_clients import bench_broker, default_topic, fill_topic, filler
-    from kafka_source import listening_pid
+    from kafka_clients import bench_broker, default_topic, fill_topic, filler  # type: ignore[import-not-found, unused-ignore]
+    from kafka_source import listening_pid  # type: ignore[import-not-found, unused-ignore]
 
     args.topic = default_topic(args.records, args.partitions, args.value_bytes)
     args.faust_topic = default_topic(args.faust_records, args.partitions, args.value_bytes)
