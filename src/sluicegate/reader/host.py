@@ -65,11 +65,11 @@ from sluicegate.reader.metrics import ReaderMetrics, ReaderSnapshot
 from sluicegate.reader.output import Output, OutputSpec, open_output
 from sluicegate.reader.processing import (
     DEAD_LETTER_KIND,
-    PROCESS_SETTING,
     RETRIES_SETTING,
     ErrorHandling,
     ErrorPolicy,
     Failure,
+    check_output_takes_a_function,
     load_function,
     processor_for,
 )
@@ -163,8 +163,8 @@ class ReaderSettings:
             raise ConfigError("--connector", "must name a connector")
         ErrorPolicy.parse(self.on_process_error)
         checked_int(RETRIES_SETTING, self.process_retries, 0)
-        if self.process is not None and not self.output.records:
-            raise ConfigError(PROCESS_SETTING, "writes records: it cannot be used with --output-format envelope")
+        if self.process is not None:
+            check_output_takes_a_function(self.output)
 
     @property
     def error_handling(self) -> ErrorHandling:
@@ -213,8 +213,8 @@ class ReaderHost:
     ) -> None:
         """``process``: the user's function (overrides ``settings.process``)."""
         self.settings = settings
-        if process is not None and not settings.output.records:
-            raise ConfigError(PROCESS_SETTING, "writes records: it cannot be used with --output-format envelope")
+        if process is not None:
+            check_output_takes_a_function(settings.output)
         function = process if process is not None else (load_function(settings.process) if settings.process else None)
         self.processor = processor_for(function, settings.error_handling)
         self._failed_records: list[DeadLetter] = []

@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.options import choice_option
+from sluicegate.reader.output import OutputSpec
 from sluicegate.reader.records import Message, messages, messages_batch, output_batch
 
 log = logging.getLogger("sluicegate.reader")
@@ -259,6 +260,13 @@ def load_function(spec: str) -> Callable[..., Any]:
     if not callable(target):
         raise ConfigError(PROCESS_SETTING, f"{spec} is a {type(target).__name__}, not a function")
     return typing.cast(Callable[..., Any], target)
+
+
+def check_output_takes_a_function(output: OutputSpec) -> None:
+    """A function's result is records: the JSON envelope (of what a connector read) has no
+    place for them."""
+    if not output.records:
+        raise ConfigError(PROCESS_SETTING, "writes records: it cannot be used with --output-format envelope")
 
 
 def processor_for(fn: Callable[..., Any] | None, errors: ErrorHandling | None = None) -> Processor:
