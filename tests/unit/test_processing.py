@@ -291,10 +291,10 @@ def test_a_function_with_the_envelope_format_is_refused_by_name() -> None:
     from sluicegate.reader.output import OutputSpec
 
     envelope = OutputSpec.parse("kafka:out", "envelope")
-    with pytest.raises(ConfigError, match="--process.*--output-format envelope"):
+    with pytest.raises(ConfigError, match=r"--process.*--output-format envelope"):
         ReaderSettings("orders", 0, "sequence", envelope, "k:9092", process="json:dumps")
     settings = ReaderSettings("orders", 0, "sequence", envelope, "k:9092", options={"splits": "4"})
-    with pytest.raises(ConfigError, match="--process.*--output-format envelope"):
+    with pytest.raises(ConfigError, match=r"--process.*--output-format envelope"):
         ReaderHost(settings, process=record_fn)
     with pytest.raises(ConfigError, match="--on-process-error"):
         ReaderSettings("orders", 0, "sequence", OutputSpec.parse("kafka:out"), "k:9092", on_process_error="ignore")

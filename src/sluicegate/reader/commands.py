@@ -36,7 +36,8 @@ def reader_command(
         str,
         typer.Option(
             "--output",
-            help="kafka:TOPIC (exactly-once, the topic must exist) or jsonl:PATH (at-least-once).",
+            help="kafka:TOPIC (exactly-once, the topic must exist), parquet:DIR (exactly-once: files appear "
+            "with their checkpoint) or jsonl:PATH (at-least-once).",
         ),
     ],
     output_format: Annotated[

@@ -369,8 +369,9 @@ class ReaderHost:
             split_idle_timeout_ms=s.split_idle_timeout_ms,
             definition=SourceDefinition.of(s.connector, s.options, type(self.source)),
         )
-        self._output = open_output(s.output, lambda: self._txn_.producer)
+        self._output = open_output(s.output, lambda: self._txn_.producer, self.subtask)
         await self._output.open()
+        await self._output.recover(restored.output_files if restored is not None else ())
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="reader-heartbeat"))
 
     async def _wait_for_output_topic(self, topic: str) -> None:
@@ -644,7 +645,7 @@ class ReaderHost:
                 [
                     *([self._control_record(finished)] if finished is not None else []),
                     *(self._dead_letter_record(letter) for letter in self._failed_records),
-                    self._state_record(plan.checkpoint),
+                    self._state_record(dataclasses.replace(plan.checkpoint, output_files=output.staged())),
                     self._control_record(plan.ack()),
                 ]
             )

@@ -43,14 +43,15 @@ OUTPUT_SETTING = "--output"
 
 FORMAT_SETTING = "--output-format"
 FORMATS = ("record", "envelope")
-DEFAULT_FORMAT = {"kafka": "record", "jsonl": "envelope"}
+DEFAULT_FORMAT = {"kafka": "record", "jsonl": "envelope", "parquet": "record"}
+KINDS = "kafka:TOPIC, jsonl:PATH or parquet:DIR"
 
 
 @dataclass(frozen=True)
 class OutputSpec:
-    kind: Literal["kafka", "jsonl"]
+    kind: Literal["kafka", "jsonl", "parquet"]
     target: str
-    """The topic (kafka) or the file path (jsonl)."""
+    """The topic (kafka), the file path (jsonl) or the directory (parquet)."""
     format: str = ""
     """``record`` or ``envelope``; empty: the kind's default."""
 
@@ -59,6 +60,8 @@ class OutputSpec:
             object.__setattr__(self, "format", DEFAULT_FORMAT[self.kind])
         elif self.format not in FORMATS:
             raise ConfigError(FORMAT_SETTING, f"must be record or envelope, got {self.format!r}")
+        if self.kind == "parquet" and self.format != "record":
+            raise ConfigError(FORMAT_SETTING, "parquet:DIR writes records (key, value, headers, timestamp) only")
 
     @property
     def records(self) -> bool:
@@ -71,14 +74,26 @@ class OutputSpec:
         kind = kind.strip().lower()
         target = target.strip()
         chosen = (output_format or "").strip().lower()
-        if not sep or kind not in ("kafka", "jsonl"):
-            raise ConfigError(OUTPUT_SETTING, f"expected kafka:TOPIC or jsonl:PATH, got {text!r}")
+        if not sep or kind not in ("kafka", "jsonl", "parquet"):
+            raise ConfigError(OUTPUT_SETTING, f"expected {KINDS}, got {text!r}")
         if not target:
-            raise ConfigError(OUTPUT_SETTING, f"{kind}: needs a {'topic' if kind == 'kafka' else 'path'}")
+            what = {"kafka": "topic", "jsonl": "path", "parquet": "directory"}[kind]
+            raise ConfigError(OUTPUT_SETTING, f"{kind}: needs a {what}")
         if kind == "kafka":
             if len(target) > 249 or not all(c.isalnum() or c in "._-" for c in target):
                 raise ConfigError(OUTPUT_SETTING, f"{target!r} is not a valid Kafka topic name")
             return cls("kafka", target, chosen)
+        if kind == "parquet":
+            if "://" in target:
+                raise ConfigError(OUTPUT_SETTING, "parquet: needs a local directory (a file's rename is the commit)")
+            directory = Path(target).expanduser().resolve()
+            if directory.exists() and not directory.is_dir():
+                raise ConfigError(OUTPUT_SETTING, f"{str(directory)!r} is not a directory")
+            if not directory.parent.is_dir():
+                raise ConfigError(
+                    OUTPUT_SETTING, f"the directory {str(directory.parent)!r} of {target!r} does not exist"
+                )
+            return cls("parquet", str(directory), chosen)
         parent = Path(target).expanduser().resolve().parent
         if not parent.is_dir():
             raise ConfigError(OUTPUT_SETTING, f"the directory {str(parent)!r} of {target!r} does not exist")
@@ -125,6 +140,14 @@ class Output(ABC):
     @abstractmethod
     async def flush(self) -> None:
         """Make everything written so far durable (or part of the open transaction)."""
+
+    def staged(self) -> tuple[str, ...]:
+        """Names to keep in the checkpoint that ``flush`` prepared: an output whose commit
+        follows the transaction's (parquet) finishes it from them after a crash."""
+        return ()
+
+    async def recover(self, staged: tuple[str, ...]) -> None:  # noqa: B027 - optional
+        """At start, with the restored checkpoint's ``staged`` names."""
 
     def committed(self) -> None:
         self.records_written += self.records_pending
@@ -282,7 +305,11 @@ async def gather_all(futures: Sequence[asyncio.Future[Any]]) -> None:
             raise result
 
 
-def open_output(spec: OutputSpec, producer: Callable[[], Any]) -> Output:
+def open_output(spec: OutputSpec, producer: Callable[[], Any], subtask: int) -> Output:
     if spec.kind == "kafka":
         return KafkaOutput(spec.target, producer)
+    if spec.kind == "parquet":
+        from sluicegate.reader.parquet_output import ParquetOutput
+
+        return ParquetOutput(spec.target, subtask)
     return JsonlOutput(spec.target)

@@ -38,6 +38,9 @@ class ReaderCheckpoint:
     """The attempt that wrote this checkpoint (informational)."""
     no_more_splits: bool = False
     """Whether NoMoreSplits was applied (informational: a new attempt waits for a new one)."""
+    output_files: tuple[str, ...] = ()
+    """Files a ``parquet:`` output staged for this checkpoint: committed with it, made
+    visible just after; a reader restored from it finishes that (reader/output.py)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +53,7 @@ class ReaderCheckpoint:
             "epoch": self.epoch,
             "attempt": self.attempt,
             "no_more_splits": self.no_more_splits,
+            **({"output_files": list(self.output_files)} if self.output_files else {}),
         }
 
     def encode(self) -> bytes:
@@ -76,6 +80,7 @@ class ReaderCheckpoint:
                 epoch=_int(data, "epoch"),
                 attempt=None if data.get("attempt") is None else _int(data, "attempt"),
                 no_more_splits=bool(data.get("no_more_splits", False)),
+                output_files=_names(data.get("output_files", [])),
             )
         except KeyError as exc:
             raise StateRecordError(f"reader-state record has no {exc.args[0]!r}") from None
@@ -95,3 +100,9 @@ def _int(data: dict[str, Any], key: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise StateRecordError(f"{key!r} must be an integer, got {value!r}")
     return value
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise StateRecordError(f"'output_files' must be a list of file names, got {value!r}")
+    return tuple(value)
