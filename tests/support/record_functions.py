@@ -3,7 +3,10 @@ tests/support is on their PYTHONPATH)."""
 
 from __future__ import annotations
 
+import time
+
 import orjson
+import pyarrow as pa
 
 from sluicegate.reader.records import Message
 
@@ -27,3 +30,9 @@ def as_envelope(record: Message) -> Message:
         "event_time_ms": record.timestamp_ms,
     }
     return record.replace(value=orjson.dumps(row))
+
+
+def slowly(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Each batch unchanged, 50 ms later: a reader that a test can kill while it runs."""
+    time.sleep(0.05)
+    return batch
