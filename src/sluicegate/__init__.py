@@ -2,7 +2,8 @@
 
 ``sluicegate.run_reader`` runs a standalone reader with your function
 (reader/program.py); ``sluicegate.Message`` is the record a per-record function gets
-and returns (reader/records.py). Both are imported on first use, so that
+and returns (reader/records.py); ``sluicegate.Sink`` the base of an output of your own
+(reader/output.py). They are imported on first use, so that
 ``import sluicegate`` stays light.
 """
 
@@ -20,4 +21,8 @@ def __getattr__(name: str) -> Any:
         from sluicegate.reader.records import Message
 
         return Message
+    if name == "Sink":
+        from sluicegate.reader.output import Sink
+
+        return Sink
     raise AttributeError(f"module 'sluicegate' has no attribute {name!r}")

@@ -49,3 +49,23 @@ def test_a_killed_reader_leaves_each_record_in_dir_once(
     assert Counter(stamps) == Counter(rows)
     assert not list((out / "_pending").glob("part-00000-*")), "a pending file was left behind"
     audit_ok(kafka_bootstrap, unique_source)
+
+
+def test_a_sink_of_the_users_own_gets_every_record(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
+) -> None:
+    """``--output sink:record_functions:ValuesFile``: the user's class, made by the reader
+    process for its subtask, is handed every record and flushed at the checkpoints."""
+    data = f"{unique_source}.in"
+    create_topic(kafka_bootstrap, data, PARTITIONS)
+    rows = produce_orders(kafka_bootstrap, data, bad=False)
+    options = kafka_options(kafka_bootstrap, topics=data, stopping_offsets="latest")
+    procs.start("coordinator", coordinator_args(unique_source, 1, options)).wait_for_log("is serving", timeout_s=90)
+    args = [
+        *("reader", "--source", unique_source, "--subtask", "0", "--connector", "kafka"),
+        *("--output", "sink:record_functions:ValuesFile", *option_args(options)),
+    ]
+    pythonpath = os.pathsep.join(p for p in (str(SUPPORT_DIR), os.environ.get("PYTHONPATH", "")) if p)
+    reader = procs.start("reader", args, env={"PYTHONPATH": pythonpath, "SLUICEGATE_TEST_SINK_DIR": str(tmp_path)})
+    assert reader.wait(120) == 0, reader.tail()
+    assert Counter((tmp_path / "values-0.txt").read_bytes().splitlines()) == Counter(v for _, v, _, _ in rows)

@@ -3,11 +3,14 @@ tests/support is on their PYTHONPATH)."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import orjson
 import pyarrow as pa
 
+from sluicegate.reader.output import Sink
 from sluicegate.reader.records import Message
 
 
@@ -36,3 +39,26 @@ def slowly(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Each batch unchanged, 50 ms later: a reader that a test can kill while it runs."""
     time.sleep(0.05)
     return batch
+
+
+class ValuesFile(Sink):
+    """A user's sink: each record's value on a line of ``values-<subtask>.txt`` in
+    ``$SLUICEGATE_TEST_SINK_DIR``, appended at each checkpoint (at-least-once)."""
+
+    def __init__(self, subtask: int) -> None:
+        super().__init__()
+        self.path = Path(os.environ["SLUICEGATE_TEST_SINK_DIR"]) / f"values-{subtask}.txt"
+        self.lines: list[bytes] = []
+
+    async def write_batch(self, batch: pa.RecordBatch) -> None:
+        self.lines += [v or b"" for v in batch.column("value").to_pylist()]
+        self.records_pending += batch.num_rows
+
+    async def flush(self) -> None:
+        with self.path.open("ab") as handle:
+            handle.write(b"".join(line + b"\n" for line in self.lines))
+        self.lines = []
+
+
+def not_a_sink(subtask: int) -> object:
+    return object()

@@ -110,3 +110,26 @@ def test_the_spec_is_checked(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="is not a directory"):
         OutputSpec.parse(f"parquet:{tmp_path}/file")
+
+
+def test_a_sink_of_the_users_own_is_made_per_subtask_and_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from record_functions import ValuesFile
+
+    monkeypatch.setenv("SLUICEGATE_TEST_SINK_DIR", str(tmp_path))
+    spec = OutputSpec.parse("sink:record_functions:ValuesFile")
+    sink = open_output(spec, lambda: None, 2)
+    assert isinstance(sink, ValuesFile) and not sink.exactly_once
+    asyncio.run(sink.write_batch(batch([b"a", b"b"])))
+    asyncio.run(sink.flush())
+    sink.committed()
+    assert (tmp_path / "values-2.txt").read_bytes() == b"a\nb\n" and sink.records_written == 2
+    with pytest.raises(TypeError, match="not the JSON envelope"):
+        asyncio.run(sink.write(2, []))
+    with pytest.raises(ConfigError, match=r"returned a object, not a sluicegate\.Sink"):
+        open_output(OutputSpec.parse("sink:record_functions:not_a_sink"), lambda: None, 0)
+    with pytest.raises(ConfigError, match=r"--output.*cannot import 'no_such_sink_module'"):
+        open_output(OutputSpec.parse("sink:no_such_sink_module:Make"), lambda: None, 0)
+    with pytest.raises(ConfigError, match="--output-format"):
+        OutputSpec.parse("sink:record_functions:ValuesFile", "envelope")

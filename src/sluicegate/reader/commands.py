@@ -37,7 +37,7 @@ def reader_command(
         typer.Option(
             "--output",
             help="kafka:TOPIC (exactly-once, the topic must exist), parquet:DIR (exactly-once: files appear "
-            "with their checkpoint) or jsonl:PATH (at-least-once).",
+            "with their checkpoint), jsonl:PATH (at-least-once) or sink:MODULE:FACTORY (your sluicegate.Sink).",
         ),
     ],
     output_format: Annotated[

@@ -62,7 +62,7 @@ from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
 from sluicegate.reader.checkpoint_txn import CheckpointTxn, ReaderTakenOver, TxnRecord, TxnState
 from sluicegate.reader.metrics import ReaderMetrics, ReaderSnapshot
-from sluicegate.reader.output import Output, OutputSpec, open_output
+from sluicegate.reader.output import OUTPUT_SETTING, Output, OutputSpec, open_output
 from sluicegate.reader.processing import (
     DEAD_LETTER_KIND,
     RETRIES_SETTING,
@@ -77,6 +77,7 @@ from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, Reader
 from sluicegate.reader.slot_claim import NoFreeSlot, claim_slot
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
 from sluicegate.reader.timing import CLI_NAMES, KAFKA_WAIT_S, TOPIC_WAIT_S, ReaderTiming
+from sluicegate.reader.user_code import load_callable
 
 log = logging.getLogger("sluicegate.reader")
 
@@ -215,6 +216,8 @@ class ReaderHost:
         self.settings = settings
         if process is not None:
             check_output_takes_a_function(settings.output)
+        if settings.output.kind == "sink":
+            load_callable(settings.output.target, OUTPUT_SETTING, "sink factory")  # a bad name fails now
         function = process if process is not None else (load_function(settings.process) if settings.process else None)
         self.processor = processor_for(function, settings.error_handling)
         self._failed_records: list[DeadLetter] = []

@@ -37,21 +37,24 @@ from sluicegate.api.bytes_json import header_value, put_bytes
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.reader import Record
 from sluicegate.kafka.partitioner import key_partitions
+from sluicegate.reader.user_code import load_callable
 
 OUTPUT_SETTING = "--output"
 
 
 FORMAT_SETTING = "--output-format"
 FORMATS = ("record", "envelope")
-DEFAULT_FORMAT = {"kafka": "record", "jsonl": "envelope", "parquet": "record"}
-KINDS = "kafka:TOPIC, jsonl:PATH or parquet:DIR"
+DEFAULT_FORMAT = {"kafka": "record", "jsonl": "envelope", "parquet": "record", "sink": "record"}
+KINDS = "kafka:TOPIC, jsonl:PATH, parquet:DIR or sink:MODULE:FACTORY"
+RECORDS_ONLY = ("parquet", "sink")
 
 
 @dataclass(frozen=True)
 class OutputSpec:
-    kind: Literal["kafka", "jsonl", "parquet"]
+    kind: Literal["kafka", "jsonl", "parquet", "sink"]
     target: str
-    """The topic (kafka), the file path (jsonl) or the directory (parquet)."""
+    """The topic (kafka), the file path (jsonl), the directory (parquet) or the user's
+    ``module:factory`` (sink)."""
     format: str = ""
     """``record`` or ``envelope``; empty: the kind's default."""
 
@@ -60,8 +63,8 @@ class OutputSpec:
             object.__setattr__(self, "format", DEFAULT_FORMAT[self.kind])
         elif self.format not in FORMATS:
             raise ConfigError(FORMAT_SETTING, f"must be record or envelope, got {self.format!r}")
-        if self.kind == "parquet" and self.format != "record":
-            raise ConfigError(FORMAT_SETTING, "parquet:DIR writes records (key, value, headers, timestamp) only")
+        if self.kind in RECORDS_ONLY and self.format != "record":
+            raise ConfigError(FORMAT_SETTING, f"{self.kind}: writes records (key, value, headers, timestamp) only")
 
     @property
     def records(self) -> bool:
@@ -74,11 +77,13 @@ class OutputSpec:
         kind = kind.strip().lower()
         target = target.strip()
         chosen = (output_format or "").strip().lower()
-        if not sep or kind not in ("kafka", "jsonl", "parquet"):
+        if not sep or kind not in DEFAULT_FORMAT:
             raise ConfigError(OUTPUT_SETTING, f"expected {KINDS}, got {text!r}")
         if not target:
-            what = {"kafka": "topic", "jsonl": "path", "parquet": "directory"}[kind]
+            what = {"kafka": "topic", "jsonl": "path", "parquet": "directory", "sink": "module:factory"}[kind]
             raise ConfigError(OUTPUT_SETTING, f"{kind}: needs a {what}")
+        if kind == "sink":
+            return cls("sink", target, chosen)
         if kind == "kafka":
             if len(target) > 249 or not all(c.isalnum() or c in "._-" for c in target):
                 raise ConfigError(OUTPUT_SETTING, f"{target!r} is not a valid Kafka topic name")
@@ -162,6 +167,28 @@ class Output(ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional
         """Release resources."""
+
+
+class Sink(Output):
+    """An output of the user's own: ``--output sink:module:factory`` where ``factory(subtask)``
+    returns one (``sluicegate.Sink``). The host calls, from its loop:
+
+    - ``open()`` once, then ``write_batch(batch)`` with records in ``records.OUTPUT_SCHEMA``
+      (key, value, headers, timestamp) as they are read and processed;
+    - ``flush()`` before each checkpoint commits: make everything written so far durable;
+    - ``committed()`` once that checkpoint committed, or ``discarded()`` when it did not
+      (the records since the last checkpoint will be read and written again);
+    - ``close()`` at the end.
+
+    As it is (``exactly_once = False``), a crash writes the records since the last checkpoint
+    again: at-least-once, as ``jsonl:``. For exactly-once, set ``exactly_once = True``, stage
+    in ``flush``, return what was staged from ``staged()`` (kept in the checkpoint), make it
+    visible in ``committed()`` and finish it in ``recover(staged)`` after a crash, as
+    ``parquet:`` does (reader/parquet_output.py). Call ``super()`` in ``committed`` and
+    ``discarded``: they keep the counts."""
+
+    async def write(self, subtask: int, records: Sequence[Record]) -> None:
+        raise TypeError("a sink writes records, not the JSON envelope")
 
 
 class JsonlOutput(Output):
@@ -312,4 +339,15 @@ def open_output(spec: OutputSpec, producer: Callable[[], Any], subtask: int) -> 
         from sluicegate.reader.parquet_output import ParquetOutput
 
         return ParquetOutput(spec.target, subtask)
+    if spec.kind == "sink":
+        return user_sink(spec.target, subtask)
     return JsonlOutput(spec.target)
+
+
+def user_sink(target: str, subtask: int) -> Output:
+    """``factory(subtask)`` of ``--output sink:module:factory``, checked to be an Output."""
+    factory = load_callable(target, OUTPUT_SETTING, "sink factory")
+    sink = factory(subtask)
+    if not isinstance(sink, Output):
+        raise ConfigError(OUTPUT_SETTING, f"sink:{target} returned a {type(sink).__name__}, not a sluicegate.Sink")
+    return sink

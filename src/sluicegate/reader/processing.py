@@ -27,7 +27,6 @@ at a time.
 from __future__ import annotations
 
 import enum
-import importlib
 import inspect
 import logging
 import time
@@ -44,6 +43,7 @@ from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.options import choice_option
 from sluicegate.reader.output import OutputSpec
 from sluicegate.reader.records import Message, messages, messages_batch, output_batch
+from sluicegate.reader.user_code import load_callable
 
 log = logging.getLogger("sluicegate.reader")
 
@@ -239,27 +239,8 @@ def is_batch_function(fn: Callable[..., Any]) -> bool:
 
 
 def load_function(spec: str) -> Callable[..., Any]:
-    """``module:function`` (``module.sub:obj.method`` too), imported from the current
-    directory and the Python path."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name.strip() or not attr.strip():
-        raise ConfigError(PROCESS_SETTING, f"expected module:function, got {spec!r}")
-    import sys
-
-    if "" not in sys.path:
-        sys.path.insert(0, "")  # the user's module next to where the reader was started
-    try:
-        target: Any = importlib.import_module(module_name.strip())
-    except ImportError as exc:
-        raise ConfigError(PROCESS_SETTING, f"cannot import {module_name!r}: {exc}") from None
-    for part in attr.strip().split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise ConfigError(PROCESS_SETTING, f"{module_name} has no {attr!r}") from None
-    if not callable(target):
-        raise ConfigError(PROCESS_SETTING, f"{spec} is a {type(target).__name__}, not a function")
-    return typing.cast(Callable[..., Any], target)
+    """The user's function named by ``--process`` (``module:function``)."""
+    return load_callable(spec, PROCESS_SETTING, "function")
 
 
 def check_output_takes_a_function(output: OutputSpec) -> None:
