@@ -36,6 +36,7 @@ def test_a_killed_reader_leaves_each_record_in_dir_once(
     first = procs.start("reader-0", args, env=env)
     first.wait_for_log("checkpoint 3:", timeout_s=60)  # files published, more on the way
     first.kill()
+    assert first.wait(10) == -9, "the first reader had finished before the kill: nothing was tested"
     assert list(out.glob("part-*.parquet")), "the first reader published nothing before it was killed"
     second = procs.start("reader-1", args, env=env)
     assert second.wait(120) == 0, second.tail()
