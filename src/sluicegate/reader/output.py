@@ -23,6 +23,7 @@ What is written (``--output-format``):
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -40,6 +41,8 @@ from sluicegate.kafka.partitioner import key_partitions
 from sluicegate.reader.user_code import load_callable
 
 OUTPUT_SETTING = "--output"
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+MILLISECOND = datetime.timedelta(milliseconds=1)
 
 
 FORMAT_SETTING = "--output-format"
@@ -313,7 +316,7 @@ def _message_json(row: dict[str, Any]) -> bytes:
     headers = row["headers"]
     out["headers"] = None if headers is None else [[h["key"], header_value(h["value"])] for h in headers]
     stamp = row["timestamp"]
-    out["timestamp"] = None if stamp is None else int(stamp.timestamp() * 1000)
+    out["timestamp"] = None if stamp is None else (stamp - EPOCH) // MILLISECOND  # exact, no float
     return orjson.dumps(out)
 
 
