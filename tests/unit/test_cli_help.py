@@ -76,3 +76,15 @@ def test_a_misspelled_option_fails_naming_it_and_the_closest_known_one() -> None
     assert result.exit_code == 2
     said = " ".join(result.output.split())
     assert "No such option: --kafka-wait" in said and "--kafka-wait-s" in said, said
+
+
+def test_a_misspelled_processing_option_of_the_reader_names_the_right_one() -> None:
+    args = ["reader", "--source", "s", "--subtask", "0", "--connector", "sequence", "--output", "kafka:x"]
+    result = CliRunner().invoke(app, [*args, "--on-proces-error", "skip"])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "No such option: --on-proces-error" in said and "--on-process-error" in said, said
+    result = CliRunner().invoke(app, [*args, "--output-format", "envelop"])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "--output-format" in said and "must be record or envelope, got 'envelop'" in said, said

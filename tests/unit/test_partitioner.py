@@ -8,16 +8,10 @@ from aiokafka.partitioner import murmur2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate.kafka.partitioner import native_key_partitions, python_key_partitions
+from sluicegate.kafka.partitioner import key_partitions, native_key_partitions, python_key_partitions
 
-PATHS = [python_key_partitions]
-try:
-    import sluicegate_native
-
-    if hasattr(sluicegate_native, "key_partitions"):
-        PATHS.append(native_key_partitions)
-except ImportError:
-    pass
+PATHS = [python_key_partitions, *([native_key_partitions] if key_partitions is native_key_partitions else [])]
+"""The paths this machine has: python always, native where it is built (and then chosen)."""
 
 
 JAVA_MURMUR2 = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536}

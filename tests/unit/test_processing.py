@@ -298,3 +298,59 @@ def test_a_function_with_the_envelope_format_is_refused_by_name() -> None:
         ReaderHost(settings, process=record_fn)
     with pytest.raises(ConfigError, match="--on-process-error"):
         ReaderSettings("orders", 0, "sequence", OutputSpec.parse("kafka:out"), "k:9092", on_process_error="ignore")
+
+
+def test_kafka_writes_records_in_batches_partitioned_by_key() -> None:
+    """Through aiokafka's own batch builder (its Cython one is strict about types), read
+    back: each record whole in the partition Kafka's partitioner gives its key; keyless
+    records of one batch together in one partition."""
+    import asyncio
+
+    from aiokafka.partitioner import murmur2
+    from aiokafka.producer.message_accumulator import BatchBuilder
+    from aiokafka.record.memory_records import MemoryRecords
+
+    from sluicegate.reader.output import KafkaOutput
+
+    sent: list[tuple[int, Any]] = []
+
+    class Producer:
+        async def partitions_for(self, topic: str) -> set[int]:
+            return set(range(4))
+
+        def create_batch(self) -> BatchBuilder:
+            return BatchBuilder(512 * 1024, 0, is_transactional=True)
+
+        async def send_batch(self, builder: BatchBuilder, topic: str, partition: int) -> asyncio.Future[None]:
+            sent.append((partition, builder))
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            future.set_result(None)
+            return future
+
+    async def write() -> None:
+        out = KafkaOutput("out", lambda: Producer())
+        await out.write_batch(Identity().apply(kafka_batch([b"v%d" % i for i in range(9)])).batch)
+        await out.flush()
+
+    asyncio.run(write())
+    written = []
+    for partition, builder in sent:
+        batch = MemoryRecords(bytes(builder._build())).next_batch()
+        written += [(partition, r.key, r.value, tuple(r.headers), r.timestamp) for r in batch]
+    assert sorted(w[2] for w in written) == [b"v%d" % i for i in range(9)]
+    for partition, key, value, headers, timestamp in written:
+        i = int(value[1:])
+        assert timestamp == 1_700_000_000_000 + i
+        assert headers == ((("trace", f"t{i}".encode()),) if i % 3 else ())
+        if key is not None:
+            assert partition == (murmur2(key) & 0x7FFFFFFF) % 4
+    assert len({p for p, key, *_ in written if key is None}) == 1
+
+
+def test_a_misspelled_run_reader_setting_fails_naming_the_closest() -> None:
+    import sluicegate
+
+    with pytest.raises(ConfigError) as refused:
+        sluicegate.run_reader(source="orders", connector="sequence", output="kafka:out", checkpoint_interval_msec=500)
+    text = str(refused.value)
+    assert "checkpoint_interval_msec" in text and "did you mean 'checkpoint_interval_ms'?" in text

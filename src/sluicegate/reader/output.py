@@ -23,7 +23,6 @@ What is written (``--output-format``):
 from __future__ import annotations
 
 import asyncio
-import datetime
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -38,11 +37,10 @@ from sluicegate.api.bytes_json import header_value, put_bytes
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.reader import Record
 from sluicegate.kafka.partitioner import key_partitions
+from sluicegate.reader.records import Message, header_pairs, messages
 from sluicegate.reader.user_code import load_callable
 
 OUTPUT_SETTING = "--output"
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-MILLISECOND = datetime.timedelta(milliseconds=1)
 
 
 FORMAT_SETTING = "--output-format"
@@ -221,7 +219,7 @@ class JsonlOutput(Output):
         if self._file is None:
             await self.open()
         assert self._file is not None
-        self._file.write(b"".join(_message_json(row) + b"\n" for row in batch.to_pylist()))
+        self._file.write(b"".join(_message_json(m) + b"\n" for m in messages(batch)))
         self.records_pending += batch.num_rows
 
     async def flush(self) -> None:
@@ -271,24 +269,23 @@ class KafkaOutput(Output):
         builders: dict[int, Any] = {}
         keys = batch.column("key")
         columns = zip(
-            key_partitions(keys, len(partitions)) if keys.null_count < len(keys) else [None] * len(keys),
+            key_partitions(keys, len(partitions)),
             keys.to_pylist(),
             batch.column("value").to_pylist(),
-            batch.column("headers").to_pylist(),
+            header_pairs(batch, batch.num_rows),
             batch.column("timestamp").cast(pa.int64()).to_pylist(),
             strict=True,
         )
-        for index, key, value, headers, stamp in columns:
+        for index, key, value, kafka_headers, stamp in columns:
             partition = keyless if index is None else partitions[index]
             builder = builders.get(partition)
             if builder is None:
                 builder = builders[partition] = producer.create_batch()
             timestamp = None if stamp is None else stamp // 1000
-            kafka_headers = [(h["key"], h["value"]) for h in headers] if headers else []
-            if builder.append(key=key, value=value, timestamp=timestamp, headers=kafka_headers) is None:
+            if builder.append(key=key, value=value, timestamp=timestamp, headers=list(kafka_headers)) is None:
                 await self._send(producer, builder, partition)
                 builder = builders[partition] = producer.create_batch()
-                if builder.append(key=key, value=value, timestamp=timestamp, headers=kafka_headers) is None:
+                if builder.append(key=key, value=value, timestamp=timestamp, headers=list(kafka_headers)) is None:
                     raise ValueError(f"a record of {len(value or b'')} bytes is larger than the producer's batch")
         for partition, builder in builders.items():
             await self._send(producer, builder, partition)
@@ -309,14 +306,12 @@ class KafkaOutput(Output):
         super().discarded()
 
 
-def _message_json(row: dict[str, Any]) -> bytes:
+def _message_json(message: Message) -> bytes:
     out: dict[str, Any] = {}
-    put_bytes(out, "key", row["key"])
-    put_bytes(out, "value", row["value"])
-    headers = row["headers"]
-    out["headers"] = None if headers is None else [[h["key"], header_value(h["value"])] for h in headers]
-    stamp = row["timestamp"]
-    out["timestamp"] = None if stamp is None else (stamp - EPOCH) // MILLISECOND  # exact, no float
+    put_bytes(out, "key", message.key)
+    put_bytes(out, "value", message.value)
+    out["headers"] = [[name, header_value(value)] for name, value in message.headers] or None
+    out["timestamp"] = message.timestamp_ms
     return orjson.dumps(out)
 
 

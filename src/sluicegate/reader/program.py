@@ -21,12 +21,15 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sluicegate.api.errors import ConfigError
+from sluicegate.api.options import unknown_option
 from sluicegate.reader.commands import run_host, setup_logging
 from sluicegate.reader.host import ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
 
 SETTINGS = frozenset(f.name for f in dataclasses.fields(ReaderSettings))
+"""What ``**settings`` may hold."""
+KNOWN = SETTINGS | {"process", "output_format", "log_level"}
+"""Every keyword of ``run_reader``: what an unknown one is compared with."""
 
 
 def run_reader(
@@ -49,11 +52,11 @@ def run_reader(
     ``subtask`` None takes a free one from the coordinator (``--subtask auto``);
     ``bootstrap_servers`` defaults to ``$KAFKA_BOOTSTRAP_SERVERS``; any other keyword is
     a ``ReaderSettings`` field (``checkpoint_interval_ms``, ``on_process_error``, ...).
-    Raises ConfigError for a setting that is wrong or unknown.
+    Raises ConfigError for a setting that is wrong or unknown (naming the closest known one).
     """
     unknown = sorted(set(settings) - SETTINGS)
     if unknown:
-        raise ConfigError(unknown[0], f"is not a reader setting (they are: {', '.join(sorted(SETTINGS))})")
+        raise unknown_option(unknown[0], KNOWN, "sluicegate.run_reader")
     reader_settings = ReaderSettings(
         source=source,
         subtask=subtask,

@@ -117,7 +117,7 @@ def messages(batch: pa.RecordBatch) -> list[Message]:
         for value, key, headers, stamp, topic, partition, offset in zip(
             column("value"),
             column("key"),
-            _headers(batch, n),
+            header_pairs(batch, n),
             stamps,
             column("topic"),
             column("partition"),
@@ -127,7 +127,7 @@ def messages(batch: pa.RecordBatch) -> list[Message]:
     ]
 
 
-def _headers(batch: pa.RecordBatch, n: int) -> list[tuple[Header, ...]]:
+def header_pairs(batch: pa.RecordBatch, n: int) -> list[tuple[Header, ...]]:
     """Each row's headers as (name, value) pairs, from the flattened column (dicts per
     header would cost more than the rest of the row)."""
     if "headers" not in batch.schema.names:
