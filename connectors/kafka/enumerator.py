@@ -27,6 +27,7 @@ to its owner if that reader registers within the grace delay.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +103,7 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
     def _discover(self) -> Discovery:
         known, first = self._known, not self._first_done
         found = self._cluster.partitions()
-        present = frozenset((t, p) for t, n in found.items() for p in range(n))
+        present = frozenset((t, p) for t, n in found.items() for p in range(n) if self._options.selects(t, p))
         new = sorted(present - known)
         if new and not first and self._bounded:
             # A bounded read is the partitions of the first discovery, up to their stop
@@ -114,6 +115,13 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
             missing = [t for t in self._options.topics if t not in found]
             if missing:
                 log.warning("topics %s do not exist (yet) on %s", missing, self._options.bootstrap_servers)
+            absent = sorted((self._options.assign or frozenset()) - present)
+            if absent:
+                log.warning(
+                    "assigned partitions %s do not exist (yet) on %s",
+                    ", ".join(split_id_of(t, p) for t, p in absent),
+                    self._options.bootstrap_servers,
+                )
         starts = self._starting_offsets(new, first)
         stops = self._stopping_offsets(new) if first and self._bounded else {}
         splits = tuple(KafkaPartitionSplit(t, p, starts[(t, p)], stops.get((t, p))) for t, p in new)
@@ -127,9 +135,8 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
             return cluster.offsets(new, "earliest")
         if starting.kind == "latest":
             return cluster.offsets(new, "latest")
-        if starting.kind == "timestamp":
-            assert starting.timestamp_ms is not None
-            return cluster.offsets(new, starting.timestamp_ms)
+        if starting.kind in ("timestamp", "timestamps"):
+            return _offsets_at_times(cluster, new, starting.timestamp_of, "earliest")
         # a JSON map: its offsets, -2/-1 and unlisted partitions resolved
         out = cluster.offsets(new, "earliest")
         latest = [k for k in new if starting.per_partition.get(k) == LATEST]
@@ -143,8 +150,9 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
     def _stopping_offsets(self, new: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         stopping, cluster = self._options.stopping, self._cluster
         if stopping.kind == "timestamp":
-            assert stopping.timestamp_ms is not None
-            return cluster.offsets(new, stopping.timestamp_ms)
+            return _offsets_at_times(cluster, new, lambda _: stopping.timestamp_ms, "latest")
+        if stopping.kind == "timestamps":
+            return _offsets_at_times(cluster, new, stopping.per_partition.get, "latest")
         out = cluster.offsets(new, "latest")
         for key, given in stopping.per_partition.items():
             if key in out and given >= 0:
@@ -253,3 +261,22 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
             first_done=bool(state.get("first_done", False)),
             removed={(str(t), int(p)) for t, p in state.get("removed", [])},
         )
+
+
+def _offsets_at_times(
+    cluster: DataCluster,
+    partitions: list[TopicPartitionKey],
+    timestamp_of: Callable[[TopicPartitionKey], int | None],
+    unlisted: str,
+) -> dict[TopicPartitionKey, int]:
+    """Each partition's first offset at or after its timestamp (its end where there is no
+    such record); a partition with no timestamp at ``unlisted`` (earliest or latest)."""
+    by_time: dict[int, list[TopicPartitionKey]] = {}
+    for key in partitions:
+        ms = timestamp_of(key)
+        if ms is not None:
+            by_time.setdefault(ms, []).append(key)
+    out = cluster.offsets([k for k in partitions if timestamp_of(k) is None], unlisted)
+    for ms, keys in by_time.items():
+        out.update(cluster.offsets(keys, ms))
+    return out

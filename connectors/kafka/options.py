@@ -53,8 +53,10 @@ idles: benchmarks/kafka_clients.py measured 151k records/s with it, 900k with 1 
 KNOWN = {
     "topics",
     "topic_pattern",
+    "assign",
     "bootstrap_servers",
     "starting_offsets",
+    "starting_timestamp_strategy",
     "stopping_offsets",
     "partition_discovery_interval_ms",
     "fail_on_data_loss",
@@ -70,20 +72,26 @@ KNOWN = {
 
 @dataclass(frozen=True)
 class StartingOffsets:
-    """``earliest`` | ``latest`` | ``timestamp:MS`` | a JSON map ``{"topic": {"0": offset}}``."""
+    """``earliest`` | ``latest`` | ``timestamp:MS`` | a JSON map ``{"topic": {"0": offset}}``
+    | ``timestamp:`` and a JSON map of timestamps per partition (kind ``timestamps``)."""
 
     kind: str
     timestamp_ms: int | None = None
     per_partition: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    """Offsets (kind ``json``) or timestamps in ms (kind ``timestamps``)."""
 
-    def describe(self) -> str:
-        return self.kind if self.timestamp_ms is None else f"timestamp:{self.timestamp_ms}"
+    def timestamp_of(self, key: tuple[str, int]) -> int | None:
+        """The timestamp this partition starts at, None where it does not start by time."""
+        if self.kind == "timestamp":
+            return self.timestamp_ms
+        return self.per_partition.get(key) if self.kind == "timestamps" else None
 
 
 @dataclass(frozen=True)
 class StoppingOffsets:
     """``none`` (unbounded) | ``latest`` (the end offsets seen at start) | ``timestamp:MS`` |
-    a JSON map ``{"topic": {"0": offset}}`` (-1: latest at start)."""
+    a JSON map ``{"topic": {"0": offset}}`` (-1: latest at start) | ``timestamp:`` and a JSON
+    map of timestamps per partition (kind ``timestamps``)."""
 
     kind: str
     timestamp_ms: int | None = None
@@ -99,7 +107,13 @@ class KafkaOptions:
     bootstrap_servers: str
     topics: tuple[str, ...] = ()
     topic_pattern: str | None = None
+    assign: frozenset[tuple[str, int]] | None = None
+    """Spark's ``assign``: exactly these partitions (``topics`` are theirs), no others."""
     starting: StartingOffsets = StartingOffsets("earliest")
+    starting_timestamp_strategy: str = "latest"
+    """A partition with no record at or after its starting timestamp: ``latest`` starts it at
+    its end (Spark's ``startingOffsetsByTimestampStrategy=latest``), ``error`` fails the
+    source's first start naming it."""
     stopping: StoppingOffsets = StoppingOffsets("none")
     partition_discovery_interval_ms: int = 30_000
     fail_on_data_loss: bool = True
@@ -125,8 +139,15 @@ class KafkaOptions:
                 raise unknown_option(key, KNOWN, "the kafka connector", also="kafka.<client setting>")
         topics = tuple(t.strip() for t in options.get("topics", "").split(",") if t.strip())
         pattern = options.get("topic_pattern", "").strip() or None
-        if bool(topics) == bool(pattern):
-            raise ConfigError("topics", "give exactly one of 'topics' (comma list) or 'topic_pattern' (regex)")
+        assign = _assign(options["assign"]) if options.get("assign", "").strip() else None
+        if sum((bool(topics), bool(pattern), assign is not None)) != 1:
+            raise ConfigError(
+                "topics",
+                "give exactly one of 'topics' (comma list), 'topic_pattern' (regex) or 'assign' "
+                '(JSON: {"topic": [0, 1]})',
+            )
+        if assign is not None:
+            topics = tuple(sorted({t for t, _ in assign}))
         if pattern is not None:
             try:
                 re.compile(pattern)
@@ -149,7 +170,9 @@ class KafkaOptions:
             bootstrap_servers=bootstrap,
             topics=topics,
             topic_pattern=pattern,
+            assign=assign,
             starting=_starting(options.get("starting_offsets", "earliest")),
+            starting_timestamp_strategy=choice_option(options, "starting_timestamp_strategy", ("latest", "error")),
             stopping=_stopping(options.get("stopping_offsets", "none")),
             partition_discovery_interval_ms=int_option(options, "partition_discovery_interval_ms", 30_000, 0),
             fail_on_data_loss=_bool(options, "fail_on_data_loss", True),
@@ -167,6 +190,10 @@ class KafkaOptions:
         if self.topic_pattern is not None:
             return not topic.startswith("__") and re.fullmatch(self.topic_pattern, topic) is not None
         return topic in self.topics
+
+    def selects(self, topic: str, partition: int) -> bool:
+        """Whether the source reads this partition of a topic it ``matches``."""
+        return self.assign is None or (topic, partition) in self.assign
 
     def client_config(self, **extra: Any) -> dict[str, Any]:
         """librdkafka settings for a client of the data cluster: the user's ``kafka.*``
@@ -253,13 +280,32 @@ def _timestamp(key: str, text: str) -> int:
     return value
 
 
-def _partition_map(key: str, text: str, minimum: int) -> dict[tuple[str, int], int]:
+def _assign(text: str) -> frozenset[tuple[str, int]]:
+    """Spark's ``assign``: ``{"topic": [0, 1], ...}``."""
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError("assign", f'is not JSON like {{"topic": [0, 1]}}: {exc}') from None
+    if not isinstance(data, dict) or not data:
+        raise ConfigError("assign", 'must be a JSON object like {"topic": [0, 1]}')
+    out: set[tuple[str, int]] = set()
+    for topic, partitions in data.items():
+        if not isinstance(partitions, list) or not partitions:
+            raise ConfigError("assign", f"topic {topic!r} must map to a list of partition numbers")
+        for partition in partitions:
+            if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+                raise ConfigError("assign", f"{topic!r}: {partition!r} is not a partition number")
+            out.add((topic, partition))
+    return frozenset(out)
+
+
+def _partition_map(key: str, text: str, minimum: int, what: str = "offset") -> dict[tuple[str, int], int]:
     try:
         data = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise ConfigError(key, f"is not earliest/latest/timestamp:MS or a JSON map: {exc}") from None
     if not isinstance(data, dict) or not data:
-        raise ConfigError(key, 'a JSON map must look like {"topic": {"0": 42, "1": -2}}')
+        raise ConfigError(key, f'a JSON map must look like {{"topic": {{"0": {what}, ...}}}}')
     out: dict[tuple[str, int], int] = {}
     for topic, partitions in data.items():
         if not isinstance(partitions, dict):
@@ -270,7 +316,7 @@ def _partition_map(key: str, text: str, minimum: int) -> dict[tuple[str, int], i
             except ValueError:
                 raise ConfigError(key, f"{topic!r}: partition {partition!r} is not an integer") from None
             if not isinstance(offset, int) or isinstance(offset, bool) or offset < minimum:
-                raise ConfigError(key, f"{topic}-{p}: offset must be an integer >= {minimum}, got {offset!r}")
+                raise ConfigError(key, f"{topic}-{p}: {what} must be an integer >= {minimum}, got {offset!r}")
             out[(topic, p)] = offset
     return out
 
@@ -281,11 +327,13 @@ def _starting(text: str) -> StartingOffsets:
     lowered = value.lower()
     if lowered in ("earliest", "latest"):
         return StartingOffsets(lowered)
+    if _per_partition_timestamps(value):
+        return StartingOffsets("timestamps", per_partition=_timestamp_map(key, value))
     if lowered.startswith("timestamp:"):
         return StartingOffsets("timestamp", timestamp_ms=_timestamp(key, value))
     if value.startswith("{"):
         return StartingOffsets("json", per_partition=_partition_map(key, value, EARLIEST))
-    raise ConfigError(key, f"must be earliest, latest, timestamp:MS or a JSON map, got {text!r}")
+    raise ConfigError(key, f"must be earliest, latest, timestamp:MS, timestamp:{{JSON}} or a JSON map, got {text!r}")
 
 
 def _stopping(text: str) -> StoppingOffsets:
@@ -294,8 +342,20 @@ def _stopping(text: str) -> StoppingOffsets:
     lowered = value.lower()
     if lowered in ("none", "latest"):
         return StoppingOffsets(lowered)
+    if _per_partition_timestamps(value):
+        return StoppingOffsets("timestamps", per_partition=_timestamp_map(key, value))
     if lowered.startswith("timestamp:"):
         return StoppingOffsets("timestamp", timestamp_ms=_timestamp(key, value))
     if value.startswith("{"):
         return StoppingOffsets("json", per_partition=_partition_map(key, value, LATEST))
-    raise ConfigError(key, f"must be none, latest, timestamp:MS or a JSON map, got {text!r}")
+    raise ConfigError(key, f"must be none, latest, timestamp:MS, timestamp:{{JSON}} or a JSON map, got {text!r}")
+
+
+def _per_partition_timestamps(value: str) -> bool:
+    return value.lower().startswith("timestamp:") and value.split(":", 1)[1].lstrip().startswith("{")
+
+
+def _timestamp_map(key: str, value: str) -> dict[tuple[str, int], int]:
+    """``timestamp:{"topic": {"0": MS}}``: Spark's ``startingOffsetsByTimestamp`` /
+    ``endingOffsetsByTimestamp``."""
+    return _partition_map(key, value.split(":", 1)[1].strip(), 0, what="timestamp")

@@ -57,6 +57,7 @@ class KafkaSource(
     reads: queries on one source may differ in them."""
     DEFINITION_DEFAULTS = {
         "starting_offsets": "earliest",
+        "starting_timestamp_strategy": "latest",
         "stopping_offsets": "none",
         "fail_on_data_loss": "true",
         "partition_discovery_interval_ms": "30000",
@@ -114,6 +115,7 @@ class KafkaSource(
             if found is not None:
                 missing = [t for t in wanted if t not in found]
                 if not missing:
+                    self._check_starting_timestamps(cluster)
                     return
                 problem = (
                     f"topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} (option topics) "
@@ -128,6 +130,36 @@ class KafkaSource(
             f"{problem} (waited {wait_s:.0f} s): check the name, create the topic, or set "
             "missing_topics=wait to wait until it is created"
         )
+
+    def _check_starting_timestamps(self, cluster: DataCluster) -> None:
+        """With ``starting_timestamp_strategy=error`` (Spark's default for its
+        ``startingOffsetsByTimestampStrategy``), every partition that starts by time has a
+        record at or after its timestamp; else SourceError naming the partitions."""
+        options = self.options
+        if options.starting_timestamp_strategy != "error":
+            return
+        keys = [
+            (t, p)
+            for t, n in cluster.partitions().items()
+            for p in range(n)
+            if options.selects(t, p) and options.starting.timestamp_of((t, p)) is not None
+        ]
+        by_time: dict[int, list[tuple[str, int]]] = {}
+        for key in keys:
+            by_time.setdefault(options.starting.timestamp_of(key) or 0, []).append(key)
+        none_after = sorted(
+            key
+            for ms, group in by_time.items()
+            for key, offset in cluster.first_offsets_at(group, ms).items()
+            if offset is None
+        )
+        if none_after:
+            names = ", ".join(f"{t}-{p} (timestamp {options.starting.timestamp_of((t, p))})" for t, p in none_after)
+            raise SourceError(
+                f"no record at or after the starting timestamp in {names}, and "
+                "starting_timestamp_strategy is error (Spark's startingOffsetsByTimestampStrategy): "
+                "set it to latest to start such partitions at their end"
+            )
 
     # -- position ranges (sluicegate.api.ranges) --------------------------------------
 

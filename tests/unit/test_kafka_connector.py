@@ -53,6 +53,12 @@ class MemoryCluster(DataCluster):  # type: ignore[misc]  # DataCluster is Any to
                 out[key] = min(stamps) if stamps else latest
         return out
 
+    def first_offsets_at(self, partitions: Any, timestamp_ms: int) -> dict[TopicPartitionKey, int | None]:
+        return {
+            key: min((o for o, ts in self.timestamps.get(key, []) if ts >= timestamp_ms), default=None)
+            for key in partitions
+        }
+
 
 def kafka_source(clusters: list[MemoryCluster], **options: str) -> KafkaSource:
     opts = {"topics": "orders", "bootstrap_servers": BOOTSTRAP, "assignment_grace_ms": "0", **options}
@@ -123,6 +129,13 @@ def assigned(h: CoreHarness) -> dict[str, tuple[int, int]]:
         ({"topics": "a", "assignment_grace_ms": "soon"}, "assignment_grace_ms"),
         ({"topics": "a", "include_headers": "sometimes"}, "include_headers"),
         ({"topics": "a", "read_path": "jvm"}, "read_path"),
+        ({"topics": "a", "assign": '{"a": [0]}'}, "topics"),
+        ({"assign": '{"a": 0}'}, "assign"),
+        ({"assign": '{"a": [-1]}'}, "assign"),
+        ({"assign": "a-0"}, "assign"),
+        ({"topics": "a", "starting_offsets": 'timestamp:{"a": {"0": -5}}'}, "starting_offsets"),
+        ({"topics": "a", "stopping_offsets": "timestamp:{nope"}, "stopping_offsets"),
+        ({"topics": "a", "starting_timestamp_strategy": "earliest"}, "starting_timestamp_strategy"),
     ],
 )
 def test_a_bad_option_fails_naming_it(options: dict[str, str], setting: str) -> None:
@@ -219,6 +232,53 @@ def test_starting_offsets_by_timestamp_and_by_json_map() -> None:
     h.register(0)
     fire(h, discovery_call(h))
     assert assigned(h) == {"orders-0": (0, 7), "orders-1": (0, 30), "orders-2": (0, 2)}
+
+
+def test_timestamps_per_partition_start_and_stop_each_partition_at_its_own_time() -> None:
+    clusters: list[MemoryCluster] = []
+    source = kafka_source(
+        clusters,
+        starting_offsets='timestamp:{"orders": {"0": 1200, "1": 1500}}',
+        stopping_offsets='timestamp:{"orders": {"0": 1700}}',
+    )
+    h = started(source, clusters, parallelism=1)
+    clusters[0].add("orders", 3, earliest=0, latest=10)
+    for p in range(3):
+        clusters[0].timestamps[("orders", p)] = [(i, 1000 + 100 * i) for i in range(10)]
+    h.register(0)
+    fire(h, discovery_call(h))
+    splits = {
+        s["split_id"]: (s["position"], s["stop"]) for e in h.of_type(AddSplits) for s in body(e, AddSplits).splits
+    }
+    # unlisted partitions: from the earliest offset, to the end seen at start
+    assert splits == {"orders-0": (2, 7), "orders-1": (5, 10), "orders-2": (0, 10)}
+
+
+def test_assign_reads_exactly_the_assigned_partitions() -> None:
+    clusters: list[MemoryCluster] = []
+    source = kafka_source(clusters, topics="", assign='{"orders": [1, 3, 9], "refunds": [0]}')
+    assert source.options.topics == ("orders", "refunds")
+    h = started(source, clusters, parallelism=1)
+    clusters[0].add("orders", 4)
+    clusters[0].add("refunds", 2)
+    h.register(0)
+    fire(h, discovery_call(h))
+    assert sorted(assigned(h)) == ["orders-1", "orders-3", "refunds-0"], "orders-9 does not exist: not read"
+
+
+def test_a_starting_timestamp_with_no_record_after_it_fails_the_first_start_under_strategy_error() -> None:
+    clusters: list[MemoryCluster] = []
+    src = kafka_source(clusters, starting_offsets="timestamp:1500", starting_timestamp_strategy="error")
+    clusters.append(MemoryCluster(src.options))
+    clusters[0].add("orders", 2)
+    clusters[0].timestamps[("orders", 0)] = [(i, 1000 + 100 * i) for i in range(10)]
+    clusters[0].timestamps[("orders", 1)] = [(i, 1000 + 10 * i) for i in range(10)]
+    with pytest.raises(SourceError) as failed:
+        src.check_inputs(wait_s=0.0)
+    said = str(failed.value)
+    assert "orders-1 (timestamp 1500)" in said and "orders-0" not in said, said
+    assert "startingOffsetsByTimestampStrategy" in said and "latest" in said
+    kafka_source(clusters, starting_offsets="timestamp:1500").check_inputs(wait_s=0.0)  # latest: its end, no error
 
 
 def test_partitions_added_later_start_at_their_earliest_offset() -> None:
