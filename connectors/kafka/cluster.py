@@ -9,6 +9,7 @@ a reader never waits for records of an open transaction.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -77,11 +78,17 @@ class DataCluster:
         return {k: (offset if offset >= 0 else None) for k, offset in found.items()}
 
     def _list(self, keys: list[TopicPartitionKey], spec: Any) -> dict[TopicPartitionKey, int]:
-        try:
-            return self._list_once(keys, spec)
-        except KafkaException as exc:
-            if not _unknown_partition(exc):
-                raise self._fail("listing offsets", exc) from None
+        retries = self.options.fetch_offset_retries
+        for attempt in range(retries + 1):
+            try:
+                return self._list_once(keys, spec)
+            except KafkaException as exc:
+                if _unknown_partition(exc):
+                    break
+                if attempt == retries or not _worth_asking_again(exc):
+                    raise self._fail("listing offsets", exc) from None
+                log.debug("listing offsets failed (%s); asking again (%d of %d)", exc, attempt + 1, retries)
+                time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
         # ListOffsets goes by the client's cached metadata, refreshed only every
         # topic.metadata.refresh.interval.ms (5 min): partitions added to a topic since are
         # "unknown" to it until then. A metadata request for the topics refreshes it.
@@ -103,3 +110,10 @@ class DataCluster:
 def _unknown_partition(exc: KafkaException) -> bool:
     error = exc.args[0] if exc.args else None
     return isinstance(error, KafkaError) and error.code() == KafkaError._UNKNOWN_PARTITION
+
+
+def _worth_asking_again(exc: KafkaException) -> bool:
+    """A retriable broker error (a leader moving, say); not a timeout, which already waited
+    its full request timeout and would only wait again."""
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and error.retriable() and error.code() != KafkaError._TIMED_OUT

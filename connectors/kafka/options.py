@@ -61,6 +61,8 @@ KNOWN = {
     "partition_discovery_interval_ms",
     "fail_on_data_loss",
     "poll_timeout_ms",
+    "fetch_offset_retries",
+    "fetch_offset_retry_interval_ms",
     "include_headers",
     "read_path",
     "missing_topics",
@@ -119,6 +121,10 @@ class KafkaOptions:
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
     """How long a Spark executor waits for records it knows exist before it fails the task."""
+    fetch_offset_retries: int = 3
+    fetch_offset_retry_interval_ms: int = 10
+    """Spark's ``fetchOffset.numRetries`` / ``fetchOffset.retryIntervalMs``: a failed
+    ListOffsets is asked again this often, this long apart, before it counts as failed."""
     include_headers: bool | None = None
     """Spark's ``includeHeaders``: Spark's rows have a ``headers`` column only when it is
     true. None (not given): Spark's default, false; but a standalone reader that writes
@@ -177,6 +183,8 @@ class KafkaOptions:
             partition_discovery_interval_ms=int_option(options, "partition_discovery_interval_ms", 30_000, 0),
             fail_on_data_loss=_bool(options, "fail_on_data_loss", True),
             poll_timeout_ms=int_option(options, "poll_timeout_ms", 120_000, 100),
+            fetch_offset_retries=int_option(options, "fetch_offset_retries", 3, 0),
+            fetch_offset_retry_interval_ms=int_option(options, "fetch_offset_retry_interval_ms", 10, 0),
             include_headers=None
             if options.get("include_headers") is None
             else _bool(options, "include_headers", False),

@@ -48,6 +48,8 @@ class KafkaSource(
         "kafka.",
         "bootstrap_servers",
         "poll_timeout_ms",
+        "fetch_offset_retries",
+        "fetch_offset_retry_interval_ms",
         "include_headers",
         "read_path",
         "missing_topics",
@@ -178,6 +180,11 @@ class KafkaSource(
 
     def split_end(self, split: KafkaPartitionSplit) -> int | None:
         return split.stop
+
+    def suggested_parallelism(self) -> int | None:
+        cluster = self._cluster(self.options)
+        partitions = [(t, p) for t, n in cluster.partitions().items() for p in range(n) if self.options.selects(t, p)]
+        return max(1, len(partitions))
 
     def prepare_planning(self, splits: Sequence[KafkaPartitionSplit]) -> None:
         self._view().refresh(splits)

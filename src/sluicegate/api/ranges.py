@@ -105,6 +105,13 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
         connector whose ends live elsewhere fetches them here, in one request (the
         ``kafka`` connector asks for every partition's last stable offset)."""
 
+    def suggested_parallelism(self) -> int | None:
+        """How many reader subtasks a host runs when its user names none, asked once at a
+        query's first start (it may block); None (the default): the user must name it.
+        The ``kafka`` connector suggests the partitions it reads, as Spark's Kafka source
+        runs a task per partition."""
+        return None
+
     def take_skipped_input(self) -> list[SkippedInput]:
         """Bad input skipped since the last call (after ``prepare_planning``), for the
         dead-letter topic. None by default."""

@@ -76,6 +76,7 @@ from sluicegate.spark.offsets import (
 )
 from sluicegate.spark.options import SparkSourceConfig
 from sluicegate.spark.planner import NextOffsetPlanner
+from sluicegate.spark.trigger_limits import MinRowsPerTrigger, PlannedPart, cut_ranges
 
 log = logging.getLogger("sluicegate.spark")
 
@@ -171,6 +172,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._driver: SparkReaderDriver | None = None
         self._initial: SourceOffset | None = None
         self._available_now_ms: int | None = None
+        self._min_rows: MinRowsPerTrigger | None = None
 
     # Spark pickles this object into the read function that executors run: only the
     # configuration travels, never the driver's thread and Kafka clients.
@@ -189,6 +191,10 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _ensure_driver(self, restored: SourceOffset | None) -> SparkReaderDriver:
         if self._driver is None:
             _configure_logging()
+            for note in self.config.notes:
+                log.warning("%s", note)
+            self._resolve_parallelism(restored)
+            assert self.config.parallelism is not None
             if restored is not None:
                 beyond = [s for s in restored.subtasks if s >= self.config.parallelism]
                 if beyond:
@@ -209,6 +215,21 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             driver.start(restored)
             self._driver = driver
         return self._driver
+
+    def _resolve_parallelism(self, restored: SourceOffset | None) -> None:
+        """A query that names no parallelism keeps the one it started with (the subtasks
+        of its checkpoint), or at its first start takes the source's suggestion."""
+        if self.config.parallelism is not None:
+            return
+        if restored is not None and restored.subtasks:
+            parallelism, why = max(restored.subtasks) + 1, "the reader subtasks of the query's checkpoint"
+        else:
+            suggested = _ranges(self._source).suggested_parallelism()
+            if suggested is None:
+                raise ConfigError("parallelism", "is required: .option('parallelism', N)")
+            parallelism, why = suggested, f"suggested by the {self.config.connector} connector"
+        log.info("parallelism not given: %d (%s)", parallelism, why)
+        self.config = self.config.with_parallelism(parallelism)
 
     def initialOffset(self) -> dict[str, Any]:
         if self._initial is None:
@@ -232,7 +253,21 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         planner = NextOffsetPlanner(self.config.source, self._source, driver, self.config.alignment_max_drift_ms)
         end = planner.next_offset(start_offset, max_rows, self._available_now_ms)
-        return start if end is start_offset else end.to_json()
+        if end is start_offset or not self._admitted(end.rows - start_offset.rows):
+            return start
+        return end.to_json()
+
+    def _admitted(self, new_rows: int) -> bool:
+        """minOffsetsPerTrigger / maxTriggerDelay (not for Trigger.AvailableNow, which reads
+        what there is and stops)."""
+        now_ms = int(time.monotonic() * 1000)
+        if self.config.min_records_per_trigger is None or self._available_now_ms is not None:
+            return True
+        if self._min_rows is None:
+            self._min_rows = MinRowsPerTrigger(
+                self.config.min_records_per_trigger, self.config.max_trigger_delay_ms, now_ms
+            )
+        return self._min_rows.admits(new_rows, now_ms)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         start_offset = SourceOffset.from_json(start)
@@ -243,15 +278,16 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         # (planner._acknowledged), so no split runs ahead of what the coordinator holds.
         driver.acknowledge_soon(end_offset)
         planned = ranges_between(start_offset, end_offset)
-        partitions: list[InputPartition] = []
-        for subtask, ranges in sorted(planned.items()):
-            sub = end_offset.subtasks[subtask]
-            partitions.append(
-                SluicegatePartition(
-                    subtask, sub.attempt, end_offset.checkpoint_id, [(r.split, r.start, r.end) for r in ranges]
-                )
+        parts = [
+            PlannedPart(subtask, tuple((r.split, r.start, r.end) for r in ranges))
+            for subtask, ranges in sorted(planned.items())
+        ]
+        return [
+            SluicegatePartition(
+                part.subtask, end_offset.subtasks[part.subtask].attempt, end_offset.checkpoint_id, list(part.ranges)
             )
-        return partitions
+            for part in cut_ranges(parts, self.config.min_partitions)
+        ]
 
     def commit(self, end: dict[str, Any]) -> None:
         if self._driver is not None:

@@ -6,10 +6,11 @@ the user wrote it.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.options import checked_port, int_option, unknown_option
@@ -19,6 +20,17 @@ from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.reader.timing import KAFKA_WAIT_S
 from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
+from sluicegate.spark.kafka_options import (
+    CONNECTOR as KAFKA_CONNECTOR,
+)
+from sluicegate.spark.kafka_options import (
+    SPARK_NAMES,
+    SparkKafkaOptions,
+    derived_source_name,
+    is_spark_kafka_option,
+    names_a_subscription,
+    read_spark_kafka_options,
+)
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 CONNECTOR_PREFIX = "option."
@@ -29,6 +41,7 @@ KNOWN = (
     "connector",
     "connectorOptions",
     "kafka.bootstrap.servers",
+    "controlBootstrapServers",
     "namespace",
     "maxRecordsPerTrigger",
     "heartbeatIntervalMs",
@@ -41,34 +54,9 @@ KNOWN = (
     "metricsPort",
     *SPARK_SECURITY_OPTIONS,
 )
-"""Every option of ``format("sluicegate")`` besides ``option.<connector option>``: anything
-else fails at ``load()`` (an option nobody reads would change nothing without a word)."""
-
-SPARK_KAFKA_OPTIONS = {
-    "subscribe": "option.topics",
-    "subscribePattern": "option.topic_pattern",
-    "startingOffsets": "option.starting_offsets (its default here is earliest, Spark's is latest)",
-    "endingOffsets": "option.stopping_offsets",
-    "startingTimestamp": "option.starting_offsets=timestamp:MS",
-    "endingTimestamp": "option.stopping_offsets=timestamp:MS",
-    "failOnDataLoss": "option.fail_on_data_loss",
-    "includeHeaders": "option.include_headers",
-    "maxOffsetsPerTrigger": "maxRecordsPerTrigger",
-    "kafkaConsumer.pollTimeoutMs": "option.poll_timeout_ms",
-    "assign": None,
-    "startingOffsetsByTimestamp": None,
-    "endingOffsetsByTimestamp": None,
-    "startingOffsetsByTimestampStrategy": None,
-    "minOffsetsPerTrigger": None,
-    "maxTriggerDelay": None,
-    "minPartitions": None,
-    "groupIdPrefix": None,
-    "fetchOffset.numRetries": None,
-    "fetchOffset.retryIntervalMs": None,
-}
-"""Spark's own Kafka source options (its Structured Streaming + Kafka guide) and what
-``format("sluicegate")`` calls them (None: nothing yet). Refused by name either way: a
-``startingOffsets=latest`` that quietly read from the earliest offset would be wrong data."""
+"""Every option of ``format("sluicegate")`` besides ``option.<connector option>`` and, for
+the kafka connector, Spark's Kafka source options (kafka_options.py): anything else fails
+at ``load()`` (an option nobody reads would change nothing without a word)."""
 
 
 @dataclass(frozen=True)
@@ -76,10 +64,15 @@ class SparkSourceConfig:
     """The options of ``format("sluicegate")`` (keys are case-insensitive).
 
     ``source``, ``parallelism``: the source name and its number of reader subtasks
-    (= Spark partitions per batch); ``connector`` (default ``sequence``) with its
-    options as ``option.<key>`` (or a JSON object in ``connectorOptions``);
-    ``kafka.bootstrap.servers`` (default ``$KAFKA_BOOTSTRAP_SERVERS``),
-    ``namespace``; ``maxRecordsPerTrigger``; ``heartbeatIntervalMs``,
+    (= Spark partitions per batch); ``connector`` (default ``kafka`` when the query names
+    ``subscribe``, ``subscribePattern`` or ``assign``, else ``sequence``) with its options as
+    ``option.<key>`` (or a JSON object in ``connectorOptions``); for the kafka connector,
+    Spark's Kafka source options with Spark's meaning (kafka_options.py), and then
+    ``source`` (derived from the subscription) and ``parallelism`` (the partitions read at
+    the query's first start) may be left out. ``kafka.bootstrap.servers`` (default
+    ``$KAFKA_BOOTSTRAP_SERVERS``): the data cluster of the kafka connector, and the control
+    cluster unless ``controlBootstrapServers`` names another; ``namespace``;
+    ``maxRecordsPerTrigger`` (``maxOffsetsPerTrigger``); ``heartbeatIntervalMs``,
     ``sessionTimeoutMs``, ``topicWaitTimeoutS``, ``kafkaWaitS``; ``arrowBatchRows``;
     ``alignmentMaxDriftMs``; ``splitIdleTimeoutMs`` (0, the default: off);
     ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``,
@@ -89,12 +82,20 @@ class SparkSourceConfig:
     """
 
     source: str
-    parallelism: int
+    parallelism: int | None
+    """None: not given; the driver takes the source's suggestion (datasource.py)."""
     connector: str = "sequence"
     connector_options: tuple[tuple[str, str], ...] = ()
     bootstrap_servers: str = ""
+    """The control cluster."""
     namespace: str = "sluicegate"
     max_records_per_trigger: int | None = None
+    min_records_per_trigger: int | None = None
+    """Spark's ``minOffsetsPerTrigger``: no batch for fewer, until ``max_trigger_delay_ms``."""
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    min_partitions: int | None = None
+    """Spark's ``minPartitions``: large ranges are cut so that a batch has at least this
+    many Spark partitions."""
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     session_timeout_ms: int = SESSION_TIMEOUT_MS
     topic_wait_timeout_s: float = TOPIC_WAIT_TIMEOUT_S
@@ -111,40 +112,43 @@ class SparkSourceConfig:
     """kafka.security.protocol, kafka.sasl.*, kafka.ssl.* as Spark's Kafka source names them
     (security.KafkaSecurity.from_spark_options)."""
     metrics_port: int = 0
-    extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    """Lines the driver logs once at the query's start (derived names, options not used,
+    deprecated names)."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SparkSourceConfig:
         opts = {str(k).lower(): str(v) for k, v in options.items()}
-        check_known(opts)
+        connector_options = _connector_options(opts)
+        connector = opts.get("connector", "").strip() or (KAFKA_CONNECTOR if names_a_subscription(opts) else "sequence")
+        check_known(opts, connector)
+        environment = os.environ.get(BOOTSTRAP_ENV, "").strip()
+        kafka = read_spark_kafka_options(opts, connector_options, environment) if connector == KAFKA_CONNECTOR else None
+        notes = list(kafka.notes) if kafka else []
+        if kafka is not None:
+            connector_options = dict(kafka.connector_options)
         source = opts.get("source", "").strip()
         if not source:
-            raise ConfigError("source", "is required: .option('source', NAME)")
+            if kafka is None:
+                raise ConfigError("source", "is required: .option('source', NAME)")
+            source = derived_source_name(connector_options)
+            notes.append(
+                f"source name not given: {source}, from what the query reads (the same on every restart); "
+                "name it with .option('source', NAME), and give two queries of one topic a name each"
+            )
         validate_source(source)
-        connector_options: dict[str, str] = {}
-        raw_json = opts.get("connectoroptions")
-        if raw_json:
-            try:
-                parsed = json.loads(raw_json)
-            except ValueError as exc:
-                raise ConfigError("connectorOptions", f"must be a JSON object: {exc}") from None
-            if not isinstance(parsed, dict):
-                raise ConfigError("connectorOptions", "must be a JSON object")
-            connector_options.update({str(k): str(v) for k, v in parsed.items()})
-        for key, value in opts.items():
-            if key.startswith(CONNECTOR_PREFIX):
-                connector_options[key[len(CONNECTOR_PREFIX) :]] = value
-        bootstrap = opts.get("kafka.bootstrap.servers") or os.environ.get(BOOTSTRAP_ENV, "")
+        control = opts.get("controlbootstrapservers") or opts.get("kafka.bootstrap.servers") or environment
         return cls(
             source=source,
-            parallelism=int_option(opts, "parallelism", None, 1),
-            connector=opts.get("connector", "sequence").strip() or "sequence",
+            parallelism=int_option(opts, "parallelism", None, 1) if "parallelism" in opts else None,
+            connector=connector,
             connector_options=tuple(sorted(connector_options.items())),
-            bootstrap_servers=bootstrap.strip(),
+            bootstrap_servers=control.strip(),
             namespace=validate_namespace(opts.get("namespace", "sluicegate")),
-            max_records_per_trigger=(
-                int_option(opts, "maxrecordspertrigger", None, 1) if "maxrecordspertrigger" in opts else None
-            ),
+            max_records_per_trigger=_max_per_trigger(opts, kafka),
+            min_records_per_trigger=kafka.min_offsets_per_trigger if kafka else None,
+            max_trigger_delay_ms=kafka.max_trigger_delay_ms if kafka else 15 * 60 * 1000,
+            min_partitions=kafka.min_partitions if kafka else None,
             heartbeat_interval_ms=int_option(opts, "heartbeatintervalms", HEARTBEAT_INTERVAL_MS, 10),
             session_timeout_ms=int_option(opts, "sessiontimeoutms", SESSION_TIMEOUT_MS, 100),
             topic_wait_timeout_s=float(int_option(opts, "topicwaittimeouts", int(TOPIC_WAIT_TIMEOUT_S), 0)),
@@ -156,13 +160,19 @@ class SparkSourceConfig:
             split_idle_timeout_ms=int_option(opts, "splitidletimeoutms", 0, 0),
             security=KafkaSecurity.from_spark_options(opts),
             metrics_port=_port_option(opts, "metricsport"),
+            notes=tuple(notes),
         )
 
     @property
     def options(self) -> dict[str, str]:
         return dict(self.connector_options)
 
+    def with_parallelism(self, parallelism: int) -> SparkSourceConfig:
+        return replace(self, parallelism=parallelism)
+
     def driver_settings(self) -> DriverSettings:
+        if self.parallelism is None:
+            raise ConfigError("parallelism", "is required: .option('parallelism', N)")
         return DriverSettings(
             source=self.source,
             parallelism=self.parallelism,
@@ -179,25 +189,51 @@ class SparkSourceConfig:
         )
 
 
-def check_known(opts: Mapping[str, str]) -> None:
+def _connector_options(opts: Mapping[str, str]) -> dict[str, str]:
+    """``option.<key>`` and ``connectorOptions`` (a JSON object): the connector's own names."""
+    connector_options: dict[str, str] = {}
+    raw_json = opts.get("connectoroptions")
+    if raw_json:
+        try:
+            parsed = json.loads(raw_json)
+        except ValueError as exc:
+            raise ConfigError("connectorOptions", f"must be a JSON object: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise ConfigError("connectorOptions", "must be a JSON object")
+        connector_options.update({str(k): str(v) for k, v in parsed.items()})
+    for key, value in opts.items():
+        if key.startswith(CONNECTOR_PREFIX):
+            connector_options[key[len(CONNECTOR_PREFIX) :]] = value
+    return connector_options
+
+
+def _max_per_trigger(opts: Mapping[str, str], kafka: SparkKafkaOptions | None) -> int | None:
+    ours = int_option(opts, "maxrecordspertrigger", None, 1) if "maxrecordspertrigger" in opts else None
+    spark = kafka.max_offsets_per_trigger if kafka else None
+    if ours is not None and spark is not None:
+        raise ConfigError("maxOffsetsPerTrigger", "and maxRecordsPerTrigger both set the limit: keep one")
+    return ours if spark is None else spark
+
+
+def check_known(opts: Mapping[str, str], connector: str) -> None:
     """ConfigError for the first option (lower-cased keys) that ``format("sluicegate")``
-    does not read, saying what to write instead where that is known."""
-    spark_kafka = {name.lower(): (name, ours) for name, ours in SPARK_KAFKA_OPTIONS.items()}
+    does not read for this connector, saying what to write instead where that is known."""
     known = {name.lower() for name in KNOWN}
+    kafka = connector == KAFKA_CONNECTOR
     for key in sorted(opts):
-        if key in known or key.startswith(CONNECTOR_PREFIX):
+        if key in known or key.startswith(CONNECTOR_PREFIX) or (kafka and is_spark_kafka_option(key)):
             continue
-        if key in spark_kafka:
-            name, ours = spark_kafka[key]
-            instead = f"write {ours}" if ours else "it has no equivalent in format('sluicegate') yet"
-            raise ConfigError(name, f"is an option of Spark's Kafka source: {instead} (docs/kafka.md)")
+        if is_spark_kafka_option(key) and not difflib.get_close_matches(key, known, n=1, cutoff=0.9):
+            spark_name = next((n for n in SPARK_NAMES if n.lower() == key), key)
+            raise ConfigError(
+                spark_name,
+                f"is an option of Spark's Kafka source, and this query reads the {connector} connector "
+                "(subscribe, subscribePattern or assign choose the kafka connector; docs/kafka.md)",
+            )
         if key == "path":
             raise ConfigError("path", "give a files connector's path as option.path (load(path) is not read)")
-        also = "option.<connector option>"
-        if key.startswith("kafka."):
-            # the data cluster's client settings belong to the connector, not to the control plane
-            also += f"; the data cluster's client settings are {CONNECTOR_PREFIX}{key}"
-        raise unknown_option(key, KNOWN, "format('sluicegate')", also=also)
+        also = "option.<connector option>, Spark's Kafka source options with subscribe/subscribePattern/assign"
+        raise unknown_option(key, (*KNOWN, *SPARK_NAMES), "format('sluicegate')", also=also)
 
 
 def _port_option(opts: Mapping[str, str], key: str) -> int:
