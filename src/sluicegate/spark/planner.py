@@ -77,9 +77,11 @@ class NextOffsetPlanner:
             )
             if end is not start:
                 if end.rows == start.rows:
-                    if available_now and self._done():
+                    if available_now and not _arriving(start, end) and self._done():
                         # Only bookkeeping (finished splits reported, NoMoreSplits) is new:
-                        # no batch for it, the coordinator already has what it needs.
+                        # no batch for it, the coordinator already has what it needs. (Splits
+                        # that arrive are read from the batch after the one that records
+                        # them: that batch must run, or they would never be read.)
                         driver.leave()
                         log.info("source %s: everything available was read", self.source_name)
                         return start
@@ -181,3 +183,8 @@ class NextOffsetPlanner:
             return ranges.position_after_event_time(self._split(owned), event_time_ms)
 
         return EventTimeBound(drift, at, after)
+
+
+def _arriving(start: SourceOffset, end: SourceOffset) -> bool:
+    """Whether ``end`` holds a split that ``start`` did not."""
+    return not set(end.index()) <= set(start.index())
