@@ -132,6 +132,13 @@ def native_settings(side: str, args: argparse.Namespace) -> dict[str, str]:
     return {}
 
 
+def sluicegate_variant_settings(side: str, args: argparse.Namespace) -> dict[str, str]:
+    """The librdkafka settings a ``sluicegate-native+LABEL`` side adds to ``--client-setting``."""
+    if side.startswith("sluicegate-") and "+" in side:
+        return dict(args.sluicegate_variants[side.split("+", 1)[1]])
+    return {}
+
+
 def available_read_paths() -> list[str]:
     """``python``, and ``native`` when its module imports in this interpreter (the workers run it too)."""
     try:
@@ -564,7 +571,7 @@ def run_one(
     res = Result(side, job, repetition, record_bytes(args.value_bytes))
     coordinator = None
     out = workdir / f"result-{run}.json"
-    read_path = side.removeprefix("sluicegate-") if side.startswith("sluicegate-") else None
+    read_path = side.removeprefix("sluicegate-").split("+")[0] if side.startswith("sluicegate-") else None
     spec: dict[str, Any] = {
         "side": side,
         "job": job,
@@ -580,7 +587,7 @@ def run_one(
         "timeout": args.timeout,
         "out": str(out),
         "source": "",
-        "client_settings": parse_settings(args.client_setting),
+        "client_settings": {**parse_settings(args.client_setting), **sluicegate_variant_settings(side, args)},
         "native_settings": native_settings(side, args),
         "include_headers": args.include_headers,
         "spark_conf": parse_settings(args.spark_conf),
@@ -950,6 +957,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "run in turn with the others (to try a setting), repeatable",
     )
     parser.add_argument(
+        "--sluicegate-variant",
+        action="append",
+        default=[],
+        metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+        help="one more sluicegate side, sluicegate-native+LABEL: the native read path with these librdkafka "
+        "settings added to --client-setting, run in turn with the others (to try a setting), repeatable",
+    )
+    parser.add_argument(
         "--client-setting",
         action="append",
         default=[],
@@ -1010,13 +1025,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.max_per_trigger = max(1, args.records // 5)
     args.value_bytes = args.record_bytes - KEY_BYTES
     args.native_tuned = {**NATIVE_TUNED, **parse_settings(args.tuned)}
-    args.variants = {}
-    for text in args.variant:
-        label, _, pairs = text.partition(":")
-        settings = [kv.strip() for kv in pairs.split(",") if kv.strip()]
-        if not label or not settings or any("=" not in kv for kv in settings):
-            parser.error(f"--variant takes LABEL:KEY=VALUE[,KEY=VALUE], not {text!r}")
-        args.variants[label] = parse_settings(settings)
+    args.variants = _labelled_settings(parser, "--variant", args.variant)
+    args.sluicegate_variants = _labelled_settings(parser, "--sluicegate-variant", args.sluicegate_variant)
     paths = available_read_paths()
     all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS)]
     if args.sides:
@@ -1030,10 +1040,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     variant_sides = [f"{NATIVE_TUNED_SIDE}+{label}" for label in args.variants]
     native_end = max((i + 1 for i, s in enumerate(args.sides) if is_native(s)), default=0)
     args.sides[native_end:native_end] = variant_sides
+    if args.sluicegate_variants and "native" not in paths:
+        parser.error(f"--sluicegate-variant needs the module {NATIVE_MODULE}, which does not import here")
+    args.sides += [f"{sluicegate_side('native')}+{label}" for label in args.sluicegate_variants]
     args.jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     if set(args.jobs) - set(JOBS):
         parser.error(f"--jobs is a subset of {', '.join(JOBS)}")
     return args
+
+
+def _labelled_settings(parser: argparse.ArgumentParser, flag: str, texts: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``LABEL:KEY=VALUE[,KEY=VALUE]`` arguments as {label: settings}."""
+    out = {}
+    for text in texts:
+        label, _, pairs = text.partition(":")
+        settings = [kv.strip() for kv in pairs.split(",") if kv.strip()]
+        if not label or not settings or any("=" not in kv for kv in settings):
+            parser.error(f"{flag} takes LABEL:KEY=VALUE[,KEY=VALUE], not {text!r}")
+        out[label] = parse_settings(settings)
+    return out
 
 
 def _json_safe(row: dict[str, Any]) -> dict[str, Any]:
@@ -1057,6 +1082,7 @@ def results_data(
         "sides": args.sides,
         "native_tuned": args.native_tuned,
         "variants": args.variants,
+        "sluicegate_variants": args.sluicegate_variants,
         "client_settings": parse_settings(args.client_setting),
         "include_headers": args.include_headers,
         "spark_conf": parse_settings(args.spark_conf),
@@ -1102,6 +1128,9 @@ def main() -> int:
             print(f"{NATIVE_TUNED_SIDE}+{label}: native-tuned with {extra}", flush=True)
         if args.client_setting:
             print(f"sluicegate sides' librdkafka settings: {', '.join(args.client_setting)}", flush=True)
+        for label, settings in args.sluicegate_variants.items():
+            extra = ", ".join(f"{k}={v}" for k, v in settings.items())
+            print(f"sluicegate-native+{label}: the native read path with {extra}", flush=True)
         paths = available_read_paths()
         print(
             f"sluicegate read paths available: {', '.join(paths)}"

@@ -47,14 +47,22 @@ PATHS = {"python": ("python", "batch"), "native-batch": ("native", "batch"), "na
 
 
 def read_all(
-    reader: RangeReader, topic: str, ends: dict[int, tuple[int, int]], max_rows: int, headers: bool
+    reader: RangeReader, topic: str, ends: dict[int, tuple[int, int]], max_rows: int, range_rows: int
 ) -> tuple[int, int]:
+    """Every partition's records; with ``range_rows`` as a Spark executor reads micro-batches:
+    each round a range of that many offsets of every partition in turn, then the next round."""
     rows = size = 0
-    for partition, (low, high) in sorted(ends.items()):
-        split = KafkaPartitionSplit(topic, partition, low)
-        for batch in reader.read(split, low, high, max_rows):
-            rows += batch.num_rows
-            size += batch.column("value").nbytes
+    step = range_rows or max(high - low for low, high in ends.values())
+    starts = {partition: low for partition, (low, _high) in ends.items()}
+    while any(starts[p] < high for p, (_low, high) in ends.items()):
+        for partition, (_low, high) in sorted(ends.items()):
+            start = starts[partition]
+            end = min(high, start + step)
+            starts[partition] = end
+            split = KafkaPartitionSplit(topic, partition, start)
+            for batch in reader.read(split, start, end, max_rows):
+                rows += batch.num_rows
+                size += batch.column("value").nbytes
     return rows, size
 
 
@@ -66,6 +74,13 @@ def main() -> int:
     parser.add_argument("--max-rows", type=int, default=100_000)
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
     parser.add_argument("--no-headers", action="store_true", help="skip the headers column (nulls)")
+    parser.add_argument(
+        "--range-rows",
+        type=int,
+        default=0,
+        help="read each partition in ranges of this many offsets, partitions in turn, as Spark's micro-batches "
+        "do (0: each partition whole, in one range)",
+    )
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", ""))
     parser.add_argument(
         "--variant",
@@ -105,7 +120,7 @@ def main() -> int:
                 for path in paths:
                     reader = RangeReader(options, headers=not args.no_headers, consumer=consumers[path])
                     began, began_cpu, began_broker = time.perf_counter(), time.process_time(), _cpu_s(broker)
-                    rows, _size = read_all(reader, topic, ends, args.max_rows, not args.no_headers)
+                    rows, _size = read_all(reader, topic, ends, args.max_rows, args.range_rows)
                     seconds = time.perf_counter() - began
                     cpu[path].append(time.process_time() - began_cpu)
                     broker_cpu[path].append(_cpu_s(broker) - began_broker)
@@ -113,7 +128,9 @@ def main() -> int:
                         print(f"  {path}: read {rows:,} rows, expected {args.records:,}", flush=True)
                         failed = True
                     times[path].append(seconds)
-            print(f"{args.records:,} records of 110 B, {partitions} partition(s), batches of {args.max_rows:,}:")
+            ranges = f", ranges of {args.range_rows:,}" if args.range_rows else ""
+            shape = f"{partitions} partition(s), batches of {args.max_rows:,}{ranges}"
+            print(f"{args.records:,} records of 110 B, {shape}:")
             base = statistics.median(times["python"]) if "python" in times else None
             for path in paths:
                 median = statistics.median(times[path])
