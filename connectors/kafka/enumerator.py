@@ -27,7 +27,6 @@ to its owner if that reader registers within the grace delay.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +34,8 @@ from sluicegate.api import SplitDistributor, SplitEnumerator, SplitEnumeratorCon
 from sluicegate.api.retries import repeated_failure_level
 
 from .cluster import DataCluster, TopicPartitionKey
-from .options import EARLIEST, LATEST, KafkaOptions
+from .options import KafkaOptions
+from .positions import starting_offsets, stopping_offsets
 from .split import KafkaPartitionSplit, KafkaSplitCodec, split_id_of
 
 log = logging.getLogger("sluicegate.connectors.kafka")
@@ -122,42 +122,10 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
                     ", ".join(split_id_of(t, p) for t, p in absent),
                     self._options.bootstrap_servers,
                 )
-        starts = self._starting_offsets(new, first)
-        stops = self._stopping_offsets(new) if first and self._bounded else {}
+        starts = starting_offsets(self._cluster, self._options, new, first)
+        stops = stopping_offsets(self._cluster, self._options, new) if first and self._bounded else {}
         splits = tuple(KafkaPartitionSplit(t, p, starts[(t, p)], stops.get((t, p))) for t, p in new)
         return Discovery(present, splits, first)
-
-    def _starting_offsets(self, new: list[TopicPartitionKey], first: bool) -> dict[TopicPartitionKey, int]:
-        cluster, starting = self._cluster, self._options.starting
-        if not new:
-            return {}
-        if not first or starting.kind == "earliest":
-            return cluster.offsets(new, "earliest")
-        if starting.kind == "latest":
-            return cluster.offsets(new, "latest")
-        if starting.kind in ("timestamp", "timestamps"):
-            return _offsets_at_times(cluster, new, starting.timestamp_of, "earliest")
-        # a JSON map: its offsets, -2/-1 and unlisted partitions resolved
-        out = cluster.offsets(new, "earliest")
-        latest = [k for k in new if starting.per_partition.get(k) == LATEST]
-        out.update(cluster.offsets(latest, "latest"))
-        for key in new:
-            given = starting.per_partition.get(key, EARLIEST)
-            if given >= 0:
-                out[key] = given
-        return out
-
-    def _stopping_offsets(self, new: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        stopping, cluster = self._options.stopping, self._cluster
-        if stopping.kind == "timestamp":
-            return _offsets_at_times(cluster, new, lambda _: stopping.timestamp_ms, "latest")
-        if stopping.kind == "timestamps":
-            return _offsets_at_times(cluster, new, stopping.per_partition.get, "latest")
-        out = cluster.offsets(new, "latest")
-        for key, given in stopping.per_partition.items():
-            if key in out and given >= 0:
-                out[key] = given
-        return out
 
     # -- applying a discovery (on the loop) -------------------------------------------
 
@@ -262,21 +230,3 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
             removed={(str(t), int(p)) for t, p in state.get("removed", [])},
         )
 
-
-def _offsets_at_times(
-    cluster: DataCluster,
-    partitions: list[TopicPartitionKey],
-    timestamp_of: Callable[[TopicPartitionKey], int | None],
-    unlisted: str,
-) -> dict[TopicPartitionKey, int]:
-    """Each partition's first offset at or after its timestamp (its end where there is no
-    such record); a partition with no timestamp at ``unlisted`` (earliest or latest)."""
-    by_time: dict[int, list[TopicPartitionKey]] = {}
-    for key in partitions:
-        ms = timestamp_of(key)
-        if ms is not None:
-            by_time.setdefault(ms, []).append(key)
-    out = cluster.offsets([k for k in partitions if timestamp_of(k) is None], unlisted)
-    for ms, keys in by_time.items():
-        out.update(cluster.offsets(keys, ms))
-    return out

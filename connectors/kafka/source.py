@@ -23,11 +23,12 @@ from sluicegate.api import (
     SupportsSplitReassignmentOnRecovery,
 )
 from sluicegate.api.assigners import ASSIGNMENT_OPTIONS
-from sluicegate.api.errors import SourceError
+from sluicegate.api.errors import ConfigError, SourceError
 
 from .cluster import DataCluster, DataClusterError
 from .enumerator import KafkaEnumerator
 from .options import KafkaOptions, headers_in_rows
+from .positions import starting_offsets, stopping_offsets
 from .ranges import PlanningView, RangeReader, arrow_schema
 from .reader import KafkaSourceReader
 from .split import KafkaPartitionSplit, KafkaSplitCodec
@@ -185,6 +186,24 @@ class KafkaSource(
         cluster = self._cluster(self.options)
         partitions = [(t, p) for t, n in cluster.partitions().items() for p in range(n) if self.options.selects(t, p)]
         return max(1, len(partitions))
+
+    def batch_splits(self) -> list[KafkaPartitionSplit]:
+        """Every selected partition from its starting to its stopping offset, resolved as
+        the first discovery of a bounded source resolves them (positions.py)."""
+        options = self.options
+        if not options.stopping.bounded:
+            raise ConfigError("stopping_offsets", "a batch read needs an end: set it (latest reads all there is)")
+        cluster = self._cluster(options)
+        keys = sorted((t, p) for t, n in cluster.partitions().items() for p in range(n) if options.selects(t, p))
+        starts = starting_offsets(cluster, options, keys, first=True)
+        stops = stopping_offsets(cluster, options, keys)
+        backwards = [f"{t}-{p} ({starts[(t, p)]} > {stops[(t, p)]})" for t, p in keys if starts[(t, p)] > stops[(t, p)]]
+        if backwards:
+            raise SourceError(
+                f"the starting offset is past the ending offset in {', '.join(backwards)}: "
+                "check starting_offsets and stopping_offsets (Spark's startingOffsets and endingOffsets)"
+            )
+        return [KafkaPartitionSplit(t, p, starts[(t, p)], stops[(t, p)]) for t, p in keys]
 
     def prepare_planning(self, splits: Sequence[KafkaPartitionSplit]) -> None:
         self._view().refresh(splits)

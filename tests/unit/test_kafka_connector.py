@@ -421,3 +421,29 @@ def test_a_data_cluster_that_never_answers_fails_the_start_naming_bootstrap_serv
     with pytest.raises(SourceError) as failed:
         src.check_inputs(wait_s=0.05)
     assert "failed: down" in str(failed.value) and "option bootstrap_servers" in str(failed.value)
+
+
+def test_a_batch_read_takes_every_partition_from_its_start_to_its_stop_as_the_first_discovery_does() -> None:
+    clusters: list[MemoryCluster] = []
+    source = kafka_source(
+        clusters, starting_offsets='{"orders": {"0": 7, "1": -1}}', stopping_offsets='{"orders": {"2": 20}}'
+    )
+    clusters.append(MemoryCluster(source.options))
+    clusters[0].add("orders", 3, earliest=2, latest=30)
+    splits = source.batch_splits()
+    assert [(s.split_id, s.position, s.stop) for s in splits] == [
+        ("orders-0", 7, 30),
+        ("orders-1", 30, 30),
+        ("orders-2", 2, 20),
+    ]
+
+
+def test_a_batch_read_needs_an_end_and_refuses_a_start_past_it() -> None:
+    with pytest.raises(ConfigError, match="stopping_offsets"):
+        kafka_source([]).batch_splits()
+    clusters: list[MemoryCluster] = []
+    source = kafka_source(clusters, starting_offsets='{"orders": {"1": 50}}', stopping_offsets="latest")
+    clusters.append(MemoryCluster(source.options))
+    clusters[0].add("orders", 2, earliest=0, latest=30)
+    with pytest.raises(SourceError, match=r"orders-1 \(50 > 30\)"):
+        source.batch_splits()

@@ -199,3 +199,46 @@ def test_derived_source_names_are_valid_and_stable() -> None:
 )
 def test_spark_durations(text: str, ms: int) -> None:
     assert duration_ms("maxTriggerDelay", text) == ms
+
+
+def batch(**options: str) -> SparkSourceConfig:
+    return SparkSourceConfig.from_options({"kafka.bootstrap.servers": DATA, **options}, batch=True)
+
+
+def test_a_batch_query_reads_from_earliest_to_latest_unless_told_otherwise() -> None:
+    c = batch(subscribe="orders")
+    assert c.options == {
+        "topics": "orders",
+        "bootstrap_servers": DATA,
+        "starting_offsets": "earliest",
+        "stopping_offsets": "latest",
+    }
+    ranged = batch(subscribe="orders", startingOffsets='{"orders": {"0": 5}}', endingOffsets='{"orders": {"0": 9}}')
+    assert ranged.options["starting_offsets"] == '{"orders": {"0": 5}}'
+    assert ranged.options["stopping_offsets"] == '{"orders": {"0": 9}}'
+    assert batch(subscribe="orders", endingTimestamp="1700000000000").options["stopping_offsets"] == (
+        "timestamp:1700000000000"
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"startingOffsets": "latest"}, "startingOffsets"),
+        ({"startingOffsets": '{"orders": {"0": -1}}'}, "startingOffsets"),
+        ({"endingOffsets": '{"orders": {"0": -2}}'}, "endingOffsets"),
+        ({"endingOffsets": "earliest"}, "endingOffsets"),
+    ],
+)
+def test_a_batch_query_refuses_what_sparks_batch_read_refuses(options: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        batch(subscribe="orders", **options)
+    assert info.value.setting == named
+
+
+def test_a_batch_query_says_which_stream_options_it_does_not_use() -> None:
+    c = batch(subscribe="orders", maxOffsetsPerTrigger="10", parallelism="4", alignmentMaxDriftMs="1000")
+    notes = "\n".join(c.notes)
+    for name in ("maxOffsetsPerTrigger", "parallelism", "alignmentMaxDriftMs"):
+        assert f"option {name} is not used by a batch query" in notes
+    assert "source name not given" not in notes, "a batch query touches no control topic"

@@ -105,6 +105,13 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
         connector whose ends live elsewhere fetches them here, in one request (the
         ``kafka`` connector asks for every partition's last stable offset)."""
 
+    def batch_splits(self) -> Sequence[SplitT] | None:
+        """The splits a one-shot (batch) read of the source reads, found now (it may block),
+        each bounded: a batch host (Spark's ``spark.read``) reads every split from its
+        position to its ``split_end``, with no coordinator. None (the default): the
+        connector cannot be read as a batch."""
+        return None
+
     def suggested_parallelism(self) -> int | None:
         """How many reader subtasks a host runs when its user names none, asked once at a
         query's first start (it may block); None (the default): the user must name it.

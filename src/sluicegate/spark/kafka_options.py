@@ -24,6 +24,7 @@ differ, docs/kafka.md's migration table says how and why.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -125,10 +126,12 @@ def is_spark_kafka_option(key: str) -> bool:
 
 
 def read_spark_kafka_options(
-    opts: Mapping[str, str], legacy: Mapping[str, str], environment_bootstrap: str = ""
+    opts: Mapping[str, str], legacy: Mapping[str, str], environment_bootstrap: str = "", batch: bool = False
 ) -> SparkKafkaOptions:
     """``opts``: the query's options, lower-cased keys; ``legacy``: its ``option.*``
-    connector options (the names before Spark's). Raises ConfigError naming an option."""
+    connector options (the names before Spark's); ``batch``: a batch query (``spark.read``),
+    which reads from earliest to latest unless told otherwise, as in Spark. Raises
+    ConfigError naming an option."""
     given = {name: opts[name.lower()] for name in SPARK_NAMES if name.lower() in opts}
     connector: dict[str, str] = {}
     notes: list[str] = []
@@ -143,7 +146,10 @@ def read_spark_kafka_options(
     for spark_name, ours in SAME_MEANING.items():
         if spark_name in given:
             _set(connector, ours, given[spark_name], spark_name)
-    _positions(given, connector, notes, spark_subscription=bool(subscription))
+    _positions(given, connector, notes, spark_subscription=bool(subscription) and not batch)
+    if batch:
+        _batch_positions(given, connector)
+        notes += [f"option {name} is not used by a batch query" for name in TRIGGER[:3] if name in given]
     for name, why in REFUSED_AS_IN_SPARK.items():
         if name in given:
             raise ConfigError(name, f"is not supported, as in Spark's Kafka source: {why}")
@@ -176,8 +182,8 @@ def _subscription(given: Mapping[str, str], connector: Mapping[str, str]) -> dic
 
 
 def _positions(given: Mapping[str, str], connector: dict[str, str], notes: list[str], spark_subscription: bool) -> None:
-    """Starting and ending positions by Spark's precedence; Spark's default start
-    (``latest``) where a query names its subscription Spark's way."""
+    """Starting and ending positions by Spark's precedence; Spark's default start of a
+    stream (``latest``) where a streaming query names its subscription Spark's way."""
     for names, ours in ((STARTING, "starting_offsets"), (ENDING, "stopping_offsets")):
         present = [name for name in names if name in given]
         if not present:
@@ -189,6 +195,32 @@ def _positions(given: Mapping[str, str], connector: dict[str, str], notes: list[
             connector.setdefault("starting_timestamp_strategy", "error")  # Spark's default
     if spark_subscription:
         connector.setdefault("starting_offsets", "latest")
+
+
+def _batch_positions(given: Mapping[str, str], connector: dict[str, str]) -> None:
+    """A batch query reads from ``earliest`` to ``latest`` by default, and refuses what
+    Spark's batch Kafka reads refuse: a start at ``latest`` (-1), an end at ``earliest`` (-2)."""
+    starting = connector.setdefault("starting_offsets", "earliest")
+    stopping = connector.setdefault("stopping_offsets", "latest")
+    start_name = next((n for n in STARTING if n in given), "option.starting_offsets")
+    end_name = next((n for n in ENDING if n in given), "option.stopping_offsets")
+    if starting.strip().lower() == "latest" or _names_offset(starting, -1):
+        raise ConfigError(start_name, "cannot be latest (-1) in a batch query, as in Spark: it would read nothing")
+    if _names_offset(stopping, -2):
+        raise ConfigError(end_name, "cannot be earliest (-2) in a batch query, as in Spark")
+    if stopping.strip().lower() == "none":
+        raise ConfigError(end_name, "must name an end in a batch query (none is for streams): latest is all there is")
+
+
+def _names_offset(text: str, offset: int) -> bool:
+    """Whether a JSON map of offsets names ``offset`` for some partition."""
+    if not text.strip().startswith("{"):
+        return False
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return False  # the connector's parser names the option
+    return isinstance(parsed, dict) and any(isinstance(per, dict) and offset in per.values() for per in parsed.values())
 
 
 def _position(name: str, value: str) -> str:
