@@ -12,8 +12,10 @@ topic (module fixture); each reads it as a source of its own:
 1. a plain bounded run (``stopping_offsets=latest``, ``Trigger.AvailableNow``,
    parallelism 4, ``maxRecordsPerTrigger`` so that it takes 7 batches) into Parquet;
    the schema is Spark's Kafka source's;
-2. the Spark driver SIGKILLed mid-run (the query runs in a subprocess: this file run
-   as a script, killed with its JVM and Python workers), restarted from its checkpoint;
+2. the Spark driver SIGKILLed mid-run while it hosts the source's coordinator (no
+   coordinator is deployed: the query serves its source itself, coordinator=auto; the
+   query runs in a subprocess, this file run as a script, killed with its JVM and Python
+   workers), restarted from its checkpoint: the new driver takes the source over;
 3. the coordinator SIGKILLed mid-run and a successor started;
 4. an unbounded source (``stopping_offsets=none``, discovery every second) read by a
    running query (processingTime trigger) while partitions are added to its topic (a
@@ -474,7 +476,7 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
     procs: ProcessGroup, first_half: Expected, kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     options = connector_options(first_half.topic, kafka_bootstrap, stop_at(first_half))
-    kafka_coordinator(procs, unique_source, options)
+    # no coordinator deployed: the driver coordinates the source itself, and dies with it
     first = start_job(procs, "job-1", unique_source, options, tmp_path)
     deadline = time.monotonic() + 180
     while job_rows(first) < first_half.rows // 4:
@@ -484,11 +486,14 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
     time.sleep(random.uniform(0.0, 1.5))  # land anywhere in a batch
     first.kill_group()
     assert not first.lines_with("DONE") and job_rows(first) < first_half.rows, "the job ended before it was killed"
+    assert first.lines_with(f"source {unique_source}: this process coordinates it now"), first.tail(60)
 
     second = start_job(procs, "job-2", unique_source, options, tmp_path)
     assert second.wait(300) == 0, second.tail(60)
     assert second.lines_with("DONE") and job_rows(second) == first_half.rows, second.tail(20)
     assert second.lines_with("restored at checkpoint"), second.tail(60)
+    # the killed driver's coordinator committed state: the new one waited for its silence
+    assert second.lines_with(f"source {unique_source}: no coordinator committed for"), second.tail(60)
     # FLIP-537: the restarted driver registered with the splits of its restored offset
     reported = [int(n) for n in re.findall(r"(\d+) reported splits", second.log())]
     assert sum(reported) > 0, second.tail(60)

@@ -1,5 +1,7 @@
 """The same query through Spark's own Kafka source and through sluicegate, only the format
-name changed (issue 19 items 1 and 6): real Kafka, real Spark, real coordinators.
+name changed (issue 19 items 1, 3, 4 and 6): real Kafka, real Spark, and for sluicegate
+nothing else started: the query's driver coordinates its source itself (coordinator=auto),
+except where a deployed coordinator already serves one, which the query then uses.
 
 A topic of three partitions, written with a transactional producer: keys, null keys,
 empty and null values, headers, explicit timestamps, and a transaction aborted between
@@ -8,7 +10,9 @@ queries take Spark's options as a Spark user writes them (``subscribe``,
 ``startingOffsets``, ``includeHeaders``, ``failOnDataLoss``, a ``kafka.*`` client
 setting, ``groupIdPrefix``), run with ``Trigger.AvailableNow`` into a memory sink, and
 must give the same schema and the same rows. A second pair leaves ``startingOffsets``
-out: Spark's default, latest, reads nothing of what is already there, on both.
+out: Spark's default, latest, reads nothing of what is already there, on both. Two batch
+pairs (``spark.read``, item 3, no coordinator) read from Spark's batch defaults (earliest
+to latest) with ``minPartitions`` cutting the ranges, and between JSON offsets.
 
 Spark runs in a subprocess (this file as a script): Spark's Kafka source is a jar on
 ``spark.jars``, which only a JVM started with it has.
@@ -96,25 +100,31 @@ def test_the_same_query_gives_the_same_rows_through_sparks_source_and_sluicegate
     starting = json.dumps({topic: {"0": 1, "1": -2, "2": -2}})
     procs = ProcessGroup(tmp_path, kafka_bootstrap)
     try:
-        # Nothing starts a coordinator for a query yet (item 4): one per source, with the
-        # options the queries' Spark names stand for. The first query's source name is
-        # derived from its subscription (the topic's name), the second names its own.
+        # The first query's source (its name derived from the subscription: the topic's)
+        # has no coordinator: the query's driver coordinates it. The second names its own
+        # source, which a deployed coordinator serves, with the options the query's Spark
+        # names stand for: the query uses that one.
         args = ["--connector", "kafka", "--max-parallelism", str(PARTITIONS), "--option", f"topics={topic}"]
-        coordinators = [
-            procs.start(
-                "coordinator-derived",
-                ["coordinator", "--source", topic, *args, "--option", f"starting_offsets={starting}"],
-            ),
-            procs.start(
-                "coordinator-latest",
-                ["coordinator", "--source", f"{topic}-latest", *args, "--option", "starting_offsets=latest"],
-            ),
-        ]
-        for coordinator in coordinators:
-            coordinator.wait_for_log("is serving", timeout_s=90)
+        deployed = procs.start(
+            "coordinator-latest",
+            ["coordinator", "--source", f"{topic}-latest", *args, "--option", "starting_offsets=latest"],
+        )
+        deployed.wait_for_log("is serving", timeout_s=90)
+        ending = json.dumps({topic: {"0": 4, "1": -1, "2": 3}})
         cases = {
-            "explicit": spark_options(topic, kafka_bootstrap, starting),
-            "latest": {**spark_options(topic, kafka_bootstrap, None), "source": f"{topic}-latest"},
+            "explicit": {"mode": "stream", "options": spark_options(topic, kafka_bootstrap, starting)},
+            "latest": {
+                "mode": "stream",
+                "options": {**spark_options(topic, kafka_bootstrap, None), "source": f"{topic}-latest"},
+            },
+            "batch_defaults": {
+                "mode": "batch",
+                "options": {**spark_options(topic, kafka_bootstrap, None), "minPartitions": "7"},
+            },
+            "batch_between": {
+                "mode": "batch",
+                "options": {**spark_options(topic, kafka_bootstrap, starting), "endingOffsets": ending},
+            },
         }
         out = tmp_path / "results.json"
         log = tmp_path / "spark.log"
@@ -150,29 +160,43 @@ def test_the_same_query_gives_the_same_rows_through_sparks_source_and_sluicegate
     )
     for side in ("kafka", "sluicegate"):
         assert results["latest"][side]["rows"] == [], f"{side}: startingOffsets defaults to latest"
+    batch = results["batch_defaults"]
+    assert batch["sluicegate"]["schema"] == batch["kafka"]["schema"] == spark_side["schema"]
+    assert len(batch["kafka"]["rows"]) == committed, "a batch query reads from earliest to latest"
+    assert sorted(batch["sluicegate"]["rows"]) == sorted(batch["kafka"]["rows"])
+    between = results["batch_between"]
+    assert 0 < len(between["kafka"]["rows"]) < committed - 1
+    assert sorted(between["sluicegate"]["rows"]) == sorted(between["kafka"]["rows"])
     spark_log = log.read_text()
     assert "groupIdPrefix is not used" in spark_log
     assert f"source name not given: {topic}" in spark_log
+    assert f"source {topic}: this process coordinates it now" in spark_log, "the query served its source itself"
+    assert f"source {topic}-latest: this process coordinates" not in spark_log, "the deployed one served it"
 
 
 # -- the Spark side (this file run as a script) -----------------------------------------
 
 
-def run_cases(cases: dict[str, dict[str, str]], checkpoints: Path) -> dict[str, Any]:
+def run_cases(cases: dict[str, dict[str, Any]], checkpoints: Path) -> dict[str, Any]:
     from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
     from sluicegate.spark.job import spark_session
 
     jars = ",".join(str(p) for p in ensure_spark_kafka_jars())
     spark = spark_session("sluicegate-parity", quiet=True, extra_conf={"spark.jars": jars})
     results: dict[str, Any] = {}
-    for case, options in cases.items():
+    for case, spec in cases.items():
         results[case] = {}
         for fmt in ("kafka", "sluicegate"):
-            given = {k: v for k, v in options.items() if fmt == "sluicegate" or k != "source"}
-            reader = spark.readStream.format(fmt)
+            given = {k: v for k, v in spec["options"].items() if fmt == "sluicegate" or k != "source"}
+            reader = spark.readStream.format(fmt) if spec["mode"] == "stream" else spark.read.format(fmt)
             for key, value in given.items():
                 reader = reader.option(key, value)
             frame = reader.load()
+            if spec["mode"] == "batch":
+                rows = frame.selectExpr("to_json(struct(*)) AS row").collect()
+                results[case][fmt] = {"schema": frame.schema.json(), "rows": [r.row for r in rows]}
+                print(f"{case} {fmt}: {len(rows)} rows, {frame.rdd.getNumPartitions()} partitions", flush=True)
+                continue
             name = f"{case}_{fmt}"
             query = (
                 frame.writeStream.format("memory")

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from sluicegate.coordinator.faust_app import RESTART_DELAY_MAX_S, RestartBackoff, SourceRunners
+from sluicegate.coordinator.faust_app import SourceRunners
+from sluicegate.coordinator.restart_backoff import RESTART_DELAY_MAX_S, RestartBackoff
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings
 from sluicegate.coordinator.source_runner import RunnerState
 

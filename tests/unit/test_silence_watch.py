@@ -46,6 +46,22 @@ def test_silence_never_preceded_by_a_commit_is_no_evidence() -> None:
     assert watch.verdict() is Verdict.WAIT
 
 
+def test_a_host_that_needs_its_source_counts_silence_from_its_first_look() -> None:
+    # a coordinator that starts itself where the source is read (embedded.py) has no Faust
+    # assignment to wait for: a source nobody commits to is taken over too
+    watch = SilenceWatch(2.0, from_first_sample=True)
+    watch.observe(7, 100.0)
+    watch.observe(7, 101.9)
+    assert watch.verdict() is Verdict.WAIT
+    watch.observe(7, 102.0)
+    assert watch.verdict() is Verdict.TAKE_OVER
+    watch.restart()
+    watch.observe(7, 103.0)
+    watch.observe(8, 104.0)  # someone commits now: alive
+    watch.observe(8, 105.9)
+    assert watch.verdict() is Verdict.WAIT
+
+
 def test_silence_counts_between_samples_only() -> None:
     # the standby could not sample (broker unreachable, or it was paused itself): the
     # clock alone is no evidence

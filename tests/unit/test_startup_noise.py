@@ -8,7 +8,7 @@ import logging
 import pytest
 from aiokafka import errors
 
-from sluicegate.kafka.startup_noise import LOOKUP_FAILED, LOOKUP_LOGGER, quiet_startup_noise
+from sluicegate.kafka.startup_noise import LOOKUP_FAILED, LOOKUP_LOGGER, quiet_fencing_leftovers, quiet_startup_noise
 
 
 def test_a_retried_lookup_is_info_and_a_fatal_one_stays_an_error(caplog: pytest.LogCaptureFixture) -> None:
@@ -23,3 +23,24 @@ def test_a_retried_lookup_is_info_and_a_fatal_one_stays_an_error(caplog: pytest.
     assert retried.levelno == logging.INFO and "normal while the broker starts it" in retried.getMessage()
     assert "GroupCoordinatorNotAvailableError" in retried.getMessage()
     assert fatal.levelno == logging.ERROR and "Group Coordinator Request failed" in fatal.getMessage()
+
+
+def test_the_futures_a_fenced_producer_leaves_behind_log_nothing_and_other_lost_errors_still_do(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import asyncio
+    import gc
+
+    quiet_fencing_leftovers()
+    caplog.set_level(logging.ERROR, logger="asyncio")
+
+    async def leave_failed_futures() -> None:
+        loop = asyncio.get_running_loop()
+        for exc in (errors.ProducerFenced(), errors.KafkaTimeoutError()):
+            loop.create_future().set_exception(exc)  # never retrieved: asyncio logs it when collected
+        gc.collect()
+
+    asyncio.run(leave_failed_futures())
+    gc.collect()
+    lost = [r for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert [type(r.exc_info[1]).__name__ for r in lost if r.exc_info] == ["KafkaTimeoutError"]

@@ -42,6 +42,7 @@ from aiokafka import TopicPartition
 from sluicegate.api.errors import SourceError
 from sluicegate.api.source import INPUT_WAIT_S
 from sluicegate.coordinator.metrics import CoordinatorMetrics
+from sluicegate.coordinator.restart_backoff import RestartBackoff
 from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.coordinator.silence import liveness_interval_ms
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
@@ -53,30 +54,10 @@ from sluicegate.protocol.topics import ControlTopics, leadership_topic_spec
 log = logging.getLogger("sluicegate.coordinator")
 
 PROGRESS_INTERVAL_S = 5.0
-RESTART_DELAY_S = 1.0
-RESTART_DELAY_MAX_S = 60.0
-STABLE_AFTER_S = 60.0
-"""A runner that served this long before failing starts a new streak of restarts."""
 
 
 class DefinitionRefused(RuntimeError):
     """A runner of this worker brought another definition of its source than the committed one."""
-
-
-class RestartBackoff:
-    """Exponential, capped delays between restarts of a coordinator that keeps failing:
-    1, 2, 4 ... 60 s. A coordinator whose commit cannot succeed (a record the broker
-    refuses, a broker that refuses transactions) used to restart every second for ever."""
-
-    def __init__(self, first_s: float = RESTART_DELAY_S, max_s: float = RESTART_DELAY_MAX_S) -> None:
-        self.first_s = first_s
-        self.max_s = max_s
-        self.streak = 0
-
-    def failed(self, served_s: float) -> float:
-        """The delay before the next attempt, after one that served ``served_s`` seconds."""
-        self.streak = 1 if served_s >= STABLE_AFTER_S else self.streak + 1
-        return float(min(self.max_s, self.first_s * 2 ** (self.streak - 1)))
 
 
 class SourceRunners:

@@ -9,8 +9,11 @@ taken for dead and the standby takes over by starting the source's transactional
 producer, which fences the silent one. Safety does not rest on this guess: a
 coordinator that was only slow is fenced and steps down (docs/architecture.md).
 
-Never having seen the offset move is not silence: a source nobody ran while this
-worker watched (a cold start, a fresh standby) is left to the Faust assignment.
+Never having seen the offset move is not silence for a deployed standby: a source
+nobody ran while this worker watched (a cold start, a fresh standby) is left to the
+Faust assignment. A coordinator that starts itself where the source is read
+(embedded.py) has no Faust assignment to wait for: its watch counts from its first
+sample (``from_first_sample``), so a source nobody commits to is taken over too.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class SilenceWatch:
     """One source's state topic as one standby sees it. Times are monotonic seconds."""
 
     silence_s: float
+    from_first_sample: bool = False
+    """Count silence from the first sample, as if the offset had just moved there."""
     last_offset: int | None = None
     last_change_s: float | None = None
     """When the offset was last seen to move (None: never, since the watch began)."""
@@ -51,7 +56,9 @@ class SilenceWatch:
 
     def observe(self, offset: int, now_s: float) -> None:
         """The state topic's last stable offset, sampled at ``now_s``."""
-        if self.last_offset is not None and offset != self.last_offset:
+        if (self.last_offset is not None and offset != self.last_offset) or (
+            self.last_offset is None and self.from_first_sample
+        ):
             self.last_change_s = now_s
         self.last_offset = offset
         self.last_sample_s = now_s

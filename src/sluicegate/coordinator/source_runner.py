@@ -40,6 +40,7 @@ from sluicegate.coordinator.state_store import (
 )
 from sluicegate.coordinator.tick_gate import TickGate
 from sluicegate.kafka.clients import security_settings
+from sluicegate.kafka.startup_noise import quiet_fencing_leftovers
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
@@ -79,6 +80,13 @@ def check_definition(source: str, parts: Mapping[str, Any] | None, given: Source
     committed = SourceDefinition.from_json(stored)
     if committed.fingerprint != given.fingerprint:
         raise DefinitionMismatchError(source, who, committed, given)
+
+
+def _retrieve(futures: list[asyncio.Future[Any]]) -> None:
+    """Mark the exceptions of failed sends as seen (asyncio logs the others at ERROR)."""
+    for future in futures:
+        if future.done() and not future.cancelled():
+            future.exception()
 
 
 class CommitFailedError(RuntimeError):
@@ -170,6 +178,7 @@ class SourceRunner:
     # -- lifecycle ------------------------------------------------------------
 
     def start(self) -> None:
+        quiet_fencing_leftovers()  # a fenced runner steps down and says so; aiokafka's leftovers need not
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"coordinator {self.source}")
 
     async def stop(self) -> None:
@@ -377,18 +386,19 @@ class SourceRunner:
             raise CommitFailedError(f"cannot commit: {exc}") from exc
         started = time.perf_counter()
         await self._know_partitions(records)
+        futures: list[asyncio.Future[Any]] = []
         try:
             async with self._producer.transaction():
-                futures = [
-                    await self._producer.send(r.topic, r.value, key=r.key, partition=r.partition, headers=r.headers)
-                    for r in records
-                ]
-                futures += [
-                    await self._producer.send(self.topics.coordinator_state, value, key=key, partition=0)
-                    for key, value in parts
-                ]
+                for r in records:
+                    futures.append(
+                        await self._producer.send(r.topic, r.value, key=r.key, partition=r.partition, headers=r.headers)
+                    )
+                for key, value in parts:
+                    state = self.topics.coordinator_state
+                    futures.append(await self._producer.send(state, value, key=key, partition=0))
             await asyncio.gather(*futures)
         except KafkaError as exc:
+            _retrieve(futures)  # the transaction's failure says it all: no "exception never retrieved" later
             if isinstance(exc, ProducerFenced):
                 raise
             # The transaction was aborted; nothing of it is visible. Failing the runner makes

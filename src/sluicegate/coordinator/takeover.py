@@ -23,6 +23,7 @@ from aiokafka.errors import KafkaError
 
 from sluicegate.coordinator.silence import SilenceWatch, Verdict
 from sluicegate.kafka.clients import control_consumer
+from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.protocol.topics import ControlTopics
 
 log = logging.getLogger("sluicegate.coordinator")
@@ -47,13 +48,17 @@ class TakeoverWatch:
         silence_ms: int,
         watched: Callable[[], set[str]],
         take_over: Callable[[str, float], None],
+        from_first_sample: bool = False,
+        security: KafkaSecurity | None = None,
     ) -> None:
+        """``from_first_sample``: a source nobody commits to is taken over too (silence.py)."""
         self.bootstrap = bootstrap
+        self.security = security
         self.silence_ms = silence_ms
         self._partitions = {
             name: TopicPartition(ControlTopics.for_source(name, namespace).coordinator_state, 0) for name in sources
         }
-        self._watches = {name: SilenceWatch(silence_ms / 1000) for name in self._partitions}
+        self._watches = {name: SilenceWatch(silence_ms / 1000, from_first_sample) for name in self._partitions}
         self._watched = watched
         self._take_over = take_over
         self._was_watched: set[str] = set()
@@ -62,7 +67,7 @@ class TakeoverWatch:
         """Until cancelled. A broker that cannot be reached only delays the watch: no
         sample is no evidence of silence."""
         while True:
-            consumer = control_consumer(self.bootstrap, "sluicegate-takeover-watch")
+            consumer = control_consumer(self.bootstrap, "sluicegate-takeover-watch", self.security)
             try:
                 await consumer.start()
                 while True:

@@ -1,11 +1,16 @@
-"""Errors Kafka clients log at a normal start.
+"""Errors Kafka clients log at a normal start, and after a normal fencing.
 
 aiokafka logs every failed group-coordinator lookup at ERROR and retries it. On a fresh
 cluster the broker creates ``__consumer_offsets`` when the first group asks for its
 coordinator, so the first lookups of every first start fail with
 ``GroupCoordinatorNotAvailableError``: an ERROR for nothing wrong, which teaches people to
 ignore ERROR lines. ``RetriedLookupFilter`` turns the retried ones into INFO lines that say
-so; a lookup error aiokafka does not retry stays an ERROR."""
+so; a lookup error aiokafka does not retry stays an ERROR.
+
+A coordinator whose producer is fenced (a successor took over: a normal handover) steps
+down and says so. aiokafka fails the batches it still held with ``ProducerFenced`` too, and
+nobody reads those internal futures, so asyncio logs each at ERROR, with a traceback, as
+"Future exception was never retrieved". ``FencedLeftoversFilter`` drops exactly those."""
 
 from __future__ import annotations
 
@@ -36,3 +41,20 @@ def quiet_startup_noise() -> None:
     logger = logging.getLogger(LOOKUP_LOGGER)
     if not any(isinstance(f, RetriedLookupFilter) for f in logger.filters):
         logger.addFilter(RetriedLookupFilter())
+
+
+class FencedLeftoversFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        leftover = isinstance(exc, errors.ProducerFenced) and str(record.msg).startswith(NEVER_RETRIEVED)
+        return not leftover
+
+
+NEVER_RETRIEVED = "Future exception was never retrieved"
+
+
+def quiet_fencing_leftovers() -> None:
+    """Install ``FencedLeftoversFilter`` on asyncio's logger (once)."""
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, FencedLeftoversFilter) for f in logger.filters):
+        logger.addFilter(FencedLeftoversFilter())

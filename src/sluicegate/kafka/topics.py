@@ -256,6 +256,7 @@ async def apply_topics(
     specs: list[TopicSpec],
     *,
     timeout_s: float = 30.0,
+    security: KafkaSecurity | None = None,
 ) -> list[TopicResult]:
     """Create the missing topics of ``specs`` and verify all of them; idempotent.
 
@@ -266,7 +267,7 @@ async def apply_topics(
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate topic names in specs: {names}")
-    async with _admin(bootstrap) as admin:
+    async with _admin(bootstrap, security=security) as admin:
         cluster = await admin.describe_cluster()
         brokers = len(cluster.get("brokers") or [])
         replication = max(1, min(3, brokers))
@@ -327,10 +328,12 @@ async def apply_topics(
     return results
 
 
-async def describe_topics(bootstrap: str, names: Iterable[str]) -> dict[str, TopicInfo | None]:
+async def describe_topics(
+    bootstrap: str, names: Iterable[str], security: KafkaSecurity | None = None
+) -> dict[str, TopicInfo | None]:
     """TopicInfo for each name, None for topics that do not exist. Never creates topics."""
     wanted = list(names)
-    async with _admin(bootstrap) as admin:
+    async with _admin(bootstrap, security=security) as admin:
         existing = await _existing_topics(admin)
         present = [n for n in wanted if n in existing]
         infos = await _describe(admin, present, timeout_s=10.0)

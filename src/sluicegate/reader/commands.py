@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from typing import Annotated
@@ -11,9 +12,12 @@ from typing import Annotated
 import typer
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.api.options import checked_int
 from sluicegate.connectors import load_source, parse_options
+from sluicegate.coordinator.embedded import CoordinatorMode, EmbeddedCoordinator
 from sluicegate.kafka.access import KafkaAccessError, require_access
 from sluicegate.kafka.log_repeats import quiet_repeats
+from sluicegate.kafka.topics import TopicApplyError
 from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.reader.host import EXIT_CONFIG, ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
@@ -150,6 +154,23 @@ def reader_command(
             help="Also one series per owned split (records left to its end); one series per split id.",
         ),
     ] = False,
+    coordinator: Annotated[
+        str | None,
+        typer.Option(
+            "--coordinator",
+            help="auto: this process coordinates the source when nobody does (a deployed coordinator "
+            "takes over from it); embedded: at once; external: never, a deployed coordinator must. "
+            "Default: $SLUICEGATE_READER_COORDINATOR, else auto.",
+        ),
+    ] = None,
+    max_parallelism: Annotated[
+        int | None,
+        typer.Option(
+            "--max-parallelism",
+            help="With --coordinator auto or embedded: the source's reader subtasks, to set up a source "
+            "that is not set up yet (its control topics are created).",
+        ),
+    ] = None,
 ) -> None:
     """Read splits of a source as subtask K, as the source's coordinator assigns them."""
     try:
@@ -180,6 +201,7 @@ def reader_command(
         )
         source_impl = load_source(settings.connector, settings.options)
         host = ReaderHost(settings, source_impl)  # imports --process: a bad one fails here
+        embedded = embedded_coordinator(settings, coordinator, max_parallelism, ("--coordinator", "--max-parallelism"))
     except ConfigError as exc:
         typer.echo(f"sluicegate reader: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
@@ -189,8 +211,49 @@ def reader_command(
     except KafkaAccessError as exc:
         typer.echo(f"sluicegate reader: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
-    code = asyncio.run(run_host(host))
+    try:
+        code = run_with_coordinator(host, embedded)
+    except (ConfigError, TopicApplyError) as exc:
+        typer.echo(f"sluicegate reader: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
     raise typer.Exit(code)
+
+
+COORDINATOR_ENV = "SLUICEGATE_READER_COORDINATOR"
+
+
+def embedded_coordinator(
+    settings: ReaderSettings,
+    mode: str | None,
+    max_parallelism: int | None,
+    names: tuple[str, str] = ("coordinator", "max_parallelism"),
+) -> EmbeddedCoordinator:
+    """The coordinator this reader runs when nobody else serves its source (``mode``: auto,
+    embedded or external; None: ``$SLUICEGATE_READER_COORDINATOR``, else auto). A source it
+    sets up gets ``max_parallelism`` reader subtasks (None: it sets none up). ``names``: the
+    two settings as the caller's user wrote them, for messages."""
+    mode_name, parallelism_name = names
+    return EmbeddedCoordinator(
+        settings.source,
+        settings.connector,
+        settings.options,
+        settings.bootstrap_servers,
+        settings.namespace,
+        CoordinatorMode.parse(mode or os.environ.get(COORDINATOR_ENV, "auto"), mode_name),
+        new_source_parallelism=None if max_parallelism is None else checked_int(parallelism_name, max_parallelism, 1),
+        parallelism_setting=parallelism_name,
+        session_timeout_ms=settings.session_timeout_ms,
+    )
+
+
+def run_with_coordinator(host: ReaderHost, embedded: EmbeddedCoordinator) -> int:
+    """Run ``host`` with its coordinator beside it (started first: it may set the source up);
+    raises what refuses the coordinator's start (another definition of the source)."""
+    embedded.start()
+    try:
+        return asyncio.run(run_host(host))
+    finally:
+        embedded.close()
 
 
 def _subtask(value: str) -> int | None:

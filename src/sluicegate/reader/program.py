@@ -15,20 +15,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from sluicegate.api.options import unknown_option
-from sluicegate.reader.commands import run_host, setup_logging
+from sluicegate.reader.commands import embedded_coordinator, run_with_coordinator, setup_logging
 from sluicegate.reader.host import ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
 
 SETTINGS = frozenset(f.name for f in dataclasses.fields(ReaderSettings))
 """What ``**settings`` may hold."""
-KNOWN = SETTINGS | {"process", "output_format", "log_level"}
+KNOWN = SETTINGS | {"process", "output_format", "log_level", "coordinator", "max_parallelism"}
 """Every keyword of ``run_reader``: what an unknown one is compared with."""
 
 
@@ -43,6 +42,8 @@ def run_reader(
     bootstrap_servers: str | None = None,
     output_format: str | None = None,
     log_level: str = "INFO",
+    coordinator: str | None = None,
+    max_parallelism: int | None = None,
     **settings: Any,
 ) -> int:
     """Run one reader of ``source`` until its bounded input ends or SIGTERM/SIGINT (a
@@ -50,6 +51,8 @@ def run_reader(
     2 bad settings, 3 another process holds the subtask).
 
     ``subtask`` None takes a free one from the coordinator (``--subtask auto``);
+    ``coordinator`` and ``max_parallelism`` are ``--coordinator`` (default: auto, this process
+    coordinates the source when nobody does) and ``--max-parallelism``;
     ``bootstrap_servers`` defaults to ``$KAFKA_BOOTSTRAP_SERVERS``; any other keyword is
     a ``ReaderSettings`` field (``checkpoint_interval_ms``, ``on_process_error``, ...).
     Raises ConfigError for a setting that is wrong or unknown (naming the closest known one).
@@ -67,5 +70,6 @@ def run_reader(
         **settings,
     )
     host = ReaderHost(reader_settings, process=process)
+    embedded = embedded_coordinator(reader_settings, coordinator, max_parallelism)
     setup_logging(log_level)
-    return asyncio.run(run_host(host))
+    return run_with_coordinator(host, embedded)

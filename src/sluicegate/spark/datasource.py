@@ -44,7 +44,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -68,7 +68,9 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.api.ranges import RangeChunk, SupportsPositionRanges
 from sluicegate.api.source import INPUT_WAIT_S, Source
 from sluicegate.connectors import load_source
+from sluicegate.coordinator.embedded import EmbeddedCoordinator
 from sluicegate.kafka.log_repeats import RepeatFilter
+from sluicegate.kafka.topics import TopicApplyError
 from sluicegate.spark.driver import SparkReaderDriver
 from sluicegate.spark.offsets import (
     SourceOffset,
@@ -95,7 +97,7 @@ _SQL_TYPES: dict[str, tuple[DataType, str]] = {
 
 
 @functools.lru_cache(maxsize=16)
-def _range_source(connector: str, options: tuple[tuple[str, str], ...]) -> Source[Any]:
+def range_source(connector: str, options: tuple[tuple[str, str], ...]) -> Source[Any]:
     """The connector's Source, once per process (executors build it from the options)."""
     source = load_source(connector, dict(options))
     if not isinstance(source, SupportsPositionRanges):
@@ -109,7 +111,7 @@ def _ranges(source: Source[Any]) -> SupportsPositionRanges[Any]:
 
 
 def value_type_of(connector: str, options: tuple[tuple[str, str], ...]) -> str:
-    value_type = _ranges(_range_source(connector, options)).value_type.lower()
+    value_type = _ranges(range_source(connector, options)).value_type.lower()
     if value_type not in _SQL_TYPES:
         raise ConfigError("connector", f"value type {value_type!r} is not one of {', '.join(sorted(_SQL_TYPES))}")
     return value_type
@@ -155,7 +157,7 @@ class SluicegateDataSource(DataSource):
 
     def schema(self) -> StructType:
         config = SparkSourceConfig.from_options(self.options)
-        own = _ranges(_range_source(config.connector, config.connector_options)).arrow_schema()
+        own = _ranges(range_source(config.connector, config.connector_options)).arrow_schema()
         if own is not None:
             from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -165,11 +167,17 @@ class SluicegateDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return SluicegateStreamReader(SparkSourceConfig.from_options(self.options))
 
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from sluicegate.spark.batch import SluicegateBatchReader
+
+        return SluicegateBatchReader(SparkSourceConfig.from_options(self.options, batch=True))
+
 
 class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, config: SparkSourceConfig) -> None:
         self.config = config
         self._driver: SparkReaderDriver | None = None
+        self._coordinator: EmbeddedCoordinator | None = None
         self._initial: SourceOffset | None = None
         self._available_now_ms: int | None = None
         self._min_rows: MinRowsPerTrigger | None = None
@@ -186,11 +194,11 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     @property
     def _source(self) -> Source[Any]:
-        return _range_source(self.config.connector, self.config.connector_options)
+        return range_source(self.config.connector, self.config.connector_options)
 
     def _ensure_driver(self, restored: SourceOffset | None) -> SparkReaderDriver:
         if self._driver is None:
-            _configure_logging()
+            configure_logging()
             for note in self.config.notes:
                 log.warning("%s", note)
             self._resolve_parallelism(restored)
@@ -205,6 +213,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                     )
             if restored is None:  # a new query: what it reads must exist (Source.check_inputs)
                 self._source.check_inputs(INPUT_WAIT_S)
+            self._start_coordinator()
             driver = SparkReaderDriver(self.config.driver_settings(), self._source)
             log.info(
                 "source %s: %d reader subtasks, %s",
@@ -215,6 +224,16 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             driver.start(restored)
             self._driver = driver
         return self._driver
+
+    def _start_coordinator(self) -> None:
+        """The source's coordinator in this process when nobody else serves it (option
+        ``coordinator``, coordinator/embedded.py): a query needs nothing else running."""
+        coordinator = self.config.embedded_coordinator()
+        try:
+            coordinator.start()  # a source defined otherwise: DefinitionMismatchError, naming the options
+        except TopicApplyError as exc:
+            raise ConfigError("kafka.bootstrap.servers", f"the control topics of {self.config.source}: {exc}") from None
+        self._coordinator = coordinator
 
     def _resolve_parallelism(self, restored: SourceOffset | None) -> None:
         """A query that names no parallelism keeps the one it started with (the subtasks
@@ -297,35 +316,43 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if self._driver is not None:
             self._driver.close()
             self._driver = None
+        if self._coordinator is not None:
+            self._coordinator.close()
+            self._coordinator = None
 
     # -- executor side -------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        import pyarrow as pa
-
         assert isinstance(partition, SluicegatePartition)
-        source = self._source
-        ranges = _ranges(source)
-        if ranges.arrow_schema() is not None:
-            for wire, start, end in partition.ranges:
-                yield from ranges.read_arrow(
-                    source.split_codec.from_wire(wire), start, end, self.config.arrow_batch_rows
-                )
-            return
-        value_type = value_type_of(self.config.connector, self.config.connector_options)
-        arrow_type = getattr(pa, _SQL_TYPES[value_type][1])()
-        schema = pa.schema(
-            [
-                pa.field("split_id", pa.string()),
-                pa.field("value", arrow_type),
-                pa.field("event_time", pa.timestamp("us", tz="UTC")),
-            ]
-        )
-        for wire, start, end in partition.ranges:
-            split = source.split_codec.from_wire(wire)
-            split_id = pa.scalar(wire["split_id"], pa.string())
-            for chunk in ranges.read_range(split, start, end, self.config.arrow_batch_rows):
-                yield _record_batch(chunk, split_id, arrow_type, schema)
+        return read_ranges(self.config, partition.ranges)
+
+
+def read_ranges(config: SparkSourceConfig, planned: list[tuple[dict[str, Any], int, int]]) -> Iterator[Any]:
+    """Arrow record batches of the ranges ``(split wire form, start, end)``, in order: the
+    connector's own batches (``read_arrow``), or ``split_id, value, event_time`` built from
+    ``read_range``. What an executor runs, for a micro-batch and for a batch query alike."""
+    import pyarrow as pa
+
+    source = range_source(config.connector, config.connector_options)
+    ranges = _ranges(source)
+    if ranges.arrow_schema() is not None:
+        for wire, start, end in planned:
+            yield from ranges.read_arrow(source.split_codec.from_wire(wire), start, end, config.arrow_batch_rows)
+        return
+    value_type = value_type_of(config.connector, config.connector_options)
+    arrow_type = getattr(pa, _SQL_TYPES[value_type][1])()
+    schema = pa.schema(
+        [
+            pa.field("split_id", pa.string()),
+            pa.field("value", arrow_type),
+            pa.field("event_time", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    for wire, start, end in planned:
+        split = source.split_codec.from_wire(wire)
+        split_id = pa.scalar(wire["split_id"], pa.string())
+        for chunk in ranges.read_range(split, start, end, config.arrow_batch_rows):
+            yield _record_batch(chunk, split_id, arrow_type, schema)
 
 
 def _record_batch(chunk: RangeChunk, split_id: Any, arrow_type: Any, schema: Any) -> Any:
@@ -344,7 +371,7 @@ def _record_batch(chunk: RangeChunk, split_id: Any, arrow_type: Any, schema: Any
     return pa.RecordBatch.from_arrays([pa.repeat(split_id, n), values, times], schema=schema)
 
 
-def _configure_logging() -> None:
+def configure_logging() -> None:
     """Logs of the driver-side reader go to the Spark driver's stderr."""
     logger = logging.getLogger("sluicegate")
     level = os.environ.get(LOG_LEVEL_ENV, "INFO").upper()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.options import checked_port, int_option, unknown_option
+from sluicegate.coordinator.embedded import CoordinatorMode, EmbeddedCoordinator
 from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_namespace, validate_source
@@ -52,11 +53,31 @@ KNOWN = (
     "alignmentMaxDriftMs",
     "splitIdleTimeoutMs",
     "metricsPort",
+    "coordinator",
     *SPARK_SECURITY_OPTIONS,
 )
 """Every option of ``format("sluicegate")`` besides ``option.<connector option>`` and, for
 the kafka connector, Spark's Kafka source options (kafka_options.py): anything else fails
 at ``load()`` (an option nobody reads would change nothing without a word)."""
+
+
+STREAM_ONLY = (
+    "source",
+    "parallelism",
+    "controlBootstrapServers",
+    "namespace",
+    "maxRecordsPerTrigger",
+    "heartbeatIntervalMs",
+    "sessionTimeoutMs",
+    "topicWaitTimeoutS",
+    "kafkaWaitS",
+    "alignmentMaxDriftMs",
+    "splitIdleTimeoutMs",
+    "metricsPort",
+    "coordinator",
+)
+"""Options of a stream's coordination and trigger, which a batch query (one read, no
+coordinator) accepts and logs once as not used."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +100,8 @@ class SparkSourceConfig:
     ``kafka.ssl.truststore.location`` ... as Spark's Kafka source names them
     (docs/deploy.md, "Security"; default: the driver's SLUICEGATE_KAFKA_* environment).
     ``metricsPort`` (Prometheus metrics served from the driver; 0, the default: off).
+    ``coordinator``: ``auto`` (the default: the driver coordinates the source when nobody
+    else does), ``embedded`` (at once) or ``external`` (a deployed coordinator must).
     """
 
     source: str
@@ -112,23 +135,37 @@ class SparkSourceConfig:
     """kafka.security.protocol, kafka.sasl.*, kafka.ssl.* as Spark's Kafka source names them
     (security.KafkaSecurity.from_spark_options)."""
     metrics_port: int = 0
+    coordinator: CoordinatorMode = CoordinatorMode.AUTO
+    """Whether the driver coordinates the source itself when nobody does
+    (coordinator/embedded.py): ``auto``, ``embedded`` or ``external``."""
     notes: tuple[str, ...] = field(default=(), compare=False)
     """Lines the driver logs once at the query's start (derived names, options not used,
     deprecated names)."""
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> SparkSourceConfig:
+    def from_options(cls, options: Mapping[str, str], batch: bool = False) -> SparkSourceConfig:
+        """``batch``: the options of a batch query (``spark.read``), which reads once with no
+        coordinator: Spark's batch defaults for the kafka connector, and the options of a
+        stream only (``STREAM_ONLY``) logged as not used."""
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         connector_options = _connector_options(opts)
         connector = opts.get("connector", "").strip() or (KAFKA_CONNECTOR if names_a_subscription(opts) else "sequence")
         check_known(opts, connector)
         environment = os.environ.get(BOOTSTRAP_ENV, "").strip()
-        kafka = read_spark_kafka_options(opts, connector_options, environment) if connector == KAFKA_CONNECTOR else None
+        kafka = (
+            read_spark_kafka_options(opts, connector_options, environment, batch=batch)
+            if connector == KAFKA_CONNECTOR
+            else None
+        )
         notes = list(kafka.notes) if kafka else []
         if kafka is not None:
             connector_options = dict(kafka.connector_options)
+        if batch:
+            notes += [f"option {name} is not used by a batch query" for name in STREAM_ONLY if name.lower() in opts]
         source = opts.get("source", "").strip()
-        if not source:
+        if not source and batch:
+            source = "batch"  # no control topic is touched: the name is only for the logs
+        elif not source:
             if kafka is None:
                 raise ConfigError("source", "is required: .option('source', NAME)")
             source = derived_source_name(connector_options)
@@ -160,6 +197,7 @@ class SparkSourceConfig:
             split_idle_timeout_ms=int_option(opts, "splitidletimeoutms", 0, 0),
             security=KafkaSecurity.from_spark_options(opts),
             metrics_port=_port_option(opts, "metricsport"),
+            coordinator=CoordinatorMode.parse(opts.get("coordinator", "auto"), "coordinator"),
             notes=tuple(notes),
         )
 
@@ -169,6 +207,22 @@ class SparkSourceConfig:
 
     def with_parallelism(self, parallelism: int) -> SparkSourceConfig:
         return replace(self, parallelism=parallelism)
+
+    def embedded_coordinator(self) -> EmbeddedCoordinator:
+        """The coordinator this query's driver runs when nobody else serves its source
+        (``coordinator``; external: one that never starts). A source it sets up gets the
+        query's parallelism as its max_parallelism."""
+        return EmbeddedCoordinator(
+            self.source,
+            self.connector,
+            dict(self.connector_options),
+            self.bootstrap_servers,
+            self.namespace,
+            self.coordinator,
+            new_source_parallelism=self.parallelism,
+            session_timeout_ms=self.session_timeout_ms,
+            security=self.security,
+        )
 
     def driver_settings(self) -> DriverSettings:
         if self.parallelism is None:

@@ -133,6 +133,10 @@ class ProcessGroup:
 
     def _env(self, without: Sequence[str] = (), extra: Mapping[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=self.bootstrap, PYTHONUNBUFFERED="1", COLUMNS="200")
+        # Readers started here rely on the coordinators their test deploys, so that a test of
+        # a takeover sees the worker it expects take over; a test of a reader that coordinates
+        # its source itself passes --coordinator auto (or embedded), which wins.
+        env.setdefault("SLUICEGATE_READER_COORDINATOR", "external")
         env.update(extra or {})
         for name in without:
             env.pop(name, None)

@@ -1,0 +1,315 @@
+"""A coordinator that starts itself where its source is read (issue 19 item 4).
+
+A Spark query or a standalone reader whose source no coordinator serves runs one in its
+own process: the same ``SourceRunner`` as a deployed worker's (the same transactional
+state, in the same control topics), on a thread of its own with its own event loop, so
+that a long coordinator step never delays the host's heartbeats. The host chooses how
+(``coordinator`` / ``--coordinator``):
+
+- ``auto`` (the default): a source that was never served (no committed state) is served
+  at once; one that was is watched as a deployed standby watches it (takeover.py) and
+  taken over once nobody has committed to its state topic for ``silence_ms``, counted
+  from the first look (silence.py ``from_first_sample``): the previous host died, say.
+  The silence is longer than a deployed standby's (5 s against 2 s) so that a deployed
+  standby, when there is one, takes over first. A coordinator deployed later (a Faust
+  worker given the source) fences this one through the source's transactional id, and
+  this one stands by again; one that serves commits at least every quarter of a
+  deployed standby's silence, so it is never taken over. Where this process cannot
+  coordinate (its principal may not, or the source is not set up and the host does not
+  say how many subtasks it has), it says so once and relies on a deployed coordinator.
+- ``embedded``: serve at once (fencing whoever serves), then as auto; what stops it
+  from coordinating fails the host at start.
+- ``external``: never; a deployed coordinator serves the source.
+
+Before anything runs, the source's missing control topics are created (as ``sluicegate
+topics apply``; existing ones keep their partition count, which is the source's
+``max_parallelism``), and the definition the host brings is compared with the committed
+one: a host that says the source is something else fails at start, naming the options.
+
+Readers talk to "the coordinator" through the control topics only and cannot tell which
+process serves them: a handover is a coordinator failover, which resets no reader
+(docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import enum
+import logging
+import random
+import threading
+import time
+from collections.abc import Mapping
+
+from sluicegate.api.errors import ConfigError
+from sluicegate.coordinator.restart_backoff import RestartBackoff
+from sluicegate.coordinator.settings import SourceSettings
+from sluicegate.coordinator.silence import liveness_interval_ms
+from sluicegate.coordinator.source_runner import RunnerState, SourceRunner, check_definition
+from sluicegate.coordinator.state_store import read_state
+from sluicegate.coordinator.takeover import TakeoverWatch
+from sluicegate.kafka.security import KafkaSecurity, use_security
+from sluicegate.kafka.topics import apply_topics, describe_topics
+from sluicegate.protocol.definition import DefinitionMismatchError
+from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
+from sluicegate.protocol.topics import ControlTopics, topic_specs
+
+log = logging.getLogger("sluicegate.coordinator")
+
+SILENCE_MS = 5_000
+"""Longer than a deployed standby's default (CoordinatorSettings.takeover_silence_ms, 2 s):
+where both watch, the deployed one takes over first."""
+PREPARE_TIMEOUT_S = 60.0
+
+
+class CoordinatorMode(enum.Enum):
+    AUTO = "auto"
+    EMBEDDED = "embedded"
+    EXTERNAL = "external"
+
+    @classmethod
+    def parse(cls, text: str, setting: str) -> CoordinatorMode:
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            raise ConfigError(setting, f"must be auto, embedded or external, got {text!r}") from None
+
+
+class EmbeddedCoordinator:
+    """The coordinator of one source, hosted by the process that reads it."""
+
+    def __init__(
+        self,
+        source: str,
+        connector: str,
+        options: Mapping[str, str],
+        bootstrap: str,
+        namespace: str,
+        mode: CoordinatorMode,
+        new_source_parallelism: int | None,
+        parallelism_setting: str = "max_parallelism",
+        session_timeout_ms: int = SESSION_TIMEOUT_MS,
+        silence_ms: int = SILENCE_MS,
+        security: KafkaSecurity | None = None,
+    ) -> None:
+        """``new_source_parallelism``: the ``max_parallelism`` to set the source up with when
+        its control topics do not exist yet (None: they must; the error says how). A source
+        that exists keeps its own (the partitions of its readers topic).
+        ``parallelism_setting``: the host's name for it, in messages."""
+        self._source = source
+        self.connector = connector
+        self.options = dict(options)
+        self.new_source_parallelism = new_source_parallelism
+        self.parallelism_setting = parallelism_setting
+        self.session_timeout_ms = session_timeout_ms
+        self.settings: SourceSettings | None = None
+        """The runner's settings, once the source's max_parallelism is known (``start``)."""
+        self.bootstrap = bootstrap
+        self.namespace = namespace
+        self.mode = mode
+        self.silence_ms = silence_ms
+        self.security = security
+        self.topics = ControlTopics.for_source(source, namespace)
+        self.runner: SourceRunner | None = None
+        self.takeovers = 0
+        """How often this process took the source over (tests, logs)."""
+        self.refusal: str | None = None
+        """Set when the committed state defines the source otherwise: the host must stop."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._backoff = RestartBackoff()
+        self._not_before = 0.0
+        self._closing = False
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def active(self) -> bool:
+        return self.runner is not None and self.runner.state is RunnerState.ACTIVE
+
+    # -- life cycle (the host's thread) ------------------------------------------------
+
+    def start(self) -> None:
+        """Create the missing control topics, check the definition, and start watching (in
+        the background). Raises DefinitionMismatchError (and with ``embedded`` whatever stops
+        it from coordinating): the host must not start. ``external``: nothing at all."""
+        if self.mode is CoordinatorMode.EXTERNAL or self._thread is not None:
+            return
+        if self.security is not None:
+            use_security(self.security)  # the runner's clients take the process's settings
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._run_thread, args=(ready,), name=f"sluicegate-coordinator-{self.source}", daemon=True
+        )
+        self._thread.start()
+        try:
+            ready.result(timeout=PREPARE_TIMEOUT_S)
+        except DefinitionMismatchError:
+            raise
+        except Exception as exc:
+            if self.mode is CoordinatorMode.EMBEDDED:
+                raise
+            log.warning(
+                "source %s: this process will not coordinate it (coordinator=auto): %s; "
+                "it relies on a deployed coordinator",
+                self.source,
+                _reason(exc),
+            )
+
+    def close(self) -> None:
+        """Stop the runner and the watch. Nothing needs to be sent: what the runner did is
+        committed, and a successor resumes from its last commit."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or self._closing:
+            return
+        self._closing = True
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._stop(), loop).result(timeout=20)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+
+    def _run_thread(self, ready: concurrent.futures.Future[None]) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            served_before = loop.run_until_complete(self._prepare())
+        except BaseException as exc:
+            self._loop = None  # nothing runs here: close() has nothing to stop
+            ready.set_exception(exc)
+            loop.close()
+            return
+        self._watch_task = loop.create_task(self._watch(served_before), name=f"coordinator watch {self.source}")
+        ready.set_result(None)
+        try:
+            loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    # -- on the loop -------------------------------------------------------------------
+
+    async def _prepare(self) -> bool:
+        """The control topics (existing ones keep their partition count) and the definition;
+        whether a coordinator ever served the source (it has committed state)."""
+        existing = (await describe_topics(self.bootstrap, [self.topics.readers], self.security))[self.topics.readers]
+        # the source's max_parallelism is the one it was set up with
+        max_parallelism = existing.partitions if existing is not None else self.new_source_parallelism
+        if max_parallelism is None:
+            raise ConfigError(
+                self.parallelism_setting,
+                f"source {self.source} is not set up (no {self.topics.readers}): give "
+                f"{self.parallelism_setting} to set it up with that many reader subtasks, or run "
+                "`sluicegate topics apply` or its coordinator first",
+            )
+        settings = SourceSettings(
+            self.source,
+            self.connector,
+            max_parallelism,
+            self.options,
+            session_timeout_ms=self.session_timeout_ms,
+        )
+        specs = topic_specs(self.namespace, self.source, max_parallelism)
+        await apply_topics(self.bootstrap, specs, security=self.security)
+        stored = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
+        check_definition(self.source, stored.parts if stored else None, settings.definition(), self._who())
+        self.settings = settings
+        if self.mode is CoordinatorMode.AUTO and stored is not None:
+            log.info(
+                "source %s: this process coordinates it if nobody does (no commit to %s for %d ms); "
+                "a deployed coordinator takes it over (coordinator=auto)",
+                self.source,
+                self.topics.coordinator_state,
+                self.silence_ms,
+            )
+        return stored is not None
+
+    def _who(self) -> str:
+        return f"this process's coordinator (coordinator={self.mode.value})"
+
+    async def _watch(self, served_before: bool) -> None:
+        if self.mode is CoordinatorMode.EMBEDDED or not served_before:
+            self._take_over(self.source, 0.0)
+        # Several hosts of one source (its readers) watch alike: each waits a little longer
+        # than the silence, by its own random share, so that one of them takes over first
+        # and the others see it commit instead of all fencing each other in turn.
+        silence_ms = self.silence_ms + random.randint(0, self.silence_ms // 2)
+        watch = TakeoverWatch(
+            self.bootstrap,
+            self.namespace,
+            [self.source],
+            silence_ms,
+            self._watched,
+            self._take_over,
+            from_first_sample=True,
+            security=self.security,
+        )
+        await watch.run()
+
+    def _watched(self) -> set[str]:
+        return set() if self.runner is not None or self.refusal is not None else {self.source}
+
+    def _take_over(self, name: str, silent_for_s: float) -> None:
+        if self._closing or self.runner is not None or time.monotonic() < self._not_before:
+            return
+        if silent_for_s > 0:
+            log.warning(
+                "source %s: no coordinator committed for %.1f s; this process coordinates it now "
+                "(fencing any silent one)",
+                name,
+                silent_for_s,
+            )
+        else:
+            log.info("source %s: this process coordinates it now (coordinator=%s)", name, self.mode.value)
+        assert self.settings is not None
+        self.takeovers += 1
+        runner = SourceRunner(
+            self.settings,
+            self.bootstrap,
+            self.namespace,
+            on_stop=self._on_runner_stopped,
+            liveness_interval_ms=liveness_interval_ms(self.silence_ms),
+        )
+        self.runner = runner
+        runner.start()
+
+    def _on_runner_stopped(self, runner: SourceRunner) -> None:
+        if self.runner is not runner:
+            return
+        self.runner = None
+        if runner.state is RunnerState.REFUSED:
+            self.refusal = f"source {self.source}: {runner.failure}"
+            log.error("%s", self.refusal)
+        elif runner.state is RunnerState.FENCED:
+            log.info("source %s: another coordinator serves it now; this process stands by", self.source)
+        elif runner.state is RunnerState.FAILED:
+            served = time.monotonic() - runner.active_since if runner.active_since is not None else 0.0
+            delay = self._backoff.failed(served)
+            self._not_before = time.monotonic() + delay
+            log.error(
+                "source %s: %s; this process coordinates it again from the last commit in %.0f s if nobody else does",
+                self.source,
+                runner.failure or "the coordinator failed",
+                delay,
+            )
+
+    async def _stop(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch_task
+        runner, self.runner = self.runner, None
+        if runner is not None:
+            log.info("source %s: stopping this process's coordinator (%s)", self.source, runner.describe())
+            await runner.stop()
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text if text else type(exc).__name__
