@@ -39,7 +39,7 @@ TIMESTAMP_CACHE = 100_000
 FILL_WAIT_MS = 500
 """How long one fill waits for a message before it hands back what it has (and the
 reader checks ``poll_timeout_ms``)."""
-RANGE_READ_DEFAULTS: dict[str, Any] = {"fetch.wait.max.ms": 10}
+RANGE_READ_DEFAULTS: dict[str, Any] = {"fetch.wait.max.ms": 10, "queued.min.messages": 5_000}
 """librdkafka settings of the executors' range consumers unless the user sets them
 (shared_consumer says why)."""
 PROBE_FETCH_WAIT_MS = 10
@@ -75,7 +75,14 @@ def shared_consumer(options: KafkaOptions) -> RangeConsumer:
     Defaults for reading ranges (a ``kafka.*`` setting of the user's wins):
     ``fetch.wait.max.ms`` 10: a range only asks for records that exist, so the broker
     need not hold a fetch open for more; librdkafka's 500 ms would be paid at every
-    switch to another range.
+    switch to another range. ``queued.min.messages`` 5,000 (librdkafka: 100,000 per
+    partition): librdkafka fetches ahead until that many records wait in its queue, and a
+    deep queue is read long after it was parsed, out of the CPU's caches, and costs
+    memory. Measured (benchmarks/README.md, "Prefetch depth"): reading ranges in one
+    process 0.52-0.57 against 0.76-0.88 CPU s per M rows and a third less broker CPU;
+    under Spark 45 MB less per executor worker and 0.73-0.76 against 0.81-0.84 µs a row
+    in the workers. A network slower than librdkafka's drain of 5,000 records (a few ms)
+    would stall on it: ``kafka.queued.min.messages`` sets it per query.
 
     ``max.partition.fetch.bytes`` stays librdkafka's 1 MiB, measured against 4 and 16 MiB
     (benchmarks/README.md, "Fetch size"): larger fetches save the broker ~0.1 µs a record
