@@ -45,7 +45,10 @@ def readme_spark_snippets() -> list[str]:
 
 
 def connector_of(snippet: str) -> str:
+    """The connector a snippet reads: named, or kafka by Spark's subscription options."""
     match = re.search(r'\.option\("connector", "(\w+)"\)', snippet)
+    if match is None and re.search(r'\.option\("(subscribe|subscribePattern|assign)", ', snippet):
+        return "kafka"
     assert match, f"README snippet names no connector:\n{snippet}"
     return match.group(1)
 
