@@ -171,7 +171,7 @@ def test_the_same_query_gives_the_same_rows_through_sparks_source_and_sluicegate
     assert "groupIdPrefix is not used" in spark_log
     assert f"source name not given: {topic}" in spark_log
     assert f"source {topic}: this process coordinates it now" in spark_log, "the query served its source itself"
-    assert f"source {topic}-latest: this process coordinates" not in spark_log, "the deployed one served it"
+    assert f"source {topic}-latest: this process coordinates it now" not in spark_log, "the deployed one served it"
 
 
 # -- the Spark side (this file run as a script) -----------------------------------------
