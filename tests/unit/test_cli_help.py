@@ -88,3 +88,16 @@ def test_a_misspelled_processing_option_of_the_reader_names_the_right_one() -> N
     assert result.exit_code == 2
     said = " ".join(result.output.split())
     assert "--output-format" in said and "must be record or envelope, got 'envelop'" in said, said
+
+
+def test_a_bad_coordinator_mode_of_the_reader_fails_naming_it() -> None:
+    args = ["reader", "--source", "s", "--subtask", "0", "--connector", "sequence", "--output", "kafka:x"]
+    args += ["--bootstrap-servers", "127.0.0.1:9"]  # checked first; nothing connects before the mode
+    result = CliRunner().invoke(app, [*args, "--coordinator", "embeded"])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "--coordinator" in said and "must be auto, embedded or external, got 'embeded'" in said, said
+    result = CliRunner().invoke(app, [*args, "--coordinator", "auto", "--max-parallelism", "0"])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "--max-parallelism" in said and "must be >= 1" in said, said

@@ -242,3 +242,15 @@ def test_a_batch_query_says_which_stream_options_it_does_not_use() -> None:
     for name in ("maxOffsetsPerTrigger", "parallelism", "alignmentMaxDriftMs"):
         assert f"option {name} is not used by a batch query" in notes
     assert "source name not given" not in notes, "a batch query touches no control topic"
+
+
+def test_the_query_coordinates_its_source_itself_unless_told_otherwise() -> None:
+    from sluicegate.coordinator.embedded import CoordinatorMode
+
+    assert config(subscribe="orders").coordinator is CoordinatorMode.AUTO
+    assert config(subscribe="orders", coordinator="External").coordinator is CoordinatorMode.EXTERNAL
+    with pytest.raises(ConfigError) as info:
+        config(subscribe="orders", coordinator="deployed")
+    assert info.value.setting == "coordinator" and "auto, embedded or external" in info.value.problem
+    coordinator = config(subscribe="orders", parallelism="6").embedded_coordinator()
+    assert coordinator.new_source_parallelism == 6 and coordinator.source == "orders"
