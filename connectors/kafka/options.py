@@ -45,6 +45,9 @@ _RESERVED_CLIENT_SETTINGS = {
     "enable.partition.eof": "(the reader needs end-of-partition events)",
 }
 
+_OWN_VALUES = {"isolation.level": "read_committed", "enable.auto.commit": "false"}
+"""Reserved settings given with the value the connector uses: accepted (and not passed on)."""
+
 CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 1}
 """With librdkafka's default (1000 ms) a partition whose local queue is full is not
 fetched again for a second, and a consumer that drains the queue faster than that
@@ -166,6 +169,8 @@ class KafkaOptions:
         for key, value in options.items():
             if key.startswith(CLIENT_PREFIX):
                 name = key[len(CLIENT_PREFIX) :]
+                if name in _OWN_VALUES and value.strip().lower() == _OWN_VALUES[name]:
+                    continue  # what the connector sets anyway (a Spark query often says so)
                 if name in _RESERVED_CLIENT_SETTINGS:
                     raise ConfigError(key, f"is set by the connector; use {_RESERVED_CLIENT_SETTINGS[name]}")
                 client[name] = value

@@ -254,3 +254,11 @@ def test_the_query_coordinates_its_source_itself_unless_told_otherwise() -> None
     assert info.value.setting == "coordinator" and "auto, embedded or external" in info.value.problem
     coordinator = config(subscribe="orders", parallelism="6").embedded_coordinator()
     assert coordinator.new_source_parallelism == 6 and coordinator.source == "orders"
+
+
+def test_read_committed_as_a_spark_query_asks_for_it_is_accepted_and_read_uncommitted_refused() -> None:
+    c = config(subscribe="orders", **{"kafka.isolation.level": "read_committed"})
+    assert kafka_options(c).consumer_config()["isolation.level"] == "read_committed"
+    with pytest.raises(ConfigError) as info:
+        kafka_options(config(subscribe="orders", **{"kafka.isolation.level": "read_uncommitted"}))
+    assert info.value.setting == "kafka.isolation.level" and "read_committed" in info.value.problem
