@@ -97,24 +97,11 @@ class FileEnumerator(SplitEnumerator[FileSplit]):
         processed.reported_changed = set(self._processed.reported_changed)
         processed.advance(now_ms, self._options.max_file_age_ms)
         outcome = processed.consider(listing)
-        splits: list[FileSplit] = []
-        for entry in outcome.new:
-            fmt = self._options.format_of(entry.path) or "parquet"
-            splits += plan_file(entry, fmt, self._row_groups(entry, fmt), self._options.split_size_bytes)
+        splits = splits_of_files(self._store, self._options, queue_order(outcome.new, self._options.order))
         root_missing = not listing and not self._store.root_exists()
         return Discovery(
             tuple(e.path for e in listing), outcome.new, tuple(splits), outcome.changed, outcome.too_old, root_missing
         )
-
-    def _row_groups(self, entry: FileEntry, fmt: str) -> list[RowGroup] | None:
-        if fmt != "parquet":
-            return None
-        try:
-            return self._store.row_groups(entry.path)
-        except READ_ERRORS as exc:
-            # not decided here: its reader meets the same error and applies on_bad_file
-            log.warning("%s: the Parquet footer does not read (%s); its reader decides (on_bad_file)", entry.path, exc)
-            return None
 
     # -- applying a discovery (on the loop) -------------------------------------------
 
@@ -212,3 +199,33 @@ class FileEnumerator(SplitEnumerator[FileSplit]):
             processed=ProcessedFiles.from_json(state.get("processed", {})),
             first_done=bool(state.get("first_done", False)),
         )
+
+
+def queue_order(entries: tuple[FileEntry, ...], order: str) -> list[FileEntry]:
+    """The files of one listing in the order their splits are queued (``order`` option)."""
+    if order == "modified":
+        return sorted(entries, key=lambda e: (e.mtime_ms, e.path))
+    if order == "latest_first":
+        return sorted(entries, key=lambda e: (-e.mtime_ms, e.path))
+    return sorted(entries, key=lambda e: e.path)
+
+
+def splits_of_files(store: FileStore, options: FileOptions, entries: list[FileEntry]) -> list[FileSplit]:
+    """The splits of listed files, in their order (a large Parquet file: one per range of
+    its row groups, read from its footer)."""
+    splits: list[FileSplit] = []
+    for entry in entries:
+        fmt = options.format_of(entry.path) or "parquet"
+        splits += plan_file(entry, fmt, _row_groups(store, entry, fmt), options.split_size_bytes)
+    return splits
+
+
+def _row_groups(store: FileStore, entry: FileEntry, fmt: str) -> list[RowGroup] | None:
+    if fmt != "parquet":
+        return None
+    try:
+        return store.row_groups(entry.path)
+    except READ_ERRORS as exc:
+        # not decided here: its reader meets the same error and applies on_bad_file
+        log.warning("%s: the Parquet footer does not read (%s); its reader decides (on_bad_file)", entry.path, exc)
+        return None

@@ -30,6 +30,25 @@ FORMATS = ("parquet", "csv", "jsonl")
 EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 DEFAULT_SPLIT_SIZE = 128 * 1024 * 1024
 BadFilePolicy = Literal["fail", "skip"]
+ORDERS = ("path", "modified", "latest_first")
+"""How the files one listing finds are queued: by path, by modification time oldest
+first (Spark's file source), or newest first (Spark's ``latestFirst``)."""
+
+
+@dataclass(frozen=True)
+class CsvOptions:
+    """How CSV files are parsed (pyarrow.csv): ``header`` true (the connector's default) reads
+    column names from the first row; false reads every row as data, the columns named by
+    the schema (given) or ``_c0``, ``_c1`` ... (inferred), as Spark's CSV reader names them."""
+
+    header: bool = True
+    delimiter: str = ","
+    quote: str = '"'
+    escape: str | None = None
+    null_value: str | None = None
+    """A field equal to this is null (any type); None: pyarrow's defaults (empty and NULL-like
+    fields are null for non-string columns)."""
+    encoding: str = "utf8"
 
 KNOWN = {
     "path",
@@ -42,6 +61,13 @@ KNOWN = {
     "split_size_bytes",
     "on_bad_file",
     "missing_path",
+    "order",
+    "csv_header",
+    "csv_delimiter",
+    "csv_quote",
+    "csv_escape",
+    "csv_null_value",
+    "csv_encoding",
     ASSIGNER_OPTION,
     GRACE_OPTION,
     REBALANCE_OPTION,
@@ -68,6 +94,9 @@ class FileOptions:
     missing_path: str = "fail"
     """A path that does not exist when the source first starts: ``fail`` (after a short wait,
     naming it) or ``wait`` (for a directory created later; discovery picks it up)."""
+    order: str = "path"
+    """``ORDERS``: how the files of one listing are queued."""
+    csv: CsvOptions = CsvOptions()
     storage: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
     """``storage.*`` options without the prefix (may hold secrets: never in a repr or a log)."""
     assigner: Callable[[], SplitAssigner[Any]] = field(default=PullAssigner, compare=False, repr=False)
@@ -106,6 +135,8 @@ class FileOptions:
             split_size_bytes=int_option(options, "split_size_bytes", DEFAULT_SPLIT_SIZE, 1),
             on_bad_file="skip" if policy == "skip" else "fail",
             missing_path=choice_option(options, "missing_path", ("fail", "wait")),
+            order=choice_option(options, "order", ORDERS),
+            csv=_csv_options(options),
             storage=tuple(sorted(storage.items())),
             assigner=assigner_from_options(options, PullAssigner.name),
         )
@@ -142,6 +173,31 @@ class FileOptions:
         if self.format is not None:
             return self.format
         return EXTENSIONS.get(posixpath.splitext(path)[1].lower())
+
+
+def _csv_options(options: Mapping[str, str]) -> CsvOptions:
+    header = options.get("csv_header", "true").strip().lower()
+    if header not in ("true", "false"):
+        raise ConfigError("csv_header", f"must be true or false, got {options['csv_header']!r}")
+    single = {}
+    for key, default in (("csv_delimiter", ","), ("csv_quote", '"'), ("csv_escape", None)):
+        value = options.get(key, default)
+        if value is not None and len(value) != 1:
+            raise ConfigError(key, f"must be one character, got {value!r}")
+        single[key] = value
+    encoding = options.get("csv_encoding", "utf8").strip() or "utf8"
+    try:
+        "".encode(encoding)
+    except LookupError:
+        raise ConfigError("csv_encoding", f"{encoding!r} is not an encoding Python knows") from None
+    return CsvOptions(
+        header=header == "true",
+        delimiter=single["csv_delimiter"] or ",",
+        quote=single["csv_quote"] or '"',
+        escape=single["csv_escape"],
+        null_value=options.get("csv_null_value"),
+        encoding=encoding,
+    )
 
 
 def _storage_value(raw: str) -> Any:

@@ -8,6 +8,7 @@ JSON Lines, read once each: bounded (the files present at start) or continuously
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -28,7 +29,7 @@ from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.ranges import SkippedInput
 
 from .badfiles import BadFile, BadFileError
-from .enumerator import FileEnumerator
+from .enumerator import FileEnumerator, queue_order, splits_of_files
 from .options import FileOptions
 from .ranges import PlanningView
 from .reader import FileSourceReader, event_time_ms
@@ -149,6 +150,21 @@ class FileSource(
 
     def split_end(self, split: FileSplit) -> int | None:
         return self._view().end(split)
+
+    def batch_splits(self) -> list[FileSplit]:
+        """The files there now, in the ``order`` option's order, each split with its end
+        (bad files: ``on_bad_file``; skipped ones end where they start, logged)."""
+        store = self.store()
+        splits = splits_of_files(store, self.options, queue_order(tuple(store.list_files()), self.options.order))
+        self.prepare_planning(splits)
+        for skipped in self.take_skipped_input():  # no dead-letter topic without a coordinator: logged
+            log.warning("batch read: skipped %s: %s", skipped.origin, skipped.reason)
+        return splits
+
+    def suggested_parallelism(self) -> int | None:
+        """The driver machine's cores (Spark's file source has no such setting): in local mode
+        the executors' cores; on a cluster give ``parallelism``."""
+        return os.cpu_count() or 1
 
     def prepare_planning(self, splits: Sequence[FileSplit]) -> None:
         self._view().refresh(splits)

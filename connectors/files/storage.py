@@ -87,7 +87,11 @@ class FileStore:
             if fmt == "csv":
                 import pyarrow.csv as pacsv
 
-                return pacsv.open_csv(handle).schema
+                read, parse, _ = self._csv(None)
+                schema = pacsv.open_csv(handle, read_options=read, parse_options=parse).schema
+                if self.options.csv.header:
+                    return schema
+                return pa.schema([field.with_name(f"_c{i}") for i, field in enumerate(schema)])
             import pyarrow.json as pajson
 
             return pajson.read_json(handle).schema
@@ -153,8 +157,8 @@ class FileStore:
         if split.format == "csv":
             import pyarrow.csv as pacsv
 
-            convert = pacsv.ConvertOptions(column_types={f.name: f.type for f in schema}, include_columns=schema.names)
-            reader = pacsv.open_csv(handle, convert_options=convert, read_options=pacsv.ReadOptions(block_size=1 << 22))
+            read, parse, convert = self._csv(schema)
+            reader = pacsv.open_csv(handle, read_options=read, parse_options=parse, convert_options=convert)
             row = 0
             for batch in reader:
                 yield row, batch
@@ -168,6 +172,36 @@ class FileStore:
         for batch in table.to_batches(max_chunksize=batch_rows):
             yield row, batch
             row += batch.num_rows
+
+    def _csv(self, schema: pa.Schema | None) -> tuple[Any, Any, Any]:
+        """pyarrow's read, parse and convert options for this source's CSV files, read into
+        ``schema`` (None: to infer one). Without a header every row is data and the columns
+        are the schema's, in order (it names every column of the file), or Spark's ``_c0``,
+        ``_c1`` ... when inferred (``file_schema``)."""
+        import pyarrow.csv as pacsv
+
+        csv = self.options.csv
+        names: list[str] | None = None
+        if not csv.header and schema is not None:
+            names = list(schema.names)
+        read = pacsv.ReadOptions(
+            block_size=1 << 22,
+            encoding=csv.encoding,
+            column_names=names,
+            autogenerate_column_names=not csv.header and names is None,
+        )
+        parse = pacsv.ParseOptions(
+            delimiter=csv.delimiter,
+            quote_char=csv.quote,
+            escape_char=csv.escape if csv.escape is not None else False,
+        )
+        if schema is None:
+            return read, parse, None
+        null = {"null_values": [csv.null_value], "strings_can_be_null": True} if csv.null_value is not None else {}
+        convert = pacsv.ConvertOptions(
+            column_types={f.name: f.type for f in schema}, include_columns=schema.names, **null
+        )
+        return read, parse, convert
 
     def count_rows(self, split: FileSplit, schema: pa.Schema) -> int:
         """Rows of a split whose count the listing did not know (reads the file; BadFile)."""

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from sluicegate_connectors.files import FileOptions, FileSource, FileSplit
 from sluicegate_connectors.files.badfiles import BadFileError, change_of
 from sluicegate_connectors.files.enumerator import RETRY_MS
+from sluicegate_connectors.files.options import ORDERS
 from sluicegate_connectors.files.planning import RowGroup, group_ranges, plan_file
 from sluicegate_connectors.files.processed import ProcessedFiles
 from sluicegate_connectors.files.schema import SchemaMismatch, conform, parse_ddl
@@ -494,3 +495,50 @@ def test_a_path_that_does_not_exist_fails_the_first_start_unless_told_to_wait(
     FileSource.from_options({"path": str(typo)}).check_inputs(wait_s=0.05)
     with pytest.raises(ConfigError, match="missing_path"):
         FileSource.from_options({"path": str(typo), "missing_path": "later"})
+
+
+def test_csv_without_a_header_reads_every_row_as_data_in_the_schemas_columns(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("1;x;NA\n2;'y;z';7\n")
+    src = FileSource.from_options(
+        {
+            "path": str(tmp_path),
+            "schema": "id BIGINT, name STRING, n INT",
+            "csv_header": "false",
+            "csv_delimiter": ";",
+            "csv_quote": "'",
+            "csv_null_value": "NA",
+        }
+    )
+    (split,) = src.batch_splits()
+    table = pa.Table.from_batches(list(src.read_arrow(split, 0, src.split_end(split) or 0, 100)))
+    assert table.to_pylist() == [{"id": 1, "name": "x", "n": None}, {"id": 2, "name": "y;z", "n": 7}]
+    inferred = FileSource.from_options(
+        {"path": str(tmp_path), "csv_header": "false", "csv_delimiter": ";", "csv_quote": "'"}
+    )
+    assert inferred.arrow_schema().names == ["_c0", "_c1", "_c2"], "Spark's names for columns without a header"
+
+
+@pytest.mark.parametrize(
+    ("options", "setting"),
+    [({"csv_header": "yes"}, "csv_header"), ({"csv_delimiter": ";;"}, "csv_delimiter"), ({"order": "newest"}, "order")],
+)
+def test_a_bad_csv_or_order_option_fails_naming_it(tmp_path: Path, options: dict[str, str], setting: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        FileSource.from_options({"path": str(tmp_path), **options})
+    assert info.value.setting == setting
+
+
+def test_a_batch_read_takes_the_files_there_now_in_the_order_asked_for(tmp_path: Path) -> None:
+    import os
+
+    for i, name in enumerate(["b.parquet", "a.parquet", "c.parquet"]):
+        write(tmp_path / name, rows(i * 10, 10))
+        os.utime(tmp_path / name, (1_700_000_000 + i, 1_700_000_000 + i))
+    by = {order: [s.path.rsplit("/", 1)[-1] for s in source(tmp_path, order=order).batch_splits()] for order in ORDERS}
+    assert by == {
+        "path": ["a.parquet", "b.parquet", "c.parquet"],
+        "modified": ["b.parquet", "a.parquet", "c.parquet"],
+        "latest_first": ["c.parquet", "a.parquet", "b.parquet"],
+    }
+    src = source(tmp_path)
+    assert [src.split_end(s) for s in src.batch_splits()] == [10, 10, 10]

@@ -184,6 +184,22 @@ def test_in_order_a_subtask_s_share_goes_to_its_splits_one_after_another() -> No
     assert all(0 < e.pos % 100 < 100 for s in (0, 1) for e in shared.subtasks[s].splits.values())
 
 
+def test_max_splits_reads_that_many_splits_a_batch_in_assignment_order_subtasks_taking_turns() -> None:
+    # Spark's maxFilesPerTrigger: 3 splits a batch over 2 subtasks, whatever the row limit;
+    # within a subtask in the order the coordinator assigned them (not by id)
+    views = {
+        0: view(1, owned(3, 1), owned(1, 1), owned(2, 1)),
+        1: view(1, owned(5, 1), owned(4, 1)),
+    }
+    first = plan_next(SourceOffset(1), views, None, all_available)
+    second = plan_next(first, views, None, all_available, in_order=True, max_splits=3)
+    read = {sid: e.pos - e.split["position"] for s in (0, 1) for sid, e in second.subtasks[s].splits.items()}
+    assert {sid for sid, rows in read.items() if rows} == {"seq-00003", "seq-00001", "seq-00005"}
+    assert second.rows == 300
+    third = plan_next(second, views, None, all_available, in_order=True, max_splits=3)
+    assert third.rows - second.rows == 200, "the two splits left"
+
+
 def test_allocate_in_order_spends_each_subtask_s_share_and_no_more_than_a_backlog() -> None:
     backlog = {(0, "a"): 30, (0, "b"): 30, (1, "c"): 10, (1, "d"): 50}
     granted = allocate_in_order(backlog, lambda key: key[1], 60)

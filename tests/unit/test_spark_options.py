@@ -62,8 +62,10 @@ def test_spark_kafka_source_options_are_refused_for_another_connector_saying_whi
     assert "subscribe" in str(error)
 
 
-def test_a_load_path_says_where_the_path_goes() -> None:
-    assert "option.path" in str(_refused(path="/data"))
+def test_a_load_path_of_another_connector_says_which_one_reads_paths() -> None:
+    assert SparkSourceConfig.from_options({**BASE, "path": "/data"}).connector == "files"
+    refusal = _refused(path="/data", connector="sequence")
+    assert refusal.setting == "path" and "files connector" in refusal.problem, refusal
 
 
 @pytest.mark.parametrize(

@@ -72,6 +72,7 @@ from sluicegate.coordinator.embedded import EmbeddedCoordinator
 from sluicegate.kafka.log_repeats import RepeatFilter
 from sluicegate.kafka.topics import TopicApplyError
 from sluicegate.spark.driver import SparkReaderDriver
+from sluicegate.spark.file_options import schema_ddl
 from sluicegate.spark.offsets import (
     SourceOffset,
     ranges_between,
@@ -165,12 +166,13 @@ class SluicegateDataSource(DataSource):
         return source_schema(value_type_of(config.connector, config.connector_options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return SluicegateStreamReader(SparkSourceConfig.from_options(self.options))
+        return SluicegateStreamReader(SparkSourceConfig.from_options(self.options, schema_ddl=schema_ddl(schema)))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from sluicegate.spark.batch import SluicegateBatchReader
 
-        return SluicegateBatchReader(SparkSourceConfig.from_options(self.options, batch=True))
+        config = SparkSourceConfig.from_options(self.options, batch=True, schema_ddl=schema_ddl(schema))
+        return SluicegateBatchReader(config)
 
 
 class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -270,7 +272,13 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         start_offset = SourceOffset.from_json(start)
         driver = self._ensure_driver(start_offset)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        planner = NextOffsetPlanner(self.config.source, self._source, driver, self.config.alignment_max_drift_ms)
+        planner = NextOffsetPlanner(
+            self.config.source,
+            self._source,
+            driver,
+            self.config.alignment_max_drift_ms,
+            self.config.max_splits_per_trigger,
+        )
         end = planner.next_offset(start_offset, max_rows, self._available_now_ms)
         if end is start_offset or not self._admitted(end.rows - start_offset.rows):
             return start

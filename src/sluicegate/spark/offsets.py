@@ -263,6 +263,27 @@ def allocate_in_order(
     return granted
 
 
+def first_splits(
+    backlog: Mapping[tuple[int, str], int], order: Callable[[tuple[int, str]], Any], max_splits: int
+) -> dict[tuple[int, str], int]:
+    """The backlog of at most ``max_splits`` splits that have one: each subtask's in
+    ``order``, the subtasks taking turns (so every subtask reads, as long as there are
+    at least as many splits as subtasks)."""
+    by_subtask: dict[int, list[tuple[int, str]]] = {}
+    for key in sorted((k for k, rows in backlog.items() if rows > 0), key=order):
+        by_subtask.setdefault(key[0], []).append(key)
+    queues = [by_subtask[s] for s in sorted(by_subtask)]
+    kept: dict[tuple[int, str], int] = {}
+    turn = 0
+    while len(kept) < max_splits and any(queues):
+        queue = queues[turn % len(queues)]
+        if queue:
+            key = queue.pop(0)
+            kept[key] = backlog[key]
+        turn += 1
+    return kept
+
+
 def _sort_key(key: Any) -> Any:
     return key if isinstance(key, tuple) else (key,)
 
@@ -326,6 +347,7 @@ def plan_next(
     event_time_before: Callable[[OwnedSplit, int], int | None] | None = None,
     event_time_bound: EventTimeBound | None = None,
     in_order: bool = False,
+    max_splits: int | None = None,
 ) -> SourceOffset:
     """The next offset after ``start``, or ``start`` itself when nothing changed.
 
@@ -345,7 +367,10 @@ def plan_next(
     offset (it is paused, as a reader host pauses it) until the bound catches up.
     With ``event_time_bound`` no split is planned past the earliest next event time of
     the query's splits (those that start under a new identity included) plus the bound's
-    drift (``EventTimeBound.clamp``)."""
+    drift (``EventTimeBound.clamp``).
+
+    ``max_splits`` (Spark's ``maxFilesPerTrigger``, with ``in_order``): at most that many
+    splits are read in one batch, those started first, then in assignment order."""
     located = start.index()
     bases: dict[tuple[int, str], int] = {}
     readable: dict[tuple[int, str], tuple[OwnedSplit, int, int]] = {}
@@ -376,11 +401,14 @@ def plan_next(
         limits = event_time_bound.clamp(readable, arriving)
     backlog = {k: max(0, limits[k] - readable[k][1]) for k in readable}
     if in_order:
+        assigned_index = {(s, o.split_id): i for s, view in views.items() for i, o in enumerate(view.splits)}
 
-        def started_then_assigned(key: tuple[int, str]) -> tuple[bool, int, str]:
+        def started_then_assigned(key: tuple[int, str]) -> tuple[bool, int, int]:
             owned, base, _ = readable[key]
-            return (base == owned.assigned_pos, owned.seq, owned.split_id)
+            return (base == owned.assigned_pos, owned.seq, assigned_index[key])
 
+        if max_splits is not None:
+            backlog = first_splits(backlog, started_then_assigned, max_splits)
         granted = allocate_in_order(backlog, started_then_assigned, max_rows)
     else:
         granted = allocate(backlog, max_rows)

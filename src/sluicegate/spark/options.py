@@ -21,6 +21,14 @@ from sluicegate.protocol.names import validate_namespace, validate_source
 from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.reader.timing import KAFKA_WAIT_S
 from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
+from sluicegate.spark.file_options import CONNECTOR as FILES_CONNECTOR
+from sluicegate.spark.file_options import SPARK_NAMES as FILE_NAMES
+from sluicegate.spark.file_options import derived_source_name as derived_file_source_name
+from sluicegate.spark.file_options import (
+    is_spark_file_option,
+    names_a_path,
+    read_spark_file_options,
+)
 from sluicegate.spark.kafka_options import (
     CONNECTOR as KAFKA_CONNECTOR,
 )
@@ -116,6 +124,8 @@ class SparkSourceConfig:
     min_records_per_trigger: int | None = None
     """Spark's ``minOffsetsPerTrigger``: no batch for fewer, until ``max_trigger_delay_ms``."""
     max_trigger_delay_ms: int = 15 * 60 * 1000
+    max_splits_per_trigger: int | None = None
+    """Spark's ``maxFilesPerTrigger`` (files): at most this many splits read in a batch."""
     min_partitions: int | None = None
     """Spark's ``minPartitions``: large ranges are cut so that a batch has at least this
     many Spark partitions."""
@@ -143,13 +153,17 @@ class SparkSourceConfig:
     deprecated names)."""
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str], batch: bool = False) -> SparkSourceConfig:
+    def from_options(
+        cls, options: Mapping[str, str], batch: bool = False, schema_ddl: str | None = None
+    ) -> SparkSourceConfig:
         """``batch``: the options of a batch query (``spark.read``), which reads once with no
         coordinator: Spark's batch defaults for the kafka connector, and the options of a
-        stream only (``STREAM_ONLY``) logged as not used."""
+        stream only (``STREAM_ONLY``) logged as not used. ``schema_ddl``: the query's schema
+        (``.schema(...)``, or the one the source gave), which a files query that names its
+        path Spark's way reads its files into."""
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         connector_options = _connector_options(opts)
-        connector = opts.get("connector", "").strip() or (KAFKA_CONNECTOR if names_a_subscription(opts) else "sequence")
+        connector = _connector_of(opts)
         check_known(opts, connector)
         environment = os.environ.get(BOOTSTRAP_ENV, "").strip()
         kafka = (
@@ -157,18 +171,28 @@ class SparkSourceConfig:
             if connector == KAFKA_CONNECTOR
             else None
         )
-        notes = list(kafka.notes) if kafka else []
+        files = (
+            read_spark_file_options(opts, connector_options, schema_ddl)
+            if connector == FILES_CONNECTOR and names_a_path(opts)
+            else None
+        )
+        notes = list(kafka.notes if kafka else files.notes if files else ())
         if kafka is not None:
             connector_options = dict(kafka.connector_options)
+        if files is not None:
+            connector_options = dict(files.connector_options)
         if batch:
             notes += [f"option {name} is not used by a batch query" for name in STREAM_ONLY if name.lower() in opts]
         source = opts.get("source", "").strip()
         if not source and batch:
             source = "batch"  # no control topic is touched: the name is only for the logs
         elif not source:
-            if kafka is None:
+            if kafka is not None:
+                source = derived_source_name(connector_options)
+            elif files is not None:
+                source = derived_file_source_name(connector_options["path"])
+            else:
                 raise ConfigError("source", "is required: .option('source', NAME)")
-            source = derived_source_name(connector_options)
             notes.append(
                 f"source name not given: {source}, from what the query reads (the same on every restart); "
                 "name it with .option('source', NAME), and give two queries of one topic a name each"
@@ -183,6 +207,7 @@ class SparkSourceConfig:
             bootstrap_servers=control.strip(),
             namespace=validate_namespace(opts.get("namespace", "sluicegate")),
             max_records_per_trigger=_max_per_trigger(opts, kafka),
+            max_splits_per_trigger=files.max_files_per_trigger if files else None,
             min_records_per_trigger=kafka.min_offsets_per_trigger if kafka else None,
             max_trigger_delay_ms=kafka.max_trigger_delay_ms if kafka else 15 * 60 * 1000,
             min_partitions=kafka.min_partitions if kafka else None,
@@ -269,14 +294,35 @@ def _max_per_trigger(opts: Mapping[str, str], kafka: SparkKafkaOptions | None) -
     return ours if spark is None else spark
 
 
+def _connector_of(opts: Mapping[str, str]) -> str:
+    """The connector a query names, or the one Spark's options choose: kafka by
+    ``subscribe``/``subscribePattern``/``assign``, files by ``load(path)``."""
+    named = opts.get("connector", "").strip()
+    if named:
+        return named
+    if names_a_subscription(opts):
+        return KAFKA_CONNECTOR
+    return FILES_CONNECTOR if names_a_path(opts) else "sequence"
+
+
 def check_known(opts: Mapping[str, str], connector: str) -> None:
     """ConfigError for the first option (lower-cased keys) that ``format("sluicegate")``
     does not read for this connector, saying what to write instead where that is known."""
     known = {name.lower() for name in KNOWN}
     kafka = connector == KAFKA_CONNECTOR
+    files = connector == FILES_CONNECTOR and names_a_path(opts)
     for key in sorted(opts):
         if key in known or key.startswith(CONNECTOR_PREFIX) or (kafka and is_spark_kafka_option(key)):
             continue
+        if files and is_spark_file_option(key):
+            continue
+        if is_spark_file_option(key) and connector == FILES_CONNECTOR:
+            spark_name = next((n for n in FILE_NAMES if n.lower() == key), key)
+            raise ConfigError(
+                spark_name,
+                "is an option of Spark's file source: name the path Spark's way too, load(path), "
+                "or write the connector's own options (option.path, option.format ...)",
+            )
         if is_spark_kafka_option(key) and not difflib.get_close_matches(key, known, n=1, cutoff=0.9):
             spark_name = next((n for n in SPARK_NAMES if n.lower() == key), key)
             raise ConfigError(
@@ -285,9 +331,12 @@ def check_known(opts: Mapping[str, str], connector: str) -> None:
                 "(subscribe, subscribePattern or assign choose the kafka connector; docs/kafka.md)",
             )
         if key == "path":
-            raise ConfigError("path", "give a files connector's path as option.path (load(path) is not read)")
-        also = "option.<connector option>, Spark's Kafka source options with subscribe/subscribePattern/assign"
-        raise unknown_option(key, (*KNOWN, *SPARK_NAMES), "format('sluicegate')", also=also)
+            raise ConfigError("path", f"load(path) reads the files connector, and this query reads the {connector} one")
+        also = (
+            "option.<connector option>, Spark's Kafka source options with subscribe/subscribePattern/assign, "
+            "Spark's file source options with load(path)"
+        )
+        raise unknown_option(key, (*KNOWN, *SPARK_NAMES, *FILE_NAMES), "format('sluicegate')", also=also)
 
 
 def _port_option(opts: Mapping[str, str], key: str) -> int:

@@ -39,6 +39,7 @@ class NextOffsetPlanner:
         source: Source[Any],
         driver: SparkReaderDriver,
         alignment_max_drift_ms: int | None = None,
+        max_splits: int | None = None,
     ) -> None:
         assert isinstance(source, SupportsPositionRanges)
         self.source_name = source_name
@@ -46,6 +47,8 @@ class NextOffsetPlanner:
         self.ranges: SupportsPositionRanges[Any] = source
         self.driver = driver
         self.alignment_max_drift_ms = alignment_max_drift_ms
+        self.max_splits = max_splits
+        """Spark's ``maxFilesPerTrigger``: at most this many splits read in a batch."""
         self._available_now_ms: int | None = None
 
     _last_prepare_warning = float("-inf")
@@ -74,6 +77,7 @@ class NextOffsetPlanner:
                 self._event_time_before,
                 self._event_time_bound(),
                 in_order=self.ranges.reads_splits_in_order,
+                max_splits=self.max_splits,
             )
             if end is not start:
                 if end.rows == start.rows:
