@@ -16,7 +16,8 @@ topic (module fixture); each reads it as a source of its own:
    coordinator is deployed: the query serves its source itself, coordinator=auto; the
    query runs in a subprocess, this file run as a script, killed with its JVM and Python
    workers), restarted from its checkpoint: the new driver takes the source over;
-3. the coordinator SIGKILLed mid-run and a successor started;
+3. a coordinator deployed mid-run takes the source over from the query's own, and is
+   SIGKILLed once it serves;
 4. an unbounded source (``stopping_offsets=none``, discovery every second) read by a
    running query (processingTime trigger) while partitions are added to its topic (a
    topic of its own): the coordinator assigns the new partitions within a few discovery
@@ -501,27 +502,34 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
     assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
 
 
-def test_a_killed_coordinator_is_succeeded_and_the_query_ends_exactly_once(
+def test_a_deployed_coordinator_takes_over_from_the_query_and_dies_and_the_query_ends_exactly_once(
     spark: Any, procs: ProcessGroup, first_half: Expected, kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
+    """The query's driver coordinates its source (nothing deployed: epoch 1); mid-run a
+    deployed coordinator starts and takes the source over (epoch 2, fencing the driver's);
+    once it serves it is SIGKILLed, and the driver's takes the source back if the query
+    still runs then. Every row once, the audit clean."""
     options = connector_options(first_half.topic, kafka_bootstrap, stop_at(first_half))
-    coordinator = kafka_coordinator(procs, unique_source, options)
     state: dict[str, Any] = {}
 
-    def kill_coordinator_mid_run(rows: int) -> None:
-        if "successor" not in state and rows >= first_half.rows // 4:
-            coordinator.kill()
-            state["killed_at"] = rows
-            state["successor"] = kafka_coordinator(procs, unique_source, options)
+    def deploy_then_kill_mid_run(rows: int) -> None:
+        if "deployed" not in state and rows >= first_half.rows // 4:
+            state["deployed_at"] = rows
+            state["deployed"] = kafka_coordinator(procs, unique_source, options)  # returns once it serves
+            state["deployed"].kill()
 
     query = start_parquet_query(spark, unique_source, options, kafka_bootstrap, tmp_path, KILL_MAX_RECORDS_PER_TRIGGER)
-    run_query(query, timeout_s=300, on_progress=kill_coordinator_mid_run)
+    run_query(query, timeout_s=300, on_progress=deploy_then_kill_mid_run)
 
-    assert "successor" in state, "the query ended before the coordinator was killed"
-    assert state["killed_at"] < first_half.rows
+    assert "deployed" in state, "the query ended before a coordinator was deployed"
+    assert state["deployed_at"] < first_half.rows
+    served = re.findall(rf"source {re.escape(unique_source)} \(.*epoch (\d+)\) is serving", state["deployed"].log())
+    assert served == ["2"], state["deployed"].tail()
     check_parquet(tmp_path / "out", first_half)
     result = assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
-    assert len(result.summary.epochs) >= 2, result.summary.epochs
+    # epoch 2, the deployed one's, may have sent nothing before it was killed; a third is the
+    # driver's own taking the source back
+    assert result.summary.epochs[0] == 1 and result.summary.epochs[-1] >= 2, result.summary.epochs
 
 
 def test_partitions_added_to_the_topic_are_read_exactly_once_by_a_running_query(
