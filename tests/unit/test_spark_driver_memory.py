@@ -67,7 +67,7 @@ class Coordinator:
 
     def send(self, subtask: int, body: Body, attempt: int | None, epoch: int = 1) -> None:
         value = encode(envelope(body, source=SOURCE, subtask=subtask, attempt=attempt, epoch=epoch, ts=1))
-        loop = self.driver._loop
+        loop = self.driver.loop
         assert loop is not None
         loop.call_soon_threadsafe(self.broker.append, TOPICS.readers, subtask, encode_key(subtask), value)
 

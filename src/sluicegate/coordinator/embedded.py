@@ -34,12 +34,10 @@ process serves them: a handover is a coordinator failover, which resets no reade
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import enum
 import logging
 import random
-import threading
 import time
 from collections.abc import Mapping
 
@@ -52,6 +50,7 @@ from sluicegate.coordinator.state_store import read_state
 from sluicegate.coordinator.takeover import TakeoverWatch
 from sluicegate.kafka.security import KafkaSecurity, use_security
 from sluicegate.kafka.topics import apply_topics, describe_topics
+from sluicegate.loop_thread import LoopThread
 from sluicegate.protocol.definition import DefinitionMismatchError
 from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
 from sluicegate.protocol.topics import ControlTopics, topic_specs
@@ -117,8 +116,7 @@ class EmbeddedCoordinator:
         """How often this process took the source over (tests, logs)."""
         self.refusal: str | None = None
         """Set when the committed state defines the source otherwise: the host must stop."""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._thread = LoopThread(f"sluicegate-coordinator-{source}")
         self._watch_task: asyncio.Task[None] | None = None
         self._backoff = RestartBackoff()
         self._not_before = 0.0
@@ -138,17 +136,12 @@ class EmbeddedCoordinator:
         """Create the missing control topics, check the definition, and start watching (in
         the background). Raises DefinitionMismatchError (and with ``embedded`` whatever stops
         it from coordinating): the host must not start. ``external``: nothing at all."""
-        if self.mode is CoordinatorMode.EXTERNAL or self._thread is not None:
+        if self.mode is CoordinatorMode.EXTERNAL or self._thread.started:
             return
         if self.security is not None:
             use_security(self.security)  # the runner's clients take the process's settings
-        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._thread = threading.Thread(
-            target=self._run_thread, args=(ready,), name=f"sluicegate-coordinator-{self.source}", daemon=True
-        )
-        self._thread.start()
         try:
-            ready.result(timeout=PREPARE_TIMEOUT_S)
+            self._thread.start(self._prepare, timeout_s=PREPARE_TIMEOUT_S)
         except DefinitionMismatchError:
             raise
         except Exception as exc:
@@ -164,40 +157,14 @@ class EmbeddedCoordinator:
     def close(self) -> None:
         """Stop the runner and the watch. Nothing needs to be sent: what the runner did is
         committed, and a successor resumes from its last commit."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None or self._closing:
-            return
         self._closing = True
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self._stop(), loop).result(timeout=20)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-
-    def _run_thread(self, ready: concurrent.futures.Future[None]) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        try:
-            served_before = loop.run_until_complete(self._prepare())
-        except BaseException as exc:
-            self._loop = None  # nothing runs here: close() has nothing to stop
-            ready.set_exception(exc)
-            loop.close()
-            return
-        self._watch_task = loop.create_task(self._watch(served_before), name=f"coordinator watch {self.source}")
-        ready.set_result(None)
-        try:
-            loop.run_forever()
-        finally:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
+        self._thread.stop(self._stop)
 
     # -- on the loop -------------------------------------------------------------------
 
-    async def _prepare(self) -> bool:
+    async def _prepare(self) -> None:
         """The control topics (existing ones keep their partition count) and the definition;
-        whether a coordinator ever served the source (it has committed state)."""
+        then the watch starts (a source no coordinator ever served is taken at once)."""
         existing = (await describe_topics(self.bootstrap, [self.topics.readers], self.security))[self.topics.readers]
         # the source's max_parallelism is the one it was set up with
         max_parallelism = existing.partitions if existing is not None else self.new_source_parallelism
@@ -228,7 +195,10 @@ class EmbeddedCoordinator:
                 self.topics.coordinator_state,
                 self.silence_ms,
             )
-        return stored is not None
+        served_before = stored is not None
+        self._watch_task = asyncio.get_running_loop().create_task(
+            self._watch(served_before), name=f"coordinator watch {self.source}"
+        )
 
     def _who(self) -> str:
         return f"this process's coordinator (coordinator={self.mode.value})"

@@ -54,6 +54,7 @@ from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import WireSplit
 from sluicegate.kafka.control_channel import KafkaControlChannel, KafkaNeverAnswered, SourceNotSetUp
 from sluicegate.kafka.security import KafkaSecurity
+from sluicegate.loop_thread import LoopThread
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.messages import Body, Heartbeat, ReaderLeaving
@@ -179,11 +180,8 @@ class SparkReaderDriver:
             settings.security,
             never_answered_timeout_s=settings.kafka_wait_s,
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._start_error: BaseException | None = None
-        self._stopping = False
+        self._bridge = LoopThread("sluicegate-spark-driver")
+        """The loop the protocols live on; Spark's threads hand it their work."""
         self._changed = threading.Condition()
         self._generation = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -205,7 +203,7 @@ class SparkReaderDriver:
     def start(self, restored: SourceOffset | None) -> None:
         """Start the loop thread and register every subtask (``restored``: the Spark
         offset the query resumes from; its splits are reported, FLIP-537)."""
-        if self._thread is not None:
+        if self._bridge.started:
             return
         for s in range(self.settings.parallelism):
             self.protocols[s] = ReaderProtocol(
@@ -216,11 +214,7 @@ class SparkReaderDriver:
                 restored=self._restored_checkpoint(restored, s),
                 definition=self.settings.definition,
             )
-        self._thread = threading.Thread(target=self._run_loop, name="sluicegate-spark-driver", daemon=True)
-        self._thread.start()
-        self._ready.wait()
-        if self._start_error is not None:
-            raise self._start_error
+        self._bridge.start(self._start, on_failure=self._shutdown)
 
     def _restored_checkpoint(self, restored: SourceOffset | None, s: int) -> ReaderCheckpoint | None:
         if restored is None:
@@ -243,48 +237,17 @@ class SparkReaderDriver:
     def close(self) -> None:
         """Stop heartbeating and close the Kafka clients. Sends nothing: the coordinator
         times the attempts out (their checkpointed splits wait for the next attempt)."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None or self._stopping:
-            return
-        self._stopping = True
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=20)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
+        self._bridge.stop(self._shutdown)
 
-    def _run_loop(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._start())
-        except BaseException as exc:
-            self._start_error = exc
-            self._ready.set()
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(self._shutdown())
-            loop.close()
-            return
-        self._ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop to hand work to; raises what stopped the driver, if anything did."""
-        if self._fatal is not None:
-            raise self._fatal
-        loop = self._loop
-        if loop is None or self._stopping:
-            raise RuntimeError("the sluicegate driver is not running")
-        return loop
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The driver's loop (tests hand it work that must run there)."""
+        return self._bridge.loop
 
     def _call(self, factory: Callable[[], Coroutine[Any, Any, T]], timeout_s: float = CALL_TIMEOUT_S) -> T:
-        loop = self._running_loop()  # first: a stopped driver must not leave a coroutine never awaited
-        return asyncio.run_coroutine_threadsafe(factory(), loop).result(timeout=timeout_s)
+        if self._fatal is not None:  # what stopped the driver, if anything did
+            raise self._fatal
+        return self._bridge.call(factory, timeout_s)
 
     def _call_or(self, factory: Callable[[], Coroutine[Any, Any, T]], timeout_s: float, pending: T) -> T:
         """As _call for work that waits on the broker: ``pending`` if it is not done within
@@ -324,7 +287,9 @@ class SparkReaderDriver:
         """``acknowledge`` without waiting: queued behind earlier acknowledgements, and a
         later ``acknowledge`` waits for it. One that fails is logged; the next
         ``acknowledge`` sends it again."""
-        future = asyncio.run_coroutine_threadsafe(self._acknowledge_in_turn(offset), self._running_loop())
+        if self._fatal is not None:
+            raise self._fatal
+        future = self._bridge.submit(lambda: self._acknowledge_in_turn(offset))
         future.add_done_callback(lambda done: self._on_background_ack(offset, done))
 
     def _on_background_ack(self, offset: SourceOffset, done: concurrent.futures.Future[bool]) -> None:

@@ -44,31 +44,6 @@ from sluicegate.spark.kafka_options import (
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 CONNECTOR_PREFIX = "option."
 
-KNOWN = (
-    "source",
-    "parallelism",
-    "connector",
-    "connectorOptions",
-    "kafka.bootstrap.servers",
-    "controlBootstrapServers",
-    "namespace",
-    "maxRecordsPerTrigger",
-    "heartbeatIntervalMs",
-    "sessionTimeoutMs",
-    "topicWaitTimeoutS",
-    "kafkaWaitS",
-    "arrowBatchRows",
-    "alignmentMaxDriftMs",
-    "splitIdleTimeoutMs",
-    "metricsPort",
-    "coordinator",
-    *SPARK_SECURITY_OPTIONS,
-)
-"""Every option of ``format("sluicegate")`` besides ``option.<connector option>`` and, for
-the kafka connector, Spark's Kafka source options (kafka_options.py): anything else fails
-at ``load()`` (an option nobody reads would change nothing without a word)."""
-
-
 STREAM_ONLY = (
     "source",
     "parallelism",
@@ -86,6 +61,18 @@ STREAM_ONLY = (
 )
 """Options of a stream's coordination and trigger, which a batch query (one read, no
 coordinator) accepts and logs once as not used."""
+
+KNOWN = (
+    *STREAM_ONLY,
+    "connector",
+    "connectorOptions",
+    "kafka.bootstrap.servers",
+    "arrowBatchRows",
+    *SPARK_SECURITY_OPTIONS,
+)
+"""Every option of ``format("sluicegate")`` besides ``option.<connector option>`` and
+Spark's Kafka and file source options (kafka_options.py, file_options.py): anything else
+fails at ``load()`` (an option nobody reads would change nothing without a word)."""
 
 
 @dataclass(frozen=True)
