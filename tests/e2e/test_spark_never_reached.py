@@ -1,7 +1,8 @@
 """A Spark query whose control cluster never answers fails within ``kafkaWaitS``, naming
-``kafka.bootstrap.servers``, and one whose source nobody set up fails within
-``topicWaitTimeoutS`` saying how to set it up (issue 24 item 2): before, both waited
-120 s, and the first then spoke of missing topics."""
+``kafka.bootstrap.servers``, and one whose source nobody set up, told not to set it up
+itself (``coordinator=external``), fails within ``topicWaitTimeoutS`` saying how to set
+it up (issue 24 item 2): before, both waited 120 s, and the first then spoke of missing
+topics. (By default a query sets its source up: test_spark_kafka_parity.py.)"""
 
 from __future__ import annotations
 
@@ -61,8 +62,11 @@ def test_a_query_whose_control_cluster_never_answers_fails_naming_the_option(tmp
 def test_a_query_of_a_source_nobody_set_up_fails_saying_how_to_set_it_up(
     tmp_path: Path, kafka_bootstrap: str, unique_source: str
 ) -> None:
-    error, took = start_failure(tmp_path, unique_source, kafka_bootstrap, topicWaitTimeoutS=str(WAIT_S))
+    error, took = start_failure(
+        tmp_path, unique_source, kafka_bootstrap, topicWaitTimeoutS=str(WAIT_S), coordinator="external"
+    )
     assert f"source {unique_source} is not set up" in error, error
     assert f"sluicegate topics apply --source {unique_source}" in error
+    assert "coordinator=auto" in error, "the way to let the query set it up"
     assert "wait longer with topicWaitTimeoutS" in error
     assert took < WAIT_S + 45, f"took {took:.0f} s"  # before: 120 s

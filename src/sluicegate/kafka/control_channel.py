@@ -38,12 +38,14 @@ class SourceNotSetUp(TimeoutError):
         self.missing = list(missing)
         self.waited_s = waited_s
 
-    def advice(self, source: str, namespace: str, wait_setting: str) -> str:
-        """What a person does about it, naming the host's own setting for the wait."""
+    def advice(self, source: str, namespace: str, wait_setting: str, self_setup: str = "") -> str:
+        """What a person does about it, naming the host's own setting for the wait and how
+        the host sets the source up itself (``self_setup``)."""
         return (
             f"source {source} is not set up in namespace {namespace} on {self.bootstrap_servers}: "
             f"its control topics ({', '.join(self.missing)}) did not appear in {self.waited_s:.0f} s. "
-            f"Start its coordinator (it creates them) or run `sluicegate topics apply --source {source}`, "
+            f"Start its coordinator (it creates them), run `sluicegate topics apply --source {source}`"
+            f"{f' or {self_setup}' if self_setup else ''}, "
             f"and check the source name and namespace; if its coordinator starts later, wait longer with "
             f"{wait_setting}"
         )

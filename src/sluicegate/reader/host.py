@@ -80,6 +80,7 @@ from sluicegate.reader.timing import CLI_NAMES, KAFKA_WAIT_S, TOPIC_WAIT_S, Read
 from sluicegate.reader.user_code import load_callable
 
 log = logging.getLogger("sluicegate.reader")
+SELF_SETUP = "let this reader set it up and coordinate it (--coordinator auto --max-parallelism N)"
 
 PROGRESS_INTERVAL_S = 5.0
 REGISTRATION_NOTICE_INTERVAL_S = 10.0
@@ -278,7 +279,9 @@ class ReaderHost:
             log.error("%s", exc)
             return EXIT_CONFIG
         except SourceNotSetUp as exc:
-            log.error("%s", exc.advice(self.settings.source, self.settings.namespace, CLI_NAMES.topic_wait_timeout_s))
+            s = self.settings
+            advice = exc.advice(s.source, s.namespace, CLI_NAMES.topic_wait_timeout_s, SELF_SETUP)
+            log.error("%s", advice)
             return EXIT_CONFIG
         except OutputTopicMissing as exc:
             log.error("%s", exc)

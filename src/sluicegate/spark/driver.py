@@ -87,6 +87,7 @@ TOPIC_WAIT_TIMEOUT_S = TOPIC_WAIT_S
 """A Spark query does not wait for ever for its source's topics: it fails, naming them
 (reader/timing.py says why the default is short)."""
 REGISTRATION_NOTICE_INTERVAL_S = 15.0
+SELF_SETUP = "let the query set it up and coordinate it (option coordinator=auto, the default)"
 CALL_TIMEOUT_S = 60.0
 ACK_WAIT_S = 10.0
 """How long a Spark call waits for an acknowledgement to be delivered. The broker may be
@@ -347,7 +348,8 @@ class SparkReaderDriver:
                 "kafkaWaitS waits longer for a broker that is still starting",
             ) from None
         except SourceNotSetUp as exc:
-            raise ConfigError("source", exc.advice(s.source, s.namespace, SPARK_NAMES.topic_wait_timeout_s)) from None
+            advice = exc.advice(s.source, s.namespace, SPARK_NAMES.topic_wait_timeout_s, SELF_SETUP)
+            raise ConfigError("source", advice) from None
         count = partitions[self.topics.readers]
         if s.parallelism > count:
             raise ConfigError(
