@@ -112,10 +112,10 @@ class EmbeddedCoordinator:
         self.security = security
         self.topics = ControlTopics.for_source(source, namespace)
         self.runner: SourceRunner | None = None
-        self.takeovers = 0
-        """How often this process took the source over (tests, logs)."""
         self.refusal: str | None = None
-        """Set when the committed state defines the source otherwise: the host must stop."""
+        """Set when the committed state came to define the source otherwise (``sluicegate
+        source redefine`` while this process ran): it coordinates no more, and whichever
+        coordinator serves the new definition refuses the host's registrations."""
         self._thread = LoopThread(f"sluicegate-coordinator-{source}")
         self._watch_task: asyncio.Task[None] | None = None
         self._backoff = RestartBackoff()
@@ -238,7 +238,6 @@ class EmbeddedCoordinator:
         else:
             log.info("source %s: this process coordinates it now (coordinator=%s)", name, self.mode.value)
         assert self.settings is not None
-        self.takeovers += 1
         runner = SourceRunner(
             self.settings,
             self.bootstrap,

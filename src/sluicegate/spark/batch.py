@@ -45,6 +45,7 @@ def plan_batch(config: SparkSourceConfig) -> list[BatchPartition]:
     """The tasks of a batch query of ``config``'s source, planned now."""
     source = range_source(config.connector, config.connector_options)
     assert isinstance(source, SupportsPositionRanges)
+    source.check_inputs(0)  # a topic or path that does not exist is named, not read as empty
     splits = source.batch_splits()
     if splits is None:
         raise ConfigError(
@@ -52,7 +53,6 @@ def plan_batch(config: SparkSourceConfig) -> list[BatchPartition]:
             f"the {config.connector} connector cannot be read by a batch query (spark.read): "
             "read it with spark.readStream",
         )
-    source.check_inputs(0)
     parts = [
         PlannedPart(i, ((source.split_codec.to_wire(split), start, end),))
         for i, (split, start, end) in enumerate(_bounded_ranges(source, splits))
