@@ -7,10 +7,10 @@ coordinates its source itself.
 Three directories of the same rows: Parquet (five files, and a file in a subdirectory, a
 ``_SUCCESS`` marker and a hidden file that neither side reads), CSV without a header, with
 ``;`` and ``NA`` for null (Spark's default ``header=false``: the first row is data), and
-JSON Lines. Streams run with ``Trigger.AvailableNow`` into a memory sink, the Parquet one
-with ``maxFilesPerTrigger=2`` (so three batches on both sides, none larger than two
-files); a batch query (``spark.read``) reads the Parquet directory recursively. Schema
-and rows must be the same.
+JSON Lines. The Parquet directory is read as a stream (``Trigger.AvailableNow`` into a
+memory sink, ``maxFilesPerTrigger=2``: no batch larger than two files, on both sides) and
+by a recursive batch query (``spark.read``); the CSV and JSON ones by batch queries (the
+same executor read as a stream's). Schema and rows must be the same.
 
 Spark runs in a subprocess (this file as a script), as in test_spark_kafka_parity.py.
 """
@@ -68,9 +68,9 @@ def test_the_same_file_query_gives_the_same_rows_through_sparks_source_and_sluic
     cases = {
         "parquet_stream": {"mode": "stream", "format": "parquet", "path": str(dirs["parquet"]),
                            "options": {"maxFilesPerTrigger": "2"}},
-        "csv_stream": {"mode": "stream", "format": "csv", "path": str(dirs["csv"]),
-                       "options": {"sep": ";", "nullValue": "NA"}},
-        "json_stream": {"mode": "stream", "format": "json", "path": str(dirs["json"]), "options": {}},
+        "csv_batch": {"mode": "batch", "format": "csv", "path": str(dirs["csv"]),
+                      "options": {"sep": ";", "nullValue": "NA"}},
+        "json_batch": {"mode": "batch", "format": "json", "path": str(dirs["json"]), "options": {}},
         "parquet_batch": {"mode": "batch", "format": "parquet", "path": str(dirs["parquet"]),
                           "options": {"recursiveFileLookup": "true"}},
     }  # fmt: skip
@@ -95,7 +95,7 @@ def test_the_same_file_query_gives_the_same_rows_through_sparks_source_and_sluic
         if case != "parquet_batch":
             assert len(spark_side["rows"]) == FILES * ROWS, f"{case}: five files, the first rows too (no header)"
     assert len(results["parquet_batch"]["spark"]["rows"]) == (FILES + 1) * ROWS, "the subdirectory's file too"
-    assert sorted(_canonical(r) for r in results["json_stream"]["sluicegate"]["rows"]) == expected
+    assert sorted(_canonical(r) for r in results["json_batch"]["sluicegate"]["rows"]) == expected
     spark_batches, our_batches = (results["parquet_stream"][side]["batches"] for side in ("spark", "sluicegate"))
     assert spark_batches == [2 * ROWS, 2 * ROWS, ROWS], spark_batches
     # ours as many files a batch at most (a batch may hold fewer while the files are handed out)

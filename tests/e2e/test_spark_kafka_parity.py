@@ -11,18 +11,16 @@ pair of queries takes Spark's options as a Spark user writes them (``subscribe``
 ``groupIdPrefix``), streams run with ``Trigger.AvailableNow`` into a memory sink, and both
 sides must give the same schema and the same rows, for:
 
-- explicit JSON starting offsets, and Spark's default start (latest: nothing of what is
-  there), the latter through a deployed coordinator;
-- ``startingTimestamp``;
-- batch queries (``spark.read``, no coordinator): Spark's batch defaults (earliest to
-  latest) with ``minPartitions`` cutting the ranges, and between JSON offsets;
-- a topic with a transaction left open while the queries run (both stop at its last
-  stable offset);
-- a ``LogAppendTime`` topic;
-- a compacted topic after the log cleaner removed overwritten records (gaps that are no
-  data loss);
-- a topic that grows by two partitions between two runs of a query from its checkpoint
-  (both read the new partitions from their start).
+- streams: explicit JSON starting offsets, and Spark's default start (latest: nothing of
+  what is there), the latter through a deployed coordinator; a topic with a transaction
+  left open while the queries run (both stop at its last stable offset); a topic that
+  grows by two partitions between two runs of a query from its checkpoint (both read the
+  new partitions from their start);
+- batch queries (``spark.read``, no coordinator; the same read path as a stream's):
+  Spark's batch defaults (earliest to latest) with ``minPartitions`` cutting the ranges,
+  between JSON offsets, ``startingTimestamp``, a ``LogAppendTime`` topic, and a
+  compacted topic after the log cleaner removed overwritten records (gaps that are no
+  data loss).
 
 One Spark process runs every case (this file as a script: Spark's Kafka source is a jar
 on ``spark.jars``, which only a JVM started with it has); the tests below judge its
@@ -199,11 +197,10 @@ def parity(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> di
                 "options": {**spark_options(topic, kafka_bootstrap, None), "source": f"{topic}-latest"},
             },
             "timestamp": {
-                "mode": "stream",
+                "mode": "batch",
                 "options": {
                     **spark_options(topic, kafka_bootstrap, None),
                     "startingTimestamp": str(base_ms + 3),
-                    "source": f"{topic}-ts",
                 },
             },
             "batch_defaults": {
@@ -215,9 +212,9 @@ def parity(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> di
                 "options": {**spark_options(topic, kafka_bootstrap, starting), "endingOffsets": ending},
             },
             "open": {"mode": "stream", "options": spark_options(f"{topic}-open", kafka_bootstrap, earliest)},
-            "append": {"mode": "stream", "options": spark_options(f"{topic}-append", kafka_bootstrap, earliest)},
+            "append": {"mode": "batch", "options": spark_options(f"{topic}-append", kafka_bootstrap, earliest)},
             "compacted": {
-                "mode": "stream",
+                "mode": "batch",
                 "options": spark_options(compacted, kafka_bootstrap, earliest),
                 "wait_compacted": {"topic": compacted, "offsets": offsets_compacted},
             },

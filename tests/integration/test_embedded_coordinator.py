@@ -93,7 +93,8 @@ def test_readers_serve_their_source_until_a_deployed_coordinator_takes_over_and_
     assert not duplicated, f"{len(duplicated)} values read twice, e.g. {sorted(duplicated)[:5]}"
     result = audit(kafka_bootstrap, source)
     assert result.ok, audit_failure(result)
-    assert len(result.summary.epochs) >= 3, result.summary.epochs
+    # the deployed one (epoch 2) may have sent nothing to the readers before its kill
+    assert result.summary.epochs[0] == 1 and result.summary.epochs[-1] >= 3, result.summary.epochs
     assert result.summary.splits_finished == SPLITS
 
 
