@@ -62,6 +62,18 @@ def test_a_host_that_needs_its_source_counts_silence_from_its_first_look() -> No
     assert watch.verdict() is Verdict.WAIT
 
 
+def test_a_gap_in_the_samples_longer_than_the_silence_starts_it_again() -> None:
+    # a broker outage: nobody could commit, nobody could sample; the first sample after it
+    # sees the offset where it was, which is no evidence against the active coordinator
+    watch = watch_through([(0.0, 1), (0.5, 2), (1.0, 2)])
+    watch.observe(2, 80.0)
+    assert watch.verdict() is Verdict.WAIT
+    watch.observe(2, 81.9)
+    assert watch.verdict() is Verdict.WAIT
+    watch.observe(2, 82.0)
+    assert watch.verdict() is Verdict.TAKE_OVER, "silent for a whole silence after the outage"
+
+
 def test_silence_counts_between_samples_only() -> None:
     # the standby could not sample (broker unreachable, or it was paused itself): the
     # clock alone is no evidence
@@ -76,7 +88,7 @@ def test_silence_counts_between_samples_only() -> None:
 
 
 def test_restart_forgets_what_was_seen() -> None:
-    watch = watch_through([(0.0, 1), (0.2, 2), (5.0, 2)])
+    watch = watch_through([(0.0, 1), (0.2, 2), *((0.2 + 0.5 * i, 2) for i in range(1, 11))])
     assert watch.verdict() is Verdict.TAKE_OVER
     watch.restart()
     watch.observe(2, 6.0)

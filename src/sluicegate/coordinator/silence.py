@@ -55,10 +55,14 @@ class SilenceWatch:
     standby that cannot reach the broker, or was itself paused, sees no silence."""
 
     def observe(self, offset: int, now_s: float) -> None:
-        """The state topic's last stable offset, sampled at ``now_s``."""
-        if (self.last_offset is not None and offset != self.last_offset) or (
-            self.last_offset is None and self.from_first_sample
-        ):
+        """The state topic's last stable offset, sampled at ``now_s``. After a gap in the
+        samples longer than the silence (the broker was down, or this process stood still)
+        the silence starts again: an active coordinator cut off from the broker as long was
+        silent too, and gets a whole silence to commit again before anyone takes over."""
+        moved = self.last_offset is not None and offset != self.last_offset
+        first = self.last_offset is None and self.from_first_sample
+        away = self.last_sample_s is not None and now_s - self.last_sample_s >= self.silence_s
+        if moved or first or (away and self.last_change_s is not None):
             self.last_change_s = now_s
         self.last_offset = offset
         self.last_sample_s = now_s
