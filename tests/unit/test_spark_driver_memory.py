@@ -240,6 +240,29 @@ def test_registrations_are_exclusive_and_a_lasting_refusal_fails_the_query(
     raise AssertionError("the query did not fail")
 
 
+def test_a_refusal_by_an_attempt_of_this_very_process_is_waited_out(
+    running: tuple[SparkReaderDriver, Coordinator],
+) -> None:
+    # a coordinator that restored the query's own earlier attempt keeps it until it times out
+    driver, coordinator = running
+    first = eventually(lambda: [e for e in coordinator.inbox(ReaderRegistration) if e.subtask == 0])
+    incarnation = body(first[0], ReaderRegistration).incarnation
+    deadline = time.monotonic() + 4.0  # twice the session timeout
+    while time.monotonic() < deadline:
+        own = RegistrationRefused(
+            incarnation=incarnation,
+            reason="subtask 0 is held by a live reader",
+            holder_incarnation="this-query-before",
+            holder_location=driver.settings.location,
+        )
+        coordinator.send(0, own, None)
+        time.sleep(0.3)
+        driver.planning_state()  # never fails: the holder is this process
+        incarnation = body(
+            [e for e in coordinator.inbox(ReaderRegistration) if e.subtask == 0][-1], ReaderRegistration
+        ).incarnation
+
+
 def test_a_subtask_taken_by_another_process_fails_the_query(running: tuple[SparkReaderDriver, Coordinator]) -> None:
     driver, coordinator = running
     register_both(coordinator)

@@ -493,15 +493,18 @@ class SparkReaderDriver:
 
     def _on_refused(self, subtask: int, outcome: Refused) -> None:
         """Retry each second while the holder may be this query's own previous run (not yet
-        timed out); past a session timeout, it is another live query or reader. Another
-        definition of the source is final: the query stops now, naming the options."""
+        timed out); past a session timeout, it is another live query or reader, unless the
+        holder is this very process (an attempt of its own that a coordinator restored and
+        keeps until it times out: after a coordinator failover that can take longer than one
+        session timeout from the first refusal). Another definition of the source is final:
+        the query stops now, naming the options."""
         if outcome.final:
             self._fail(outcome.reason)
             return
         now = time.monotonic()
         since = self._refused_since.setdefault(subtask, now)
         patience_s = (self.settings.session_timeout_ms + 2 * self.settings.heartbeat_interval_ms) / 1000
-        if now - since > patience_s:
+        if now - since > patience_s and outcome.holder_location != self.settings.location:
             self._fail(
                 f"subtask {subtask} of source {self.settings.source} is held by another live reader "
                 f"(incarnation {outcome.holder_incarnation} at {outcome.holder_location or '?'}) for "
