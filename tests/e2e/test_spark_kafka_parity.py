@@ -279,6 +279,8 @@ def test_explicit_starting_offsets_read_the_same_rows_and_the_default_start_is_l
     assert f"source name not given: {topic}" in spark_log
     assert f"source {topic}: this process coordinates it now" in spark_log, "the query served its source itself"
     assert f"source {topic}-latest: this process coordinates it now" not in spark_log, "the deployed one served it"
+    # three partitions on local[2]: two reader subtasks, each reading its partitions' ranges in turn
+    assert f"parallelism not given: 2 (the kafka connector suggests {PARTITIONS}, at most the session's 2" in spark_log
 
 
 def test_a_starting_timestamp_starts_each_partition_at_its_first_record_at_or_after_it(parity: dict[str, Any]) -> None:

@@ -42,7 +42,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -79,6 +79,7 @@ from sluicegate.spark.offsets import (
 )
 from sluicegate.spark.options import SparkSourceConfig
 from sluicegate.spark.planner import NextOffsetPlanner
+from sluicegate.spark.task_slots import task_slots
 from sluicegate.spark.trigger_limits import MinRowsPerTrigger, PlannedPart, cut_ranges
 
 log = logging.getLogger("sluicegate.spark")
@@ -150,7 +151,12 @@ class SluicegatePartition(InputPartition):
 
 
 class SluicegateDataSource(DataSource):
-    """Register with ``spark.dataSource.register(SluicegateDataSource)``."""
+    """Register with ``register(spark)`` (or ``spark.dataSource.register(SluicegateDataSource)``,
+    which knows nothing of the session's task slots)."""
+
+    task_slots: ClassVar[int | None] = None
+    """The session's task slots (task_slots.py), which ``register`` sets on the class it
+    registers: a query that names no parallelism reads with at most that many subtasks."""
 
     @classmethod
     def name(cls) -> str:
@@ -166,7 +172,8 @@ class SluicegateDataSource(DataSource):
         return source_schema(value_type_of(config.connector, config.connector_options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return SluicegateStreamReader(SparkSourceConfig.from_options(self.options, schema_ddl=schema_ddl(schema)))
+        config = SparkSourceConfig.from_options(self.options, schema_ddl=schema_ddl(schema))
+        return SluicegateStreamReader(config, task_slots=self.task_slots)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from sluicegate.spark.batch import SluicegateBatchReader
@@ -176,8 +183,9 @@ class SluicegateDataSource(DataSource):
 
 
 class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, config: SparkSourceConfig) -> None:
+    def __init__(self, config: SparkSourceConfig, task_slots: int | None = None) -> None:
         self.config = config
+        self._task_slots = task_slots
         self._driver: SparkReaderDriver | None = None
         self._coordinator: EmbeddedCoordinator | None = None
         self._initial: SourceOffset | None = None
@@ -249,6 +257,12 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             if suggested is None:
                 raise ConfigError("parallelism", "is required: .option('parallelism', N)")
             parallelism, why = suggested, f"suggested by the {self.config.connector} connector"
+            if self._task_slots is not None and suggested > self._task_slots:
+                parallelism = self._task_slots
+                why = (
+                    f"the {self.config.connector} connector suggests {suggested}, at most the session's "
+                    f"{self._task_slots} task slots: each task reads its splits' ranges in turn"
+                )
         log.info("parallelism not given: %d (%s)", parallelism, why)
         self.config = self.config.with_parallelism(parallelism)
 
@@ -405,9 +419,21 @@ def register(spark: Any) -> None:
     one: Spark's default, ``python3`` from PATH, is rarely a virtualenv's, and the query
     would fail with "No module named 'sluicegate'". (A registered data source carries the
     interpreter its SparkContext names when it is registered.) On a cluster the
-    executors' Python is the deployment's to choose and is left alone."""
+    executors' Python is the deployment's to choose and is left alone.
+
+    The class registered knows the session's task slots (task_slots.py): a query that
+    names no parallelism reads with at most that many subtasks."""
     context = spark.sparkContext
     chosen = os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python")
     if not chosen and str(context.master).startswith("local"):
         context.pythonExec = sys.executable
-    spark.dataSource.register(SluicegateDataSource)
+    conf = {str(k): str(v) for k, v in context.getConf().getAll()}
+    spark.dataSource.register(session_data_source(task_slots(str(context.master), conf, os.cpu_count() or 1)))
+
+
+def session_data_source(slots: int | None) -> type[SluicegateDataSource]:
+    """The data source class of one session: ``SluicegateDataSource`` knowing the
+    session's task slots. Spark pickles a registered class and unpickles it in the
+    Python process that plans the query; a class made here is not importable by its
+    name, so cloudpickle carries it by value, ``task_slots`` included."""
+    return type("SessionDataSource", (SluicegateDataSource,), {"task_slots": slots, "__module__": __name__})

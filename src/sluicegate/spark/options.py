@@ -85,7 +85,7 @@ class SparkSourceConfig:
     ``option.<key>`` (or a JSON object in ``connectorOptions``); for the kafka connector,
     Spark's Kafka source options with Spark's meaning (kafka_options.py), and then
     ``source`` (derived from the subscription) and ``parallelism`` (the partitions read at
-    the query's first start) may be left out. ``kafka.bootstrap.servers`` (default
+    the query's first start, at most the session's task slots) may be left out. ``kafka.bootstrap.servers`` (default
     ``$KAFKA_BOOTSTRAP_SERVERS``): the data cluster of the kafka connector, and the control
     cluster unless ``controlBootstrapServers`` names another; ``namespace``;
     ``maxRecordsPerTrigger`` (``maxOffsetsPerTrigger``); ``heartbeatIntervalMs``,
