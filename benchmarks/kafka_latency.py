@@ -79,6 +79,7 @@ from kafka_source import (
     parse_settings,
     plot,
     save_results,
+    sluicegate_parallelism,
     sluicegate_side,
     spark_extra_conf,
     start_coordinator,
@@ -320,7 +321,8 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
         "master": args.master,
         "max_per_trigger": args.max_per_trigger or None,
         "arrow_batch_rows": args.arrow_batch_rows,
-        "parallelism": args.parallelism or args.partitions,
+        "parallelism": sluicegate_parallelism(args),
+        "parallelism_given": bool(args.parallelism),
         "workdir": str(workdir),
         "expected": expected,
         "timeout": args.duration + args.timeout,
@@ -354,7 +356,9 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
         if read_path is not None:
             spec["source"] = f"klat-{secrets.token_hex(3)}"
             log = workdir / f"coordinator-{spec['source']}.log"
-            coordinator = start_coordinator(spec["source"], topic, bootstrap, spec["parallelism"], log, bounded=False)
+            coordinator = start_coordinator(
+                spec["source"], topic, bootstrap, args.parallelism or args.partitions, log, bounded=False
+            )
         err = (workdir / f"spark-latency-{side}.log").open("wb")
         query = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)], env=env, stderr=err)
         deadline = time.monotonic() + 180
@@ -450,7 +454,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--partitions", type=int, default=8, help="partitions of each fresh topic")
     parser.add_argument(
-        "--parallelism", type=int, default=0, help="the sluicegate sides' reader subtasks (default: the partitions)"
+        "--parallelism",
+        type=int,
+        default=0,
+        help="the sluicegate sides' reader subtasks (default: none given, the query's default: the partitions, "
+        "at most the task slots of --master)",
     )
     parser.add_argument(
         "--record-bytes", type=int, default=KEY_BYTES + VALUE_BYTES, help="bytes of key + value a record"
@@ -591,7 +599,8 @@ def main() -> int:
         "sides": args.sides,
         "max_per_trigger": args.max_per_trigger,
         "native_tuned": args.native_tuned,
-        "parallelism": args.parallelism or args.partitions,
+        "parallelism": sluicegate_parallelism(args),
+        "parallelism_given": bool(args.parallelism),
         "client_settings": parse_settings(args.client_setting),
         "spark_conf": parse_settings(args.spark_conf),
         "master": args.master,

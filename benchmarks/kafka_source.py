@@ -24,8 +24,9 @@ Sides, each run its own Python process with its own SparkSession (``spark_sessio
   overrides one);
 - ``sluicegate-python`` / ``sluicegate-native``: ``readStream.format("sluicegate")``,
   ``connector=kafka`` (``topics``, ``starting_offsets=earliest``,
-  ``stopping_offsets=latest``), ``parallelism`` = the topic's partitions (``--parallelism``:
-  fewer reader subtasks, each reading several partitions' ranges in one Spark task), a real
+  ``stopping_offsets=latest``), ``parallelism`` not given: the query's default, the topic's
+  partitions but at most the task slots of ``--master`` (``local[2]``: 2), each subtask
+  reading several partitions' ranges in one Spark task (``--parallelism`` sets it), a real
   coordinator process on a fresh source name, and ``SLUICEGATE_KAFKA_READ_PATH`` set to the
   read path (``native`` only when the module ``sluicegate_native`` is importable).
 
@@ -87,6 +88,8 @@ from kafka_clients import (
     default_topic,
     fill_topic,
 )
+
+from sluicegate.spark.task_slots import task_slots
 
 REPO = Path(__file__).resolve().parent.parent
 WINDOW_MS = 60_000
@@ -202,10 +205,11 @@ def stream_reader(spark: Any, spec: dict[str, Any]) -> Any:
         .option("option.bootstrap_servers", bootstrap)
         .option("option.starting_offsets", "earliest")
         .option("option.include_headers", str(spec.get("include_headers", False)).lower())
-        .option("parallelism", str(spec["parallelism"]))
         .option("arrowBatchRows", str(spec.get("arrow_batch_rows", ARROW_BATCH_ROWS)))
         .option("kafka.bootstrap.servers", bootstrap)
     )
+    if spec.get("parallelism_given", True):  # else the query's default (at most the task slots of --master)
+        reader = reader.option("parallelism", str(spec["parallelism"]))
     if spec.get("bounded", True):
         reader = reader.option("option.stopping_offsets", "latest")
     if limit:
@@ -582,7 +586,8 @@ def run_one(
         "master": args.master,
         "max_per_trigger": args.max_per_trigger,
         "arrow_batch_rows": args.arrow_batch_rows,
-        "parallelism": args.parallelism or args.partitions,
+        "parallelism": sluicegate_parallelism(args),
+        "parallelism_given": bool(args.parallelism),
         "workdir": str(workdir),
         "timeout": args.timeout,
         "out": str(out),
@@ -596,7 +601,7 @@ def run_one(
         if read_path is not None:
             spec["source"] = f"kbench-{secrets.token_hex(3)}"
             log = workdir / f"coordinator-{spec['source']}.log"
-            coordinator = start_coordinator(spec["source"], topic, bootstrap, spec["parallelism"], log)
+            coordinator = start_coordinator(spec["source"], topic, bootstrap, args.parallelism or args.partitions, log)
         env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, PYTHONUNBUFFERED="1")
         env.pop(READ_PATH_ENV, None)
         if read_path is not None:
@@ -866,6 +871,15 @@ def plot(datasets: Sequence[dict[str, Any]], path: Path) -> None:
     print(f"picture written to {path}", flush=True)
 
 
+def sluicegate_parallelism(args: argparse.Namespace) -> int:
+    """The sluicegate sides' reader subtasks: ``--parallelism``, or what the query takes
+    when it names none (the partitions, at most the task slots of ``--master``)."""
+    if args.parallelism:
+        return int(args.parallelism)
+    slots = task_slots(args.master, {}, os.cpu_count() or 1)
+    return min(args.partitions, slots) if slots else int(args.partitions)
+
+
 def _parallelism_note(config: dict[str, Any]) -> str:
     """The sluicegate sides' subtasks when they were not one per partition (older results
     have no ``parallelism``: one per partition)."""
@@ -975,8 +989,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--parallelism",
         type=int,
         default=0,
-        help="the sluicegate sides' reader subtasks = Spark tasks a batch (default: the topic's partitions, "
-        "as Spark's source has one task per partition)",
+        help="the sluicegate sides' reader subtasks = Spark tasks a batch (default: none given, the query's "
+        "default: the topic's partitions, at most the task slots of --master)",
     )
     parser.add_argument(
         "--include-headers",
@@ -1073,7 +1087,8 @@ def results_data(
         "records": args.records,
         "record_bytes": args.record_bytes,
         "partitions": args.partitions,
-        "parallelism": args.parallelism or args.partitions,
+        "parallelism": sluicegate_parallelism(args),
+        "parallelism_given": bool(args.parallelism),
         "topic": topic,
         "repetitions": args.repetitions,
         "max_per_trigger": args.max_per_trigger,
