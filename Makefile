@@ -47,7 +47,7 @@ test: lint kafka
 	$(BIN)/pytest -q
 
 unit: install  ## the tests that need no Kafka, no JVM: seconds
-	$(BIN)/pytest -q -m "not kafka" tests/unit tests/contract/test_memory_channel.py
+	$(BIN)/pytest -q -m "not kafka" tests/unit tests/contract/test_memory_channel.py tests/contract/test_memory_log.py
 
 # Flaky tests show here, not in CI: the chosen tests RUNS times (HOG processes spinning on
 # the CPU beside, as a shared CI machine is loaded), each test's pass rate at the end.

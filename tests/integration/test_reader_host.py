@@ -38,6 +38,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(90)]
 SPLITS = 20
 RECORDS_PER_SPLIT = 50
 ALL_VALUES = set(range(SPLITS * RECORDS_PER_SPLIT))
+SEQUENCE = {"splits": str(SPLITS), "records_per_split": str(RECORDS_PER_SPLIT)}
+"""The sequence connector's options of the coordinator and the readers."""
 
 
 def values_in(*paths: Path) -> Counter[int]:
@@ -70,9 +72,8 @@ async def test_two_readers_read_a_bounded_source_exactly_once(
     kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     await create_topics(kafka_bootstrap, unique_source, 2)
-    source = SequenceSource(SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT))
     outs = [tmp_path / "reader-0.jsonl", tmp_path / "reader-1.jsonl"]
-    async with InlineCoordinator(kafka_bootstrap, unique_source, source, max_parallelism=2) as coord:
+    async with InlineCoordinator(kafka_bootstrap, unique_source, "sequence", SEQUENCE, max_parallelism=2) as coord:
         hosts = [
             ReaderHost(
                 settings(kafka_bootstrap, unique_source, k, outs[k]),
@@ -174,7 +175,6 @@ async def test_a_reader_killed_mid_run_restarts_from_its_checkpoint(
     kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     await create_topics(kafka_bootstrap, unique_source, 2)
-    source = SequenceSource(SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT))
     first, restarted, other = (
         tmp_path / "r0.jsonl",
         tmp_path / "r0-restarted.jsonl",
@@ -183,7 +183,7 @@ async def test_a_reader_killed_mid_run_restarts_from_its_checkpoint(
     logs = [tmp_path / "r0.log", tmp_path / "r0-restarted.log", tmp_path / "r1.log"]
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        async with InlineCoordinator(kafka_bootstrap, unique_source, source, max_parallelism=2) as coord:
+        async with InlineCoordinator(kafka_bootstrap, unique_source, "sequence", SEQUENCE, max_parallelism=2) as coord:
             procs.append(start_reader(unique_source, 0, first, logs[0], kafka_bootstrap, rate=150))
             procs.append(start_reader(unique_source, 1, other, logs[2], kafka_bootstrap, rate=150))
             await wait_for_text(logs[0], "registered as attempt 1", procs[0], 30)
@@ -232,8 +232,7 @@ async def test_kafka_output_commits_data_with_the_checkpoint(
     out_topic = f"{unique_source}.out"
     await create_topics(kafka_bootstrap, unique_source, 2)
     await apply_topics(kafka_bootstrap, [TopicSpec(out_topic, 3)])
-    source = SequenceSource(SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT))
-    async with InlineCoordinator(kafka_bootstrap, unique_source, source, max_parallelism=2) as coord:
+    async with InlineCoordinator(kafka_bootstrap, unique_source, "sequence", SEQUENCE, max_parallelism=2) as coord:
         hosts = [
             ReaderHost(
                 dataclasses.replace(
@@ -270,9 +269,10 @@ async def test_sigterm_leaves_with_positions_and_an_empty_state_record(
     kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     await create_topics(kafka_bootstrap, unique_source, 1)
-    source = SequenceSource(SequenceOptions(splits=4, records_per_split=None))
     log_path, out = tmp_path / "r.log", tmp_path / "r.jsonl"
-    async with InlineCoordinator(kafka_bootstrap, unique_source, source, max_parallelism=1) as coord:
+    async with InlineCoordinator(
+        kafka_bootstrap, unique_source, "sequence", {"splits": "4", "records_per_split": "unbounded"}, max_parallelism=1
+    ) as coord:
         args = [
             *(sys.executable, "-m", "sluicegate.reader", "--source", unique_source),
             *("--subtask", "0", "--connector", "sequence", "--option", "splits=4"),
@@ -318,7 +318,7 @@ async def test_a_rival_registration_stops_the_reader_and_bad_records_are_dead_le
     topics = ControlTopics.for_source(unique_source)
     options = SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT, rate=300)
     out = tmp_path / "r.jsonl"
-    async with InlineCoordinator(kafka_bootstrap, unique_source, SequenceSource(options), 1) as coord:
+    async with InlineCoordinator(kafka_bootstrap, unique_source, "sequence", {**SEQUENCE, "rate": "300"}, 1) as coord:
         host = ReaderHost(
             dataclasses.replace(
                 settings(kafka_bootstrap, unique_source, 0, out),
@@ -380,7 +380,7 @@ async def test_a_second_process_of_the_same_subtask_stops_the_first(
             SequenceSource(options),
         )
 
-    async with InlineCoordinator(kafka_bootstrap, unique_source, SequenceSource(options), 1) as coord:
+    async with InlineCoordinator(kafka_bootstrap, unique_source, "sequence", {**SEQUENCE, "rate": "300"}, 1) as coord:
         zombie = make_host(outs[0])
         first = asyncio.create_task(zombie.run())
         await coord.wait_until(lambda: len(coord.received_of_type("CheckpointAck", 0)) >= 2, 30)

@@ -1,41 +1,77 @@
-"""A tiny in-test coordinator: ``CoordinatorCore`` driven by aiokafka in an asyncio task.
+"""The product's coordinator loop (``SourceRunner``) in the test's event loop, watched.
 
-It consumes ``NS.S.coordinator`` (read_committed, from the beginning), feeds each
-record to ``core.on_message``, calls ``core.tick`` every ``tick_ms``, and produces
-the resulting messages to partition ``env.subtask`` of ``NS.S.readers``. It keeps
-no state of its own (no coordinator-state topic, no transactions): good enough
-to drive reader hosts in integration tests, not a replacement for the real
-coordinator process.
+It is the loop a deployed coordinator runs, over the Kafka log (kafka_log.py), with a
+recorder between them: ``received`` holds every inbox record it read (decoded),
+``sent`` every record to the readers that a committed transaction made visible. Tests
+look at what the readers told the coordinator and what it answered without a second
+copy of the loop.
 
-    async with InlineCoordinator(bootstrap, source_name, source, max_parallelism=2) as coord:
+    async with InlineCoordinator(bootstrap, source, "sequence", {"splits": "4"}, max_parallelism=2) as coord:
         ...
-        await coord.wait_until(coord.core.is_finished, timeout_s=30)
+        await coord.wait_until(lambda: coord.core.is_finished(), timeout_s=30)
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-from sluicegate.api.source import Source
-from sluicegate.coordinator.config import CoordinatorConfig
-from sluicegate.coordinator.core import CoordinatorCore, Effects
+from sluicegate.coordinator.core import CoordinatorCore
+from sluicegate.coordinator.kafka_log import KafkaCoordinatorLog
+from sluicegate.coordinator.log import CoordinatorLog, InboxPosition, InboxRecord, OutgoingRecord, StateRecord
+from sluicegate.coordinator.settings import SourceSettings
+from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 from sluicegate.kafka.topics import apply_topics
-from sluicegate.protocol import DecodeError, Direction, Envelope, decode, encode, encode_key
+from sluicegate.protocol import DecodeError, Direction, Envelope, decode
+from sluicegate.protocol.names import coordinator_transactional_id
 from sluicegate.protocol.topics import ControlTopics, topic_specs
-
-log = logging.getLogger("sluicegate.tests.inline_coordinator")
 
 
 async def create_topics(bootstrap: str, source: str, max_parallelism: int, ns: str = "sluicegate") -> None:
     await apply_topics(bootstrap, topic_specs(ns, source, max_parallelism))
+
+
+class RecordingLog(CoordinatorLog):
+    """A log that keeps what went through it: the inbox records read and the records to
+    the readers committed."""
+
+    def __init__(self, inner: CoordinatorLog, readers_topic: str) -> None:
+        self.inner = inner
+        self.readers_topic = readers_topic
+        self.received: list[Envelope] = []
+        self.sent: list[Envelope] = []
+        self.undecodable = 0
+
+    async def fence(self) -> None:
+        await self.inner.fence()
+
+    async def restore(self) -> list[tuple[bytes | None, bytes | None]]:
+        return await self.inner.restore()
+
+    async def read_from(self, offset: int | None) -> None:
+        await self.inner.read_from(offset)
+
+    async def fetch(self, timeout_ms: int, max_records: int) -> list[InboxRecord]:
+        records = await self.inner.fetch(timeout_ms, max_records)
+        for record in records:
+            try:
+                self.received.append(decode(record.value, Direction.TO_COORDINATOR))
+            except DecodeError:
+                self.undecodable += 1
+        return records
+
+    async def behind(self) -> InboxPosition:
+        return await self.inner.behind()
+
+    async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
+        await self.inner.commit(records, state)
+        self.sent += [decode(r.value, Direction.TO_READER) for r in records if r.topic == self.readers_topic]
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 class InlineCoordinator:
@@ -43,36 +79,48 @@ class InlineCoordinator:
         self,
         bootstrap: str,
         source_name: str,
-        source: Source[Any],
+        connector: str,
+        options: Mapping[str, str],
         max_parallelism: int,
         *,
         namespace: str = "sluicegate",
         tick_ms: int = 200,
-        session_timeout_ms: int = 10_000,
         reader_departure_timeout_ms: int = 60_000,
-        epoch: int = 1,
     ) -> None:
-        self.bootstrap = bootstrap
-        self.topics = ControlTopics.for_source(source_name, namespace)
-        self.config = CoordinatorConfig(
+        topics = ControlTopics.for_source(source_name, namespace)
+        kafka = KafkaCoordinatorLog(bootstrap, topics, coordinator_transactional_id(namespace, source_name))
+        self.log = RecordingLog(kafka, topics.readers)
+        settings = SourceSettings(
             source=source_name,
+            connector=connector,
             max_parallelism=max_parallelism,
-            session_timeout_ms=session_timeout_ms,
+            options=dict(options),
             reader_departure_timeout_ms=reader_departure_timeout_ms,
         )
-        self.core: CoordinatorCore[Any] = CoordinatorCore(source, self.config, epoch=epoch)
-        self.tick_ms = tick_ms
-        self.sent: list[Envelope] = []
-        """Every message produced to the readers, in order."""
-        self.received: list[Envelope] = []
+        self.runner = SourceRunner(settings, bootstrap, namespace, tick_interval_ms=tick_ms, log=self.log)
+
+    @property
+    def core(self) -> CoordinatorCore[Any]:
+        assert self.runner.core is not None, "the coordinator has not started"
+        return self.runner.core
+
+    @property
+    def sent(self) -> list[Envelope]:
+        """Every message to the readers, in the order committed."""
+        return self.log.sent
+
+    @property
+    def received(self) -> list[Envelope]:
         """Every decoded inbox record, in order."""
-        self.undecodable = 0
-        self._producer: AIOKafkaProducer | None = None
-        self._consumer: AIOKafkaConsumer | None = None
-        self._task: asyncio.Task[None] | None = None
+        return self.log.received
+
+    @property
+    def undecodable(self) -> int:
+        return self.log.undecodable
 
     async def __aenter__(self) -> InlineCoordinator:
-        await self.start()
+        self.runner.start()
+        await self.wait_until(lambda: self.runner.state is RunnerState.ACTIVE, timeout_s=30)
         return self
 
     async def __aexit__(
@@ -81,78 +129,13 @@ class InlineCoordinator:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.stop()
-
-    async def start(self) -> None:
-        self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all")
-        await self._producer.start()
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-        )
-        await self._consumer.start()
-        tp = TopicPartition(self.topics.coordinator, 0)
-        self._consumer.assign([tp])
-        await self._consumer.seek_to_beginning(tp)
-        await self._carry_out(self.core.start(_now_ms()))
-        self._task = asyncio.create_task(self._run(tp), name="inline-coordinator")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        for client in (self._consumer, self._producer):
-            if client is not None:
-                await client.stop()
-        self._consumer = self._producer = None
-
-    async def _run(self, tp: TopicPartition) -> None:
-        assert self._consumer is not None
-        next_tick = time.monotonic()
-        while True:
-            timeout = max(0, int((next_tick - time.monotonic()) * 1000))
-            batches = await self._consumer.getmany(tp, timeout_ms=timeout, max_records=500)
-            for record in batches.get(tp, []):
-                try:
-                    env = decode(record.value, Direction.TO_COORDINATOR)
-                except DecodeError as exc:
-                    self.undecodable += 1
-                    log.warning("undecodable inbox record at offset %d: %s", record.offset, exc)
-                    continue
-                self.received.append(env)
-                await self._carry_out(self.core.on_message(env, record.offset, _now_ms()))
-            if time.monotonic() >= next_tick:
-                await self._carry_out(self.core.tick(_now_ms()))
-                next_tick = time.monotonic() + self.tick_ms / 1000
-
-    async def _carry_out(self, effects: Effects) -> None:
-        assert self._producer is not None
-        if effects.rejection:
-            log.warning("rejected inbox record: %s", effects.rejection)
-        futures = []
-        for env in effects.messages:
-            futures.append(
-                await self._producer.send(
-                    self.topics.readers,
-                    encode(env),
-                    key=encode_key(env.subtask),
-                    partition=env.subtask,
-                )
-            )
-            self.sent.append(env)
-        if futures:
-            await asyncio.gather(*futures)
+        await self.runner.stop()
 
     async def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while not condition():
-            if self._task is not None and self._task.done():
-                self._task.result()  # re-raise what killed the loop
+            if self.runner.state in (RunnerState.FAILED, RunnerState.FENCED, RunnerState.REFUSED):
+                raise AssertionError(f"the coordinator stopped: {self.runner.state.value}, {self.runner.failure}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"condition not met within {timeout_s} s")
             await asyncio.sleep(0.1)
@@ -162,7 +145,3 @@ class InlineCoordinator:
 
     def received_of_type(self, type_: str, subtask: int | None = None) -> list[Envelope]:
         return [e for e in self.received if e.type == type_ and (subtask is None or e.subtask == subtask)]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

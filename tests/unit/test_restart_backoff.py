@@ -45,7 +45,7 @@ async def test_a_failing_coordinator_logs_why_and_backs_off(
     reason = "the commit of 3 records and 2 state records (84,000,000 bytes) failed: MessageSizeTooLargeError"
     caplog.set_level(logging.ERROR, logger="sluicegate.coordinator")
     for _ in range(4):
-        runner: Any = SimpleNamespace(source="orders", state=RunnerState.FAILED, failure=reason, active_since=None)
+        runner: Any = SimpleNamespace(source="orders", state=RunnerState.FAILED, failure=reason, served_s=lambda: 0.0)
         runners.runners["orders"] = runner
         runners._on_runner_stopped(runner)
     assert scheduled == [1.0, 2.0, 4.0, 8.0]

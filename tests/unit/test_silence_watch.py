@@ -174,7 +174,7 @@ def test_a_worker_takes_over_only_what_it_does_not_run_and_not_right_after_a_fai
 
     # its runner here failed (not assigned here by Faust: not restarted); the next
     # takeover waits for the restart backoff
-    failed: Any = SimpleNamespace(source="orders", state=RunnerState.FAILED, failure="boom", active_since=None)
+    failed: Any = SimpleNamespace(source="orders", state=RunnerState.FAILED, failure="boom", served_s=lambda: 0.0)
     runners.runners["orders"] = failed
     runners._on_runner_stopped(failed)
     assert runners.watched() == {"orders", "users"}
@@ -182,7 +182,7 @@ def test_a_worker_takes_over_only_what_it_does_not_run_and_not_right_after_a_fai
     assert started == ["orders"]
 
     # a fenced runner steps down quietly: watched again, no backoff
-    fenced: Any = SimpleNamespace(source="users", state=RunnerState.FENCED, failure=None, active_since=None)
+    fenced: Any = SimpleNamespace(source="users", state=RunnerState.FENCED, failure=None, served_s=lambda: 0.0)
     runners.runners["users"] = fenced
     runners._on_runner_stopped(fenced)
     runners.take_over("users", 2.0)

@@ -258,7 +258,7 @@ class EmbeddedCoordinator:
         elif runner.state is RunnerState.FENCED:
             log.info("source %s: another coordinator serves it now; this process stands by", self.source)
         elif runner.state is RunnerState.FAILED:
-            served = time.monotonic() - runner.active_since if runner.active_since is not None else 0.0
+            served = runner.served_s()
             delay = self._backoff.failed(served)
             self._not_before = time.monotonic() + delay
             log.error(

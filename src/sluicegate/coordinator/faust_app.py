@@ -172,7 +172,7 @@ class SourceRunners:
         if runner.state is not RunnerState.FAILED:
             return
         backoff = self._backoff.setdefault(runner.source, RestartBackoff())
-        served = time.monotonic() - runner.active_since if runner.active_since is not None else 0.0
+        served = runner.served_s()
         delay = backoff.failed(served)
         self._not_before[runner.source] = time.monotonic() + delay
         if runner.source not in self.assigned:

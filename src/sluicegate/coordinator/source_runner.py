@@ -1,12 +1,15 @@
 """The active coordinator of one source: the exactly-once loop around the core.
 
-    fence  -> a transactional producer with the source's transactional id; Kafka
-              fences the previous incarnation's producer and aborts its open
-              transaction (PROTOCOL semantics 4)
-    restore-> the last committed state parts, read_committed; epoch = stored + 1
-    loop   -> read inbox records (read_committed) from the stored inbox offset,
+    fence  -> become the source's one writer: the previous incarnation is fenced and
+              its open transaction aborted (PROTOCOL semantics 4)
+    restore-> the last committed state parts; epoch = stored + 1
+    loop   -> read inbox records (committed ones) from the stored inbox offset,
               feed the core, and commit in ONE transaction: the outgoing records,
               dead letters, the changed state parts and the new inbox offset
+
+The loop is the only place that knows this order; the log it runs over (log.py:
+Kafka in the product, kafka_log.py; a memory double in the unit tests) carries each
+step out, and the clock it is given says what time it is.
 
 Nothing leaves this process outside a transaction, so a coordinator killed at any
 instant leaves either all of a step's effects visible or none, and its successor
@@ -26,21 +29,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
-
 from sluicegate.connectors import load_source
+from sluicegate.coordinator.clock import SYSTEM_CLOCK, Clock
 from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects, StepFailedError
+from sluicegate.coordinator.kafka_log import KafkaCoordinatorLog
+from sluicegate.coordinator.log import CommitFailedError, CoordinatorLog, LogFencedError, OutgoingRecord
 from sluicegate.coordinator.settings import SourceSettings
-from sluicegate.coordinator.state_store import (
-    READ_RECORD_MAX_BYTES,
-    StateTooLargeError,
-    StateWriter,
-    read_state,
-)
+from sluicegate.coordinator.state_store import StateTooLargeError, StateWriter, restored_state
 from sluicegate.coordinator.tick_gate import TickGate
-from sluicegate.kafka.clients import security_settings
-from sluicegate.kafka.startup_noise import quiet_fencing_leftovers
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
@@ -55,10 +51,6 @@ COMMIT_BYTES = 8 * 1024 * 1024
 """Commit within a batch of inbox records once this much is waiting to go out: 64
 registrations that hand out 1,000,000 splits were one transaction of 160 MB, and
 the loop did not yield long enough for the Faust group to drop this worker."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def commit_due(
@@ -82,17 +74,6 @@ def check_definition(source: str, parts: Mapping[str, Any] | None, given: Source
         raise DefinitionMismatchError(source, who, committed, given)
 
 
-def _retrieve(futures: list[asyncio.Future[Any]]) -> None:
-    """Mark the exceptions of failed sends as seen (asyncio logs the others at ERROR)."""
-    for future in futures:
-        if future.done() and not future.cancelled():
-            future.exception()
-
-
-class CommitFailedError(RuntimeError):
-    """A transaction of the coordinator failed; its message says why."""
-
-
 class RunnerState(enum.Enum):
     STARTING = "starting"
     ACTIVE = "active"
@@ -100,15 +81,6 @@ class RunnerState(enum.Enum):
     STOPPED = "stopped"
     FAILED = "failed"
     REFUSED = "refused"  # brought another definition than the source's: never restarted
-
-
-@dataclass(frozen=True, slots=True)
-class OutgoingRecord:
-    topic: str
-    partition: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]] | None = None
 
 
 @dataclass
@@ -133,7 +105,11 @@ class SourceRunner:
         commit_interval_ms: int = 1_000,
         on_stop: Callable[[SourceRunner], None] | None = None,
         liveness_interval_ms: int | None = None,
+        log: CoordinatorLog | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """``log``: where the loop reads and commits (default: the source's control topics
+        on ``bootstrap``); ``clock``: its time."""
         self.settings = settings
         self.bootstrap = bootstrap
         self.topics = ControlTopics.for_source(settings.source, namespace)
@@ -148,9 +124,8 @@ class SourceRunner:
         self.stats = RunnerStats()
         self.core: CoordinatorCore[Any] | None = None
         self._on_stop = on_stop
-        self._producer: AIOKafkaProducer | None = None
-        self._consumer: AIOKafkaConsumer | None = None
-        self._inbox = TopicPartition(self.topics.coordinator, 0)
+        self._log = log if log is not None else KafkaCoordinatorLog(bootstrap, self.topics, self.transactional_id)
+        self._clock = clock
         self._pending: list[OutgoingRecord] = []
         self._pending_bytes = 0
         self._async_results: asyncio.Queue[tuple[int, Any, BaseException | None]] = asyncio.Queue()
@@ -161,7 +136,7 @@ class SourceRunner:
         self.failure: str | None = None
         """Why the runner failed (state FAILED), in one sentence for the operator."""
         self.active_since: float | None = None
-        """time.monotonic() when it started serving."""
+        """The clock's monotonic() when it started serving."""
         self._last_commit = 0.0
         self._next_tick = 0.0
         self._tick_gate = TickGate()
@@ -169,6 +144,10 @@ class SourceRunner:
     @property
     def source(self) -> str:
         return self.settings.source
+
+    def served_s(self) -> float:
+        """How long it has served (0 if it never started serving)."""
+        return self._clock.monotonic() - self.active_since if self.active_since is not None else 0.0
 
     @property
     def committed_offset(self) -> int | None:
@@ -178,7 +157,6 @@ class SourceRunner:
     # -- lifecycle ------------------------------------------------------------
 
     def start(self) -> None:
-        quiet_fencing_leftovers()  # a fenced runner steps down and says so; aiokafka's leftovers need not
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"coordinator {self.source}")
 
     async def stop(self) -> None:
@@ -193,7 +171,7 @@ class SourceRunner:
         try:
             await self._start_up()
             await self._loop()
-        except ProducerFenced:
+        except LogFencedError:
             self.state = RunnerState.FENCED
             log.warning(
                 "source %s: a newer coordinator took over (this producer is fenced); stepping down", self.source
@@ -223,21 +201,8 @@ class SourceRunner:
 
     async def _start_up(self) -> None:
         source = load_source(self.settings.connector, self.settings.options)
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
-            transactional_id=self.transactional_id,
-            enable_idempotence=True,
-            # The client does not refuse large records itself: the broker's limits decide
-            # (state records are at most STATE_RECORD_MAX_BYTES; AddSplits max_message_bytes).
-            max_request_size=READ_RECORD_MAX_BYTES,
-            # No compression: aiokafka's gzip runs at level 9, ~60 ms per 500 KB AddSplits,
-            # which was most of the registration-to-assignment latency.
-            compression_type=None,
-            linger_ms=0,
-            **security_settings(),
-        )
-        await self._producer.start()  # init_transactions: fences the previous incarnation
-        stored = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
+        await self._log.fence()
+        stored = restored_state(self.source, await self._log.restore())
         parts = stored.parts if stored is not None else None
         # Before anything is committed: a coordinator of another definition (a standby
         # started with other options) must not serve this source's state, even once.
@@ -246,26 +211,13 @@ class SourceRunner:
         epoch = parts["meta"]["epoch"] + 1 if parts else 1
         core: CoordinatorCore[Any] = CoordinatorCore(source, self.settings.core_config(), epoch, snapshot=parts)
         self.core = core
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            fetch_max_wait_ms=50,
-            **security_settings(),
-        )
-        await self._consumer.start()
-        self._consumer.assign([self._inbox])
-        if core.inbox_offset is None:
-            await self._consumer.seek_to_beginning(self._inbox)
-        else:
-            self._consumer.seek(self._inbox, core.inbox_offset + 1)
+        await self._log.read_from(core.inbox_offset)
         self._committed_offset = core.inbox_offset
-        self._queue(core.start(now_ms()))
+        self._queue(core.start(self._clock.wall_ms()))
         await self._commit(force=True)  # the new epoch is durable before anything else happens
         gc.freeze()  # the restored state is long-lived: keep the collector from rescanning it
         self.state = RunnerState.ACTIVE
-        self.active_since = time.monotonic()
+        self.active_since = self._clock.monotonic()
         log.info(
             "coordinator for source %s (connector %s, %d subtasks, epoch %d) is serving %s from %s",
             self.source,
@@ -281,40 +233,32 @@ class SourceRunner:
             self.core.close()  # periodic calls stop with the enumerator
         for task in list(self._async_tasks.values()):
             task.cancel()
-        if self._consumer is not None:
-            with contextlib.suppress(Exception):
-                await self._consumer.stop()
-        if self._producer is not None:
-            with contextlib.suppress(Exception):
-                await self._producer.stop()
+        with contextlib.suppress(Exception):
+            await self._log.close()
 
     # -- the loop -------------------------------------------------------------
 
     async def _loop(self) -> None:
-        assert self._consumer is not None and self.core is not None
-        core = self.core
+        assert self.core is not None
+        core, clock = self.core, self._clock
         while True:
-            batch = await self._consumer.getmany(self._inbox, timeout_ms=self.tick_interval_ms, max_records=INBOX_BATCH)
-            for record in batch.get(self._inbox, []):
+            for record in await self._log.fetch(self.tick_interval_ms, INBOX_BATCH):
                 self._on_record(record.partition, record.offset, record.key, record.value)
                 if self._pending_bytes >= COMMIT_BYTES:
                     await self._commit()
             while not self._async_results.empty():
                 call_id, result, error = self._async_results.get_nowait()
-                self._queue(core.on_async_result(call_id, result, error, now_ms()))
-            if time.monotonic() >= self._next_tick:
-                self._next_tick = time.monotonic() + self.tick_interval_ms / 1000
+                self._queue(core.on_async_result(call_id, result, error, clock.wall_ms()))
+            if clock.monotonic() >= self._next_tick:
+                self._next_tick = clock.monotonic() + self.tick_interval_ms / 1000
                 if await self._may_tick():
-                    self._queue(core.tick(now_ms()))
+                    self._queue(core.tick(clock.wall_ms()))
             await self._commit()
 
     async def _may_tick(self) -> bool:
         """Whether to let time pass in the core now (tick_gate.py says when not)."""
-        assert self._consumer is not None
-        consumer = self._consumer
-        position = await consumer.position(self._inbox)
-        stable, high = consumer.last_stable_offset(self._inbox), consumer.highwater(self._inbox)
-        return self._tick_gate.may_tick(position, stable, high, time.monotonic())
+        inbox = await self._log.behind()
+        return self._tick_gate.may_tick(inbox.position, inbox.stable, inbox.high, self._clock.monotonic())
 
     def _on_record(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
         assert self.core is not None
@@ -327,7 +271,7 @@ class SourceRunner:
             self._dead_letter(DeadLetter(topic, partition, offset, key, value, exc.kind.value, exc.detail))
             return
         try:
-            effects = self.core.on_message(env, offset, now_ms())
+            effects = self.core.on_message(env, offset, self._clock.wall_ms())
         except StepFailedError:
             raise  # the record is good; the step is retried from the last commit
         except Exception as exc:  # a bug must cost one record, not the coordinator
@@ -369,10 +313,10 @@ class SourceRunner:
         """One transaction: pending records + changed state parts + inbox offset (in meta).
         Offset-only progress (heartbeats) waits up to commit_interval_ms; with nothing
         to commit, ``meta`` alone is committed every liveness_interval_ms."""
-        assert self._producer is not None and self.core is not None
+        assert self.core is not None
         core = self.core
         offset_moved = core.inbox_offset != self._committed_offset
-        since_ms = (time.monotonic() - self._last_commit) * 1000
+        since_ms = (self._clock.monotonic() - self._last_commit) * 1000
         changed = bool(self._pending) or core.has_state_changes
         if not (
             force or commit_due(changed, offset_moved, since_ms, self.commit_interval_ms, self.liveness_interval_ms)
@@ -385,57 +329,15 @@ class SourceRunner:
         except StateTooLargeError as exc:
             raise CommitFailedError(f"cannot commit: {exc}") from exc
         started = time.perf_counter()
-        await self._know_partitions(records)
-        futures: list[asyncio.Future[Any]] = []
-        try:
-            async with self._producer.transaction():
-                for r in records:
-                    futures.append(
-                        await self._producer.send(r.topic, r.value, key=r.key, partition=r.partition, headers=r.headers)
-                    )
-                for key, value in parts:
-                    state = self.topics.coordinator_state
-                    futures.append(await self._producer.send(state, value, key=key, partition=0))
-            await asyncio.gather(*futures)
-        except KafkaError as exc:
-            _retrieve(futures)  # the transaction's failure says it all: no "exception never retrieved" later
-            if isinstance(exc, ProducerFenced):
-                raise
-            # The transaction was aborted; nothing of it is visible. Failing the runner makes
-            # the host restart it from the last commit, which is exactly where readers are.
-            size = sum(len(r.value or b"") for r in records) + sum(len(v or b"") for _, v in parts)
-            raise CommitFailedError(
-                f"the commit of {len(records)} records and {len(parts)} state records ({size:,} bytes) failed: {exc!r}"
-            ) from exc
+        # A failed transaction was aborted: nothing of it is visible. Failing the runner
+        # (CommitFailedError) makes the host restart it from the last commit, which is
+        # exactly where readers are.
+        await self._log.commit(records, parts)
         self._committed_offset = core.inbox_offset
-        self._last_commit = time.monotonic()
+        self._last_commit = self._clock.monotonic()
         self.stats.commits += 1
         self.stats.records_out += len(records)
         self.stats.last_commit_ms = (time.perf_counter() - started) * 1000
-
-    async def _know_partitions(self, records: list[OutgoingRecord]) -> None:
-        """After ``sluicegate topics scale`` the producer's metadata lags the new partitions of
-        the readers topic (aiokafka refuses a partition it does not know): refresh it. A topic
-        the producer never sent to is left to ``send``, which fetches its metadata."""
-        assert self._producer is not None
-        cluster = self._producer.client.cluster
-
-        def unknown() -> set[int]:
-            return {
-                r.partition
-                for r in records
-                if (known := cluster.partitions_for_topic(r.topic)) is not None and r.partition not in known
-            }
-
-        missing = unknown()
-        for _ in range(50):
-            if not missing:
-                return
-            await self._producer.client.force_metadata_update()
-            missing = unknown()
-            if missing:
-                await asyncio.sleep(0.1)
-        raise RuntimeError(f"{self.topics.readers} has no partitions {sorted(missing)[:5]}; did the topics shrink?")
 
     async def _run_async_call(self, call: AsyncCall) -> None:
         """call_async: the callable runs in a worker thread, its handler on the loop."""

@@ -173,7 +173,12 @@ def _assemble(name: str, manifest: Mapping[str, Any], latest: Mapping[str, bytes
 
 async def read_state(bootstrap: str, topic: str, source: str) -> StoredState | None:
     """The source's last committed state, or None if it never committed any."""
-    records = await read_all(bootstrap, topic, max_record_bytes=READ_RECORD_MAX_BYTES)
+    return restored_state(source, await read_all(bootstrap, topic, max_record_bytes=READ_RECORD_MAX_BYTES))
+
+
+def restored_state(source: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> StoredState | None:
+    """The source's last committed state in its state topic's ``records`` (in the order
+    written), or None if it never committed any."""
     stored = merge_records(source, records)
     if "meta" not in stored.parts:
         return None

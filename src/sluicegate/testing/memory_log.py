@@ -1,0 +1,136 @@
+"""The coordinator's log in memory (coordinator/log.py's port), for tests of the loop.
+
+``MemoryLogBroker`` holds what Kafka holds for one source: the inbox (records a
+test writes, committed at once or in a transaction it leaves open), what the
+coordinator's transactions made visible (outgoing records by topic, state records)
+and which incarnation is the one writer. Every ``MemoryCoordinatorLog`` over the
+same broker is an incarnation: the last to ``fence()`` wins, and an earlier one's
+commit fails with ``LogFencedError``, as Kafka's transactional id does. A test can
+make the next commits fail (``fail_next_commits``: the broker aborted them).
+
+Held to the same contract as the Kafka adapter (tests/contract/log_contract.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from sluicegate.coordinator.log import (
+    CommitFailedError,
+    CoordinatorLog,
+    InboxPosition,
+    InboxRecord,
+    LogFencedError,
+    OutgoingRecord,
+    StateRecord,
+)
+
+POLL_S = 0.005
+
+
+class MemoryLogBroker:
+    def __init__(self) -> None:
+        self.inbox: list[tuple[bytes | None, bytes | None]] = []
+        self.open_from: int | None = None
+        """The inbox offset where a transaction still open begins (None: none is)."""
+        self._open: list[int] = []
+        self.outgoing: dict[str, list[OutgoingRecord]] = {}
+        """What committed transactions made visible, by topic, in order."""
+        self.state: list[tuple[bytes | None, bytes | None]] = []
+        self.commits = 0
+        self.generation = 0
+        """The incarnation that fenced last."""
+        self.aborted: set[int] = set()
+        """Inbox offsets of aborted transactions' records: offsets nobody reads."""
+        self._failures: list[str] = []
+
+    # -- what a test does ----------------------------------------------------------
+
+    def write(self, key: bytes | None, value: bytes | None, transactional: bool = False) -> int:
+        """A record into the inbox, committed, or (``transactional``) in the open
+        transaction; returns its offset. A committed record behind an open transaction
+        is readable once that transaction ends, as in Kafka."""
+        if transactional:
+            if self.open_from is None:
+                self.open_from = len(self.inbox)
+            self._open.append(len(self.inbox))
+        self.inbox.append((key, value))
+        return len(self.inbox) - 1
+
+    def end_transaction(self, commit: bool = True) -> None:
+        """The open transaction's records become readable, or (aborted) never do: an
+        aborted record stays an offset nobody reads, as in Kafka."""
+        assert self.open_from is not None, "no transaction is open"
+        if not commit:
+            self.aborted.update(self._open)
+        self.open_from, self._open = None, []
+
+    def fail_next_commits(self, count: int, why: str = "the broker aborted the transaction") -> None:
+        self._failures += [why] * count
+
+    def records_to(self, topic: str) -> list[OutgoingRecord]:
+        return list(self.outgoing.get(topic, []))
+
+    # -- what the log sees ---------------------------------------------------------
+
+    @property
+    def stable(self) -> int:
+        """The last stable offset: a read_committed reader reads up to here."""
+        return self.open_from if self.open_from is not None else len(self.inbox)
+
+    def take_failure(self) -> str | None:
+        return self._failures.pop(0) if self._failures else None
+
+
+class MemoryCoordinatorLog(CoordinatorLog):
+    def __init__(self, broker: MemoryLogBroker) -> None:
+        self.broker = broker
+        self.generation: int | None = None
+        self.position = 0
+        self.closed = False
+
+    async def fence(self) -> None:
+        self.broker.generation += 1
+        self.generation = self.broker.generation
+
+    async def restore(self) -> list[tuple[bytes | None, bytes | None]]:
+        return list(self.broker.state)
+
+    async def read_from(self, offset: int | None) -> None:
+        self.position = 0 if offset is None else offset + 1
+
+    async def fetch(self, timeout_ms: int, max_records: int) -> list[InboxRecord]:
+        deadline = time.monotonic() + timeout_ms / 1000
+        broker = self.broker
+        while self.position >= broker.stable and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S)
+        records: list[InboxRecord] = []
+        while self.position < broker.stable and len(records) < max_records:
+            offset = self.position
+            self.position += 1
+            if offset not in broker.aborted:
+                key, value = broker.inbox[offset]
+                records.append(InboxRecord(0, offset, key, value))
+        return records
+
+    async def behind(self) -> InboxPosition:
+        return InboxPosition(self.position, self.broker.stable, len(self.broker.inbox))
+
+    async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
+        broker = self.broker
+        if self.generation != broker.generation:
+            raise LogFencedError(f"incarnation {self.generation} was fenced by {broker.generation}")
+        why = broker.take_failure()
+        if why is not None:
+            raise CommitFailedError(
+                f"the commit of {len(records)} records and {len(state)} state records failed: {why}"
+            )
+        for record in records:
+            broker.outgoing.setdefault(record.topic, []).append(record)
+        broker.state.extend(state)
+        broker.commits += 1
+
+    async def close(self) -> None:
+        self.closed = True

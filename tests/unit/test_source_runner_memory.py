@@ -1,0 +1,137 @@
+"""The coordinator's exactly-once loop (SourceRunner) over the in-memory log: what it
+commits, and its recovery paths (a failed commit, a fenced incarnation, a broker abort
+of a reader's transaction, a source defined otherwise), in milliseconds. The same loop
+runs over Kafka in the integration and e2e tests (kafka_log.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from sluicegate.coordinator.settings import SourceSettings
+from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
+from sluicegate.protocol.codec import decode, encode, encode_key
+from sluicegate.protocol.messages import AddSplits, Direction, Envelope, ReaderRegistered, ReaderRegistration, envelope
+from sluicegate.protocol.topics import ControlTopics
+from sluicegate.testing.memory_log import MemoryCoordinatorLog, MemoryLogBroker
+
+SOURCE = "orders"
+TOPICS = ControlTopics.for_source(SOURCE, "sluicegate")
+
+
+def settings(splits: int = 4) -> SourceSettings:
+    return SourceSettings(SOURCE, "sequence", 2, {"splits": str(splits), "records_per_split": "10"})
+
+
+def start(broker: MemoryLogBroker, splits: int = 4) -> SourceRunner:
+    runner = SourceRunner(
+        settings(splits), "memory", "sluicegate", tick_interval_ms=20, log=MemoryCoordinatorLog(broker)
+    )
+    runner.start()
+    return runner
+
+
+def register(broker: MemoryLogBroker, subtask: int, incarnation: str, transactional: bool = False) -> int:
+    body = ReaderRegistration(incarnation=incarnation, location="test", reported_splits=[], restored_checkpoint_id=None)
+    env = envelope(body, source=SOURCE, subtask=subtask, attempt=None, epoch=0, ts=int(time.time() * 1000))
+    return broker.write(encode_key(subtask), encode(env), transactional)
+
+
+def to_readers(broker: MemoryLogBroker) -> list[Envelope]:
+    return [decode(r.value, Direction.TO_READER) for r in broker.records_to(TOPICS.readers)]
+
+
+def of_type(envs: list[Envelope], body: type, subtask: int | None = None) -> list[Envelope]:
+    return [e for e in envs if isinstance(e.body, body) and (subtask is None or e.subtask == subtask)]
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time"
+        await asyncio.sleep(0.01)
+
+
+def assigned(broker: MemoryLogBroker) -> list[str]:
+    return sorted(s["split_id"] for e in of_type(to_readers(broker), AddSplits) for s in e.body.splits)  # type: ignore[attr-defined]
+
+
+async def test_a_registration_is_answered_and_the_splits_handed_out_in_committed_steps() -> None:
+    broker = MemoryLogBroker()
+    runner = start(broker)
+    try:
+        register(broker, 0, "a")
+        register(broker, 1, "b")
+        await until(lambda: len(assigned(broker)) == 4)
+        assert runner.state is RunnerState.ACTIVE and runner.core is not None and runner.core.epoch == 1
+        registered = of_type(to_readers(broker), ReaderRegistered)
+        assert sorted(e.subtask for e in registered) == [0, 1]
+        assert all(e.epoch == 1 for e in to_readers(broker))
+        assert {r.partition for r in broker.records_to(TOPICS.readers)} == {0, 1}, "each subtask's own partition"
+    finally:
+        await runner.stop()
+
+
+async def test_a_failed_commit_fails_the_runner_and_its_successor_answers_once_from_the_last_commit() -> None:
+    broker = MemoryLogBroker()
+    first = start(broker)
+    await until(lambda: first.state is RunnerState.ACTIVE)
+    broker.fail_next_commits(1)
+    register(broker, 0, "a")
+    await until(lambda: first.state is RunnerState.FAILED)
+    assert first.failure is not None and "the broker aborted the transaction" in first.failure
+    assert to_readers(broker) == [], "nothing of the failed step is visible"
+    second = start(broker)
+    try:
+        await until(lambda: len(assigned(broker)) == 2)  # subtask 0's share of the four
+        assert second.core is not None and second.core.epoch == 2, "the successor restored the committed epoch"
+        assert len(of_type(to_readers(broker), ReaderRegistered)) == 1, "the registration answered once"
+        assert all(e.epoch == 2 for e in to_readers(broker))
+    finally:
+        await second.stop()
+
+
+async def test_a_fenced_incarnation_steps_down_and_the_new_one_serves_from_the_last_commit() -> None:
+    broker = MemoryLogBroker()
+    first = start(broker)
+    register(broker, 0, "a")
+    await until(lambda: len(assigned(broker)) > 0)
+    second = start(broker)  # a standby takes over: it fences the first
+    try:
+        await until(lambda: second.state is RunnerState.ACTIVE)
+        register(broker, 1, "b")
+        await until(lambda: first.state is RunnerState.FENCED)
+        await until(lambda: len(assigned(broker)) == 4)
+        assert assigned(broker) == sorted(set(assigned(broker))), "no split handed out twice"
+        assert [e.epoch for e in of_type(to_readers(broker), ReaderRegistered)] == [1, 2]
+    finally:
+        await first.stop()
+        await second.stop()
+
+
+async def test_a_readers_aborted_transaction_is_never_read_and_what_follows_is() -> None:
+    broker = MemoryLogBroker()
+    runner = start(broker)
+    try:
+        register(broker, 0, "killed", transactional=True)  # a reader killed inside its transaction
+        register(broker, 0, "restarted")
+        await asyncio.sleep(0.1)
+        assert of_type(to_readers(broker), ReaderRegistered) == [], "nothing past the open transaction is read"
+        broker.end_transaction(commit=False)
+        await until(lambda: len(of_type(to_readers(broker), ReaderRegistered)) == 1)
+        assert of_type(to_readers(broker), ReaderRegistered)[0].body.incarnation == "restarted"  # type: ignore[attr-defined]
+    finally:
+        await runner.stop()
+
+
+async def test_a_coordinator_of_another_definition_is_refused_before_it_commits_anything() -> None:
+    broker = MemoryLogBroker()
+    first = start(broker, splits=4)
+    await until(lambda: first.state is RunnerState.ACTIVE)
+    await first.stop()
+    commits = broker.commits
+    other = start(broker, splits=5)
+    await until(lambda: other.state is RunnerState.REFUSED)
+    assert other.failure is not None and "splits" in other.failure
+    assert broker.commits == commits
