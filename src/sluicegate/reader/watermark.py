@@ -70,14 +70,16 @@ class SplitWatermarks:
         ``active=False``: event times known without new data (a host that re-reports a
         position that did not move) raise the watermarks but leave the idle clocks alone."""
         for record in records:
-            self._observe(record.split_id, record.event_time_ms, now_ms, active)
+            self.advance(record.split_id, record.event_time_ms, now_ms, active)
 
     def observe_event_times(self, event_times: Mapping[str, int | None], now_ms: int = 0) -> None:
         """A batch read: each split that gave records, with its greatest event time in it."""
         for split_id, event_time_ms in event_times.items():
-            self._observe(split_id, event_time_ms, now_ms, True)
+            self.advance(split_id, event_time_ms, now_ms, True)
 
-    def _observe(self, split_id: str, event_time_ms: int | None, now_ms: int, active: bool) -> None:
+    def advance(self, split_id: str, event_time_ms: int | None, now_ms: int, active: bool) -> None:
+        """One split's event time known now (None: none), with data read (``active``) or
+        not; a split this reader does not own is left alone."""
         if split_id not in self._max:
             return  # not a split this reader owns (or already finished)
         if active:

@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.ranges import SkippedInput, SupportsPositionRanges
-from sluicegate.api.reader import LowWatermarkListener, Record
+from sluicegate.api.reader import LowWatermarkListener
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import WireSplit
 from sluicegate.kafka.control_channel import KafkaControlChannel, KafkaNeverAnswered, SourceNotSetUp
@@ -76,6 +76,7 @@ from sluicegate.reader.protocol import (
 from sluicegate.reader.state import ReaderCheckpoint
 from sluicegate.reader.timing import KAFKA_WAIT_S, SPARK_NAMES, TOPIC_WAIT_S, ReaderTiming
 from sluicegate.reader.watermark import SplitWatermarks
+from sluicegate.spark.acknowledgement import PlannedPositions, acknowledged_splits
 from sluicegate.spark.metrics import DriverMetrics, DriverSnapshot, SubtaskFigures
 from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskOffset, SubtaskView
 
@@ -167,7 +168,7 @@ class SparkReaderDriver:
         self.protocols: dict[int, ReaderProtocol] = {}
         self._watermarks: dict[int, SplitWatermarks] = {s: self._new_watermarks() for s in range(settings.parallelism)}
         """Per subtask: each owned split's event time up to its durably planned position."""
-        self._planned_pos: dict[str, int] = {}
+        self._planned = PlannedPositions()
         """Each split's last acknowledged position: a split counts as active when it advances."""
         self._acked: dict[int, tuple[int, int]] = {}
         """subtask -> (attempt, checkpoint id) of its last delivered CheckpointAck."""
@@ -659,8 +660,8 @@ class SparkReaderDriver:
             return True
         if self._acked.get(s, (0, -1)) >= (sub.attempt, offset.checkpoint_id):
             return True
-        finished = [sid for sid, e in sorted(sub.splits.items()) if e.finished and sid in protocol.owned]
-        unfinished = {sid: e for sid, e in sub.splits.items() if not e.finished}
+        splits = acknowledged_splits(sub, protocol.owned)
+        finished, unfinished = splits.finished, splits.unfinished
         plan = protocol.plan_checkpoint(
             [self._wire_at(e.split, e.pos) for _, e in sorted(unfinished.items())],
             checkpoint_id=offset.checkpoint_id,
@@ -687,12 +688,9 @@ class SparkReaderDriver:
         # only a split whose planned position advanced is active (split idleness)
         clock_ms = _monotonic_ms()
         for sid, e in unfinished.items():
-            moved = self._planned_pos.get(sid) != e.pos
-            record = Record(sid, None, self._event_time_before(e.split, e.pos))
-            watermarks.observe([record], clock_ms, active=moved)
-            self._planned_pos[sid] = e.pos
-        for sid in [*finished, *plan.returned_split_ids]:
-            self._planned_pos.pop(sid, None)
+            moved = self._planned.moved(sid, e.pos)
+            watermarks.advance(sid, self._event_time_before(e.split, e.pos), clock_ms, active=moved)
+        self._planned.forget([*finished, *plan.returned_split_ids])
         if finished or plan.returned:
             log.info(
                 "subtask %d: checkpoint %d, %d splits finished, %d given back, %d open",
