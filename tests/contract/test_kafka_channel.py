@@ -11,10 +11,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError
 from channel_contract import SUBTASKS, ChannelContract, ChannelHarness
 
-from sluicegate.kafka.control_channel import KafkaControlChannel
 from sluicegate.kafka.topics import apply_topics
 from sluicegate.protocol.topics import ControlTopics, topic_specs
 from sluicegate.reader.channel import ControlChannel
+from sluicegate.reader.kafka_channel import KafkaControlChannel
 
 pytestmark = pytest.mark.kafka
 

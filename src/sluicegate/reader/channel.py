@@ -17,7 +17,7 @@ hosts need in the same way:
   has the envelope, and ``last_contact_s`` is when that was last true, from which
   a host decides it lost contact and fences itself.
 
-Two implementations: ``KafkaControlChannel`` (sluicegate.kafka.control_channel,
+Two implementations: ``KafkaControlChannel`` (sluicegate.reader.kafka_channel,
 aiokafka) and ``MemoryControlChannel`` (reader/memory_channel.py, for tests). One
 contract suite (tests/contract/) runs against both. Transactions (a standalone
 reader's checkpoint commits, producer fencing) are Kafka only and stay in the

@@ -49,7 +49,6 @@ from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
 from sluicegate.kafka.clients import control_consumer, transactional_producer
 from sluicegate.kafka.compacted import read_latest_value
-from sluicegate.kafka.control_channel import FOREVER_S, KafkaControlChannel, KafkaNeverAnswered, SourceNotSetUp
 from sluicegate.kafka.topics import TopicsMissingError, wait_for_topics
 from sluicegate.protocol.codec import encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
@@ -61,6 +60,7 @@ from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
 from sluicegate.reader.checkpoint_txn import CheckpointTxn, ReaderTakenOver, TxnRecord, TxnState
+from sluicegate.reader.kafka_channel import FOREVER_S, KafkaControlChannel, KafkaNeverAnswered, SourceNotSetUp
 from sluicegate.reader.metrics import ReaderMetrics, ReaderSnapshot
 from sluicegate.reader.output import OUTPUT_SETTING, Output, OutputSpec, open_output
 from sluicegate.reader.processing import (

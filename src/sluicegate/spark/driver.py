@@ -52,7 +52,6 @@ from sluicegate.api.ranges import SkippedInput, SupportsPositionRanges
 from sluicegate.api.reader import LowWatermarkListener
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import WireSplit
-from sluicegate.kafka.control_channel import KafkaControlChannel, KafkaNeverAnswered, SourceNotSetUp
 from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.loop_thread import LoopThread
 from sluicegate.protocol.dead_letter import DeadLetter
@@ -61,6 +60,7 @@ from sluicegate.protocol.messages import Body, Heartbeat, ReaderLeaving
 from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
+from sluicegate.reader.kafka_channel import KafkaControlChannel, KafkaNeverAnswered, SourceNotSetUp
 from sluicegate.reader.protocol import (
     AlignmentBound,
     Fenced,
