@@ -171,7 +171,7 @@ def fake_session(
 def registered(session: ReaderSession[Any], attempt: int = 1, epoch: int = 1) -> None:
     reg = session.begin_registration()
     out = session.on_message(to_reader(ReaderRegistered(reg.incarnation, attempt), attempt, epoch))
-    assert out is Disposition.REGISTERED
+    assert out.disposition is Disposition.REGISTERED
     assert session.attempt == attempt
 
 
@@ -211,9 +211,9 @@ def test_only_our_incarnation_registers_us() -> None:
     session, source = fake_session()
     reg = session.begin_registration()
     other = to_reader(ReaderRegistered("someone-else", 4), 4)
-    assert session.on_message(other) is Disposition.IGNORED_ATTEMPT
+    assert session.on_message(other).disposition is Disposition.IGNORED_ATTEMPT
     assert session.phase is Phase.REGISTERING and not source.readers
-    assert session.on_message(to_reader(ReaderRegistered(reg.incarnation, 5), 5)) is Disposition.REGISTERED
+    assert session.on_message(to_reader(ReaderRegistered(reg.incarnation, 5), 5)).disposition is Disposition.REGISTERED
     assert session.active and session.attempt == 5
     assert session.envelope(session.heartbeat(), 1).attempt == 5
 
@@ -221,7 +221,7 @@ def test_only_our_incarnation_registers_us() -> None:
 def test_messages_before_registration_are_ignored() -> None:
     session, _ = fake_session()
     session.begin_registration()
-    assert session.on_message(to_reader(AddSplits(1, [split("a")]), 1)) is Disposition.IGNORED_ATTEMPT
+    assert session.on_message(to_reader(AddSplits(1, [split("a")]), 1)).disposition is Disposition.IGNORED_ATTEMPT
     assert session.applied_seq == 0
 
 
@@ -239,7 +239,7 @@ def test_without_reassignment_dropped_splits_are_not_kept() -> None:
     session, source = fake_session(restored)
     reg = session.begin_registration()
     out = session.on_message(to_reader(ReaderRegistered(reg.incarnation, 1, ["b"]), 1))
-    assert out is Disposition.REGISTERED
+    assert out.disposition is Disposition.REGISTERED
     assert source.readers[0].added == ["a", "c"]
     assert list(session.owned) == ["a", "c"]
 
@@ -254,7 +254,7 @@ def test_with_reassignment_restored_splits_go_back_through_the_coordinator() -> 
     assert not session.owned
     assert session.read(10).records == []
     # the coordinator hands it back (seq 3, after the checkpointed seq 2)
-    assert session.on_message(to_reader(AddSplits(3, restored.splits), 1)) is Disposition.APPLIED
+    assert session.on_message(to_reader(AddSplits(3, restored.splits), 1)).disposition is Disposition.APPLIED
     values = [r.value for r in drain(session)]
     assert values == [2, 3, 4]
     assert session.finished_pending == ["seq-00000"]
@@ -266,10 +266,10 @@ def test_with_reassignment_restored_splits_go_back_through_the_coordinator() -> 
 def test_add_splits_apply_in_seq_order_and_old_seqs_are_skipped() -> None:
     session, source = fake_session(checkpoint(1, 2, []))
     registered(session)
-    assert session.on_message(to_reader(AddSplits(2, [split("old")]), 1)) is Disposition.SKIPPED_SEQ
-    assert session.on_message(to_reader(AddSplits(3, [split("a")]), 1)) is Disposition.APPLIED
-    assert session.on_message(to_reader(AddSplits(3, [split("a")]), 1)) is Disposition.SKIPPED_SEQ
-    assert session.on_message(to_reader(AddSplits(5, [split("b")]), 1)) is Disposition.APPLIED
+    assert session.on_message(to_reader(AddSplits(2, [split("old")]), 1)).disposition is Disposition.SKIPPED_SEQ
+    assert session.on_message(to_reader(AddSplits(3, [split("a")]), 1)).disposition is Disposition.APPLIED
+    assert session.on_message(to_reader(AddSplits(3, [split("a")]), 1)).disposition is Disposition.SKIPPED_SEQ
+    assert session.on_message(to_reader(AddSplits(5, [split("b")]), 1)).disposition is Disposition.APPLIED
     assert source.readers[0].added == ["a", "b"]
     assert session.applied_seq == 5
 
@@ -277,9 +277,13 @@ def test_add_splits_apply_in_seq_order_and_old_seqs_are_skipped() -> None:
 def test_messages_to_other_attempts_and_older_epochs_are_ignored() -> None:
     session, source = fake_session()
     registered(session, attempt=2, epoch=3)
-    assert session.on_message(to_reader(AddSplits(1, [split("x")]), 1, epoch=3)) is Disposition.IGNORED_ATTEMPT
-    assert session.on_message(to_reader(AddSplits(1, [split("y")]), 2, epoch=2)) is Disposition.IGNORED_EPOCH
-    assert session.on_message(to_reader(AddSplits(1, [split("z")]), 2, epoch=4)) is Disposition.APPLIED
+    assert (
+        session.on_message(to_reader(AddSplits(1, [split("x")]), 1, epoch=3)).disposition is Disposition.IGNORED_ATTEMPT
+    )
+    assert (
+        session.on_message(to_reader(AddSplits(1, [split("y")]), 2, epoch=2)).disposition is Disposition.IGNORED_EPOCH
+    )
+    assert session.on_message(to_reader(AddSplits(1, [split("z")]), 2, epoch=4)).disposition is Disposition.APPLIED
     assert session.highest_epoch == 4
     assert source.readers[0].added == ["z"]
     assert session.envelope(session.heartbeat(), 1).epoch == 4
@@ -298,8 +302,8 @@ def test_no_more_splits_then_every_split_finished_is_the_bounded_end() -> None:
     session, source = fake_session()
     registered(session)
     session.on_message(to_reader(AddSplits(1, [split("a"), split("b")]), 1))
-    assert session.on_message(to_reader(NoMoreSplits(1), 1)) is Disposition.SKIPPED_SEQ
-    assert session.on_message(to_reader(NoMoreSplits(2), 1)) is Disposition.APPLIED
+    assert session.on_message(to_reader(NoMoreSplits(1), 1)).disposition is Disposition.SKIPPED_SEQ
+    assert session.on_message(to_reader(NoMoreSplits(2), 1)).disposition is Disposition.APPLIED
     assert source.readers[0].no_more and session.applied_seq == 2
     assert not session.is_finished
     records = drain(session)
@@ -334,7 +338,7 @@ def test_request_split_when_idle_at_most_once_a_second() -> None:
 def test_source_events_both_ways() -> None:
     session, source = fake_session()
     registered(session)
-    assert session.on_message(to_reader(CoordinatorSourceEvent({"k": 1}), 1)) is Disposition.APPLIED
+    assert session.on_message(to_reader(CoordinatorSourceEvent({"k": 1}), 1)).disposition is Disposition.APPLIED
     assert source.readers[0].events == [{"k": 1}]
     assert session.take_outbox() == [ReaderSourceEvent(payload={"echo": {"k": 1}})]
     assert session.take_outbox() == []
@@ -353,10 +357,10 @@ def test_splits_released_for_our_attempt_fences_and_restores_the_last_checkpoint
     session.on_message(to_reader(AddSplits(2, [split("b", end=10)]), 1))
     session.read(1)
     # the release of another attempt's failure is not ours
-    assert session.on_message(to_reader(SplitsReleased("fenced", 0, []), 1)) is Disposition.APPLIED
+    assert session.on_message(to_reader(SplitsReleased("fenced", 0, []), 1)).disposition is Disposition.APPLIED
     assert session.active
     out = session.on_message(to_reader(SplitsReleased("session-timeout", 1, ["b"]), 1))
-    assert out is Disposition.FENCED
+    assert out.disposition is Disposition.FENCED
     assert session.phase is Phase.UNREGISTERED and source.readers[0].closed
     assert not session.owned and session.reader is None
     reg = session.begin_registration()
@@ -371,9 +375,9 @@ def test_splits_released_for_our_attempt_fences_and_restores_the_last_checkpoint
 def test_a_newer_incarnation_fences_us() -> None:
     session, _ = fake_session()
     registered(session, attempt=3)
-    assert session.on_message(to_reader(ReaderRegistered("older", 2), 2)) is Disposition.IGNORED_ATTEMPT
+    assert session.on_message(to_reader(ReaderRegistered("older", 2), 2)).disposition is Disposition.IGNORED_ATTEMPT
     assert session.active
-    assert session.on_message(to_reader(ReaderRegistered("newer", 4), 4)) is Disposition.FENCED
+    assert session.on_message(to_reader(ReaderRegistered("newer", 4), 4)).disposition is Disposition.FENCED
     assert session.phase is Phase.UNREGISTERED
     assert session.fenced_reason and "newer" in session.fenced_reason
 
@@ -391,7 +395,7 @@ def test_release_without_failure_does_not_fence() -> None:
     session, _ = fake_session()
     registered(session)
     out = session.on_message(to_reader(SplitsReleased("recovery", None, ["x"]), 1))
-    assert out is Disposition.APPLIED and session.active
+    assert out.disposition is Disposition.APPLIED and session.active
 
 
 # -- checkpoints -------------------------------------------------------------------------
@@ -544,7 +548,8 @@ def test_messages_for_another_subtask_are_ignored() -> None:
     session, _ = fake_session()
     registered(session)
     assert (
-        session.on_message(to_reader(AddSplits(1, [split("a")]), 1, subtask=SUBTASK + 1)) is Disposition.IGNORED_SOURCE
+        session.on_message(to_reader(AddSplits(1, [split("a")]), 1, subtask=SUBTASK + 1)).disposition
+        is Disposition.IGNORED_SOURCE
     )
 
 
@@ -599,9 +604,9 @@ def _reading(source: FakeSource) -> tuple[ReaderSession[FakeSplit], FakeSource]:
 
 def test_a_release_request_is_applied_in_seq_order_and_the_splits_go_back_with_the_next_checkpoint() -> None:
     session, source = _reading(FakeSource())
-    assert session.on_message(to_reader(ReleaseRequest(2, ["a", "b"]), 1)) is Disposition.APPLIED
+    assert session.on_message(to_reader(ReleaseRequest(2, ["a", "b"]), 1)).disposition is Disposition.APPLIED
     assert session.applied_seq == 2 and session.checkpoint_due
-    assert session.on_message(to_reader(ReleaseRequest(2, ["c"]), 1)) is Disposition.SKIPPED_SEQ
+    assert session.on_message(to_reader(ReleaseRequest(2, ["c"]), 1)).disposition is Disposition.SKIPPED_SEQ
     # they are read on until the checkpoint: it holds their positions
     session.read(10)
     plan = session.prepare_checkpoint()

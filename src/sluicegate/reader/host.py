@@ -73,7 +73,8 @@ from sluicegate.reader.processing import (
     load_function,
     processor_for,
 )
-from sluicegate.reader.session import CheckpointPlan, Disposition, Phase, ReaderSession
+from sluicegate.reader.protocol import Fenced, Refused, Registered, Superseded
+from sluicegate.reader.session import CheckpointPlan, Phase, ReaderSession
 from sluicegate.reader.slot_claim import NoFreeSlot, claim_slot
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
 from sluicegate.reader.timing import CLI_NAMES, KAFKA_WAIT_S, TOPIC_WAIT_S, ReaderTiming
@@ -573,20 +574,20 @@ class ReaderHost:
             log.exception("could not apply %s at offset %d", record.env.type, record.raw.offset)
             await self.channel.reject(record.raw, "rejected", f"{type(exc).__name__}: {exc}")
             return True
-        if outcome is Disposition.REGISTERED:
+        if isinstance(outcome, Registered):
             self.stats.registrations += 1
             self._registration_sent_s = None
             self.channel.contact()
             self._finished_idle = False
             await self._flush_outbox()
-        elif outcome is Disposition.FENCED:
+        elif isinstance(outcome, Fenced):
             await self._recover_after_fence(session.fenced_reason or "fenced")
             return False
-        elif outcome is Disposition.SUPERSEDED and session.superseded is not None:
-            raise ReaderSuperseded(session.superseded.describe(self.settings.source, self.subtask))
-        elif outcome is Disposition.REFUSED:
-            if session.refused is not None and session.refused.final:
-                raise DefinitionRefusedError(session.refused.reason)
+        elif isinstance(outcome, Superseded):
+            raise ReaderSuperseded(outcome.describe(self.settings.source, self.subtask))
+        elif isinstance(outcome, Refused):
+            if outcome.final:
+                raise DefinitionRefusedError(outcome.reason)
             await asyncio.sleep(1.0)  # a holder that may be gone soon: retry
         return True
 

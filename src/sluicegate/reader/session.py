@@ -49,9 +49,9 @@ from sluicegate.reader.protocol import (
     Disposition,
     Fenced,
     NoMoreSplitsApplied,
+    Outcome,
     Phase,
     ReaderProtocol,
-    Refused,
     Registered,
     SourceEventReceived,
     SplitsAdded,
@@ -63,7 +63,7 @@ from sluicegate.reader.watermark import SplitWatermarks
 
 log = logging.getLogger("sluicegate.reader")
 
-__all__ = ["CheckpointPlan", "Disposition", "Phase", "ReaderSession"]
+__all__ = ["CheckpointPlan", "Disposition", "Outcome", "Phase", "ReaderSession"]
 
 
 @dataclass(frozen=True)
@@ -104,10 +104,6 @@ class ReaderSession(Generic[SplitT]):
         self.source = source
         self.codec = source.split_codec
         self.reader: SourceReader[SplitT] | None = None
-        self.superseded: Superseded | None = None
-        self.refused: Refused | None = None
-        """The last refusal of our registration (``final`` for another definition)."""
-        """Set when another live process took the subtask: the host stops for good."""
         self.watermarks = SplitWatermarks(split_idle_timeout_ms)
         self._clock_ms = clock_ms
         """Split idleness only (a monotonic clock); the tests pass their own."""
@@ -212,8 +208,10 @@ class ReaderSession(Generic[SplitT]):
     def begin_registration(self) -> ReaderRegistration:
         return self.protocol.begin_registration()
 
-    def on_message(self, env: Envelope) -> Disposition:
-        """Apply one decoded coordinator record; the connector reader follows the outcome."""
+    def on_message(self, env: Envelope) -> Outcome:
+        """Apply one decoded coordinator record; the connector reader follows the outcome,
+        which is returned for the host to act on (the protocol's typed outcomes: a host
+        matches on their types, as this method does)."""
         outcome = self.protocol.on_message(env)
         if isinstance(outcome, Registered):
             self._start_reader(outcome.attempt)
@@ -227,14 +225,9 @@ class ReaderSession(Generic[SplitT]):
             self._notify_low_watermark(outcome.low_watermark)
         elif isinstance(outcome, SourceEventReceived):
             self._require_reader().handle_source_event(outcome.payload)
-        elif isinstance(outcome, Fenced):
+        elif isinstance(outcome, (Fenced, Superseded)):
             self._drop()
-        elif isinstance(outcome, Superseded):
-            self.superseded = outcome
-            self._drop()
-        elif isinstance(outcome, Refused):
-            self.refused = outcome
-        return outcome.disposition
+        return outcome
 
     def _start_reader(self, attempt: int) -> None:
         context = _HostedReaderContext(

@@ -41,7 +41,7 @@ from sluicegate.api.source import Source
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects, StepFailedError
 from sluicegate.protocol.messages import Body, Envelope
-from sluicegate.reader.protocol import Disposition
+from sluicegate.reader.protocol import Fenced, Superseded
 from sluicegate.reader.session import ReaderSession
 from sluicegate.reader.state import ReaderCheckpoint
 
@@ -276,13 +276,13 @@ class MemoryRun:
         return True
 
     def _deliver(self, reader: KitReader, env: Envelope) -> None:
-        disposition = reader.session.on_message(env)
-        if disposition is Disposition.FENCED:
+        outcome = reader.session.on_message(env)
+        if isinstance(outcome, Fenced):
             # The host drops what it had not checkpointed and registers again from its
             # checkpoint (next round: not while the coordinator's step is being delivered).
             self.kill_reader(reader.subtask)
             self._to_restart.add(reader.subtask)
-        elif disposition is Disposition.SUPERSEDED:
+        elif isinstance(outcome, Superseded):
             self.kill_reader(reader.subtask)
 
     def _step_reader(self, reader: KitReader) -> None:
