@@ -416,9 +416,20 @@ class ConnectorTestKit(ABC):
         """Coordinator and reader processes over Kafka: a reader SIGKILLed and restarted, the
         coordinator SIGKILLed and restarted; the output topic holds every record exactly
         once, and the audit of the control topics finds nothing wrong."""
-        from sluicegate.testing.real_run import real_run
+        # Imported here: the memory scenarios need neither Kafka's clients nor the audit.
+        from sluicegate.testing.real_run import RealRunPlan, real_run
 
-        real_run(self, kit_env, kafka_bootstrap, tmp_path)
+        plan = RealRunPlan(
+            connector=self.connector,
+            source=kit_env.name,
+            parallelism=self.parallelism,
+            options={**self.source_options(kit_env), **self.real_run_options(kit_env)},
+            expected=list(self.write_data(kit_env, 0)),
+            row_key=self.row_key,
+            records_timeout_s=self.real_run_records_timeout_s,
+            env=self.real_run_env(),
+        )
+        real_run(plan, kafka_bootstrap, tmp_path)
 
     # -- helpers ----------------------------------------------------------------------------
 

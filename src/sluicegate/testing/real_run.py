@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -22,9 +23,6 @@ from sluicegate.audit.commands import run_audit
 from sluicegate.testing.checks import assert_exactly_once
 from sluicegate.testing.processes import Proc, ProcessGroup
 
-if TYPE_CHECKING:
-    from sluicegate.testing.kit import ConnectorTestKit, KitEnv
-
 READER_TIMING = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300", "--session-timeout-ms", "3000")
 READER_STAYS = ("--no-exit-when-finished",)
 """A bounded source's readers stay registered once done, so the SIGKILL always meets a
@@ -33,19 +31,37 @@ COORDINATOR_TIMING = ("--session-timeout-ms", "3000", "--reader-departure-timeou
 OUTPUT_PARTITIONS = 2
 
 
-def real_run(kit: ConnectorTestKit, env: KitEnv, bootstrap: str, log_dir: Path) -> None:
-    options = {**kit.source_options(env), **kit.real_run_options(env)}
-    expected = list(kit.write_data(env, 0))
-    source = env.name
+@dataclass(frozen=True)
+class RealRunPlan:
+    """What the kit (kit.py) hands a real run: the connector, its options, the records
+    written and how to tell one from another."""
+
+    connector: str
+    source: str
+    """The source's name (also the prefix of the output topic's)."""
+    parallelism: int
+    options: Mapping[str, str]
+    expected: list[Hashable]
+    """A key of every record written, for the exactly-once check."""
+    row_key: Callable[[Mapping[str, Any]], Hashable]
+    """The key of an output row (an envelope's JSON)."""
+    records_timeout_s: float = 120.0
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables the coordinator and readers need."""
+
+
+def real_run(plan: RealRunPlan, bootstrap: str, log_dir: Path) -> None:
+    expected = plan.expected
+    source = plan.source
     out = f"{source}.kit-out"
     _create_topic(bootstrap, out, OUTPUT_PARTITIONS)
     group = ProcessGroup(log_dir, bootstrap)
-    extra_env = kit.real_run_env()
-    option_args = [arg for key, value in options.items() for arg in ("--option", f"{key}={value}")]
-    connector = ("--connector", kit.connector)
+    extra_env = dict(plan.env)
+    option_args = [arg for key, value in plan.options.items() for arg in ("--option", f"{key}={value}")]
+    connector = ("--connector", plan.connector)
 
     def coordinator() -> Proc:
-        args = ["coordinator", "--source", source, *connector, "--max-parallelism", str(kit.parallelism)]
+        args = ["coordinator", "--source", source, *connector, "--max-parallelism", str(plan.parallelism)]
         proc = group.start(f"coordinator-{len(group.procs)}", [*args, *option_args, *COORDINATOR_TIMING], env=extra_env)
         proc.wait_for_log("is serving", timeout_s=90)
         return proc
@@ -60,27 +76,27 @@ def real_run(kit: ConnectorTestKit, env: KitEnv, bootstrap: str, log_dir: Path) 
     output = _OutputTopic(bootstrap, out)
     try:
         coord = coordinator()
-        readers = {s: reader(s) for s in range(kit.parallelism)}
-        output.wait_for(1, kit.real_run_records_timeout_s, group)
+        readers = {s: reader(s) for s in range(plan.parallelism)}
+        output.wait_for(1, plan.records_timeout_s, group)
         assert readers[0].returncode is None, f"reader 0 exited with {readers[0].returncode} before the SIGKILL"
         readers[0].kill()  # SIGKILL: records read since its last checkpoint are aborted
         readers[0] = reader(0)
         readers[0].wait_for_log("registered as attempt", timeout_s=60)
         coord.kill()
         coord = coordinator()
-        output.wait_for(len(expected), kit.real_run_records_timeout_s, group)
+        output.wait_for(len(expected), plan.records_timeout_s, group)
         time.sleep(1.5)  # a few more checkpoints: a late duplicate would show now
         rows = output.read_all()
     except AssertionError as exc:
-        raise AssertionError(f"{kit.connector}, real run: {exc}\n{group.describe()}") from None
+        raise AssertionError(f"{plan.connector}, real run: {exc}\n{group.describe()}") from None
     finally:
         output.close()
         group.stop_all()
-    keys: list[Hashable] = [kit.row_key(row) for row in rows]
-    assert_exactly_once(keys, expected, f"{kit.connector}, real run with a reader and the coordinator killed")
+    keys: list[Hashable] = [plan.row_key(row) for row in rows]
+    assert_exactly_once(keys, expected, f"{plan.connector}, real run with a reader and the coordinator killed")
     result = asyncio.run(run_audit(bootstrap, source))
     shown = "\n".join(f"  {v.kind.value} at {v.location}: {v.message}" for v in result.violations[:10])
-    assert result.ok, f"{kit.connector}, real run: the audit found {len(result.violations)} violation(s):\n{shown}"
+    assert result.ok, f"{plan.connector}, real run: the audit found {len(result.violations)} violation(s):\n{shown}"
 
 
 def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
