@@ -25,10 +25,10 @@ from sluicegate.api.assigners import (
     RebalanceRound,
     RoundRobinAssigner,
     SplitAssigner,
-    SplitDistributor,
     StickyHashAssigner,
     assigner_from_options,
 )
+from sluicegate.api.distributor import SplitDistributor
 from sluicegate.api.enumerator import AsyncCallHandle, EnumeratorMetrics, SplitsAssignment
 
 GRACE = 2_000

@@ -6,9 +6,9 @@ from sluicegate.api.assigners import (
     PullAssigner,
     RoundRobinAssigner,
     SplitAssigner,
-    SplitDistributor,
     StickyHashAssigner,
 )
+from sluicegate.api.distributor import SplitDistributor
 from sluicegate.api.enumerator import (
     AsyncCallHandle,
     EnumeratorMetrics,

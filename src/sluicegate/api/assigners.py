@@ -40,7 +40,7 @@ A reader that is only briefly away (a restart within the grace delay) moves
 nothing: its splits wait for it as pending splits do.
 
 Pure: no I/O and no clock of its own; the caller passes ``now_ms``.
-``SplitDistributor`` connects an assigner to an enumerator's context.
+``SplitDistributor`` (distributor.py) connects an assigner to an enumerator's context.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic
 
-from sluicegate.api.enumerator import ReaderLoads, SplitEnumeratorContext
+from sluicegate.api.enumerator import ReaderLoads
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.split import SplitT
 
@@ -444,173 +444,3 @@ def assigner_from_options(
 def _rebalancing(assigner: SplitAssigner[Any], on: bool) -> SplitAssigner[Any]:
     assigner.rebalancing = on
     return assigner
-
-
-class SplitDistributor(Generic[SplitT]):
-    """Runs an assigner for an enumerator: builds the round from the context, assigns,
-    and arms a one-shot ``call_async`` timer when a split waits for a grace delay, so
-    the delay ends even when no other event comes. The enumerator calls ``distribute``
-    on add_reader, add_splits_back and RequestSplit (no timer is armed while no reader
-    is live: the next registration is the event that ends the wait).
-
-    It also ends a bounded source: once ``all_discovered()`` and no split is pending or
-    owned by anyone, every live reader is told NoMoreSplits.
-
-    And it rebalances: whenever a round that a change of readers or splits started
-    (add_reader, add_splits_back, discovery, the grace timer; not a RequestSplit, which
-    an idle reader repeats every second) leaves nothing pending, it asks the owners for
-    the splits the assigner's plan moves (``rebalance``; off with a context that cannot,
-    or with ``rebalance=False``), and gives each one returned to the reader the plan
-    named. After a change of the live readers it first waits ``REBALANCE_SETTLE_MS`` (at
-    most the grace delay) without another change, on a one-shot timer. The plans are not
-    part of the enumerator's state: after a coordinator restart the splits still on their
-    way back are assigned by the assigner's own rule."""
-
-    def __init__(
-        self,
-        context: SplitEnumeratorContext[SplitT],
-        assigner: SplitAssigner[SplitT],
-        clock: Callable[[], int] | None = None,
-        all_discovered: Callable[[], bool] = lambda: False,
-        rebalance: bool = True,
-    ) -> None:
-        self.context = context
-        self.assigner = assigner
-        self._clock = clock or context.current_time_ms
-        """The coordinator's step time by default, so a replayed step decides the same."""
-        self._all_discovered = all_discovered
-        """Whether the enumerator will never find another split (bounded and fully discovered)."""
-        self._timer_due_ms: int | None = None
-        # a context that cannot take splits back (e.g. a test's, or an older host's) turns it off
-        cooperative = type(context).request_split_release is not SplitEnumeratorContext.request_split_release
-        self._rebalance = rebalance and cooperative and assigner.rebalancing
-        self._planned: dict[str, int] = {}
-        """Split asked back -> the live subtask the plan gives it to once returned."""
-        self._readers_seen: frozenset[int] = frozenset()
-        self._readers_changed_ms: int | None = None
-        self._settle_due_ms: int | None = None
-
-    def add_splits(self, splits: Sequence[SplitT]) -> None:
-        self.assigner.add_splits(splits)
-
-    def distribute(self, requester: int | None = None) -> int:
-        """Assign what can be assigned now, or signal the bounded end; returns how many
-        splits went out."""
-        readers = self.context.reader_loads()
-        if not readers:
-            return 0
-        if not len(self.assigner):
-            if self._all_discovered() and self.context.outstanding_split_count() == 0:
-                for subtask in list(readers):
-                    self.context.signal_no_more_splits(subtask)
-            elif requester is None:
-                self.rebalance()
-            return 0
-        return self._assign_now(requester)
-
-    def _assign_now(self, requester: int | None = None) -> int:
-        loads = self.context.reader_loads()
-        planned = self._take_planned(set(loads))
-        # Splits on their way to a planned receiver count as its own already (the common
-        # case has none: the coordinator's ordered loads are used as they are).
-        live: Mapping[int, int] = (
-            ReaderLoads({s: n + len(planned.get(s, ())) for s, n in loads.items()}) if planned else loads
-        )
-        round_ = AssignmentRound(
-            parallelism=self.context.current_parallelism(),
-            live=live,
-            outstanding=self.context.outstanding_split_count() + sum(len(v) for v in planned.values()),
-            now_ms=self._clock(),
-            requester=requester,
-        )
-        assignment = self.assigner.assign(round_)
-        for subtask, splits in planned.items():
-            assignment[subtask] = [*splits, *assignment.get(subtask, [])]
-        if assignment:
-            self.context.assign_splits(assignment)
-        if round_.live:
-            # With no live reader nothing can go out before one registers, and add_reader
-            # distributes; a timer now would find its deadline past and re-arm every 1 ms.
-            self._arm_timer(round_.now_ms)
-        if requester is None and not self.assigner.pending:
-            self.rebalance()
-        return sum(len(v) for v in assignment.values())
-
-    def _take_planned(self, live: set[int]) -> dict[int, list[SplitT]]:
-        """The returned splits that a plan gives to a reader that is still live."""
-        returned = [sid for sid in self._planned if sid in self.assigner]
-        if not returned:
-            return {}
-        out: dict[int, list[SplitT]] = {}
-        for split in self.assigner.remove([sid for sid in returned if self._planned[sid] in live]):
-            out.setdefault(self._planned[split.split_id], []).append(split)
-        for sid in returned:
-            del self._planned[sid]  # a receiver that left: the assigner decides
-        return out
-
-    def rebalance(self) -> int:
-        """Ask owners for the splits the assigner's plan moves; returns how many were
-        asked for. Only with nothing pending: pending splits are placed first, and a split
-        waiting for its slot's grace delay must not be overtaken by a move."""
-        if not self._rebalance or self.assigner.pending:
-            return 0
-        readers = self.context.registered_readers()
-        if len(readers) < 2 or not self._settled(frozenset(readers)):
-            return 0
-        try:
-            owned: dict[int, list[SplitT]] = {}
-            in_flight: list[SplitT] = []
-            for subtask in readers:
-                asked = self.context.releasing_split_ids(subtask)
-                splits = self.context.owned_splits(subtask)
-                owned[subtask] = [s for s in splits if s.split_id not in asked]
-                in_flight += [s for s in splits if s.split_id in asked]
-            plan = self.assigner.rebalance(RebalanceRound(self.context.current_parallelism(), owned, in_flight))
-            # A plan whose split is no longer on its way (its owner failed, it finished) is void;
-            # the splits in flight may get a new receiver (they have not landed yet).
-            flying = {s.split_id for s in in_flight}
-            self._planned = {sid: to for sid, to in self._planned.items() if sid in flying and to in readers}
-            self._planned.update(plan.placed)
-            for subtask, moves in sorted(plan.moves.items()):
-                self.context.request_split_release(subtask, list(moves))
-                self._planned.update(moves)
-        except NotImplementedError:
-            self._rebalance = False  # a context without cooperative rebalancing
-            return 0
-        return plan.move_count
-
-    def _settled(self, live: frozenset[int]) -> bool:
-        """Whether the live readers have not changed for the settle delay; if they have,
-        a one-shot timer rebalances once it is over."""
-        now = self._clock()
-        if live != self._readers_seen:
-            self._readers_seen = live
-            self._readers_changed_ms = now
-        settle = min(self.assigner.grace_ms, REBALANCE_SETTLE_MS)
-        if self._readers_changed_ms is None or now - self._readers_changed_ms >= settle:
-            return True
-        due = self._readers_changed_ms + settle
-        if self._settle_due_ms is None or self._settle_due_ms < due:
-            self._settle_due_ms = due
-            self.context.call_async(_nothing, self._on_settled, initial_delay_ms=max(1, due - now))
-        return False
-
-    def _on_settled(self, _result: None, _error: BaseException | None) -> None:
-        self._settle_due_ms = None  # fired early (clocks disagree a little): rebalance re-arms
-        self.rebalance()
-
-    def _arm_timer(self, now_ms: int) -> None:
-        deadline = self.assigner.next_deadline_ms()
-        if deadline is None or (self._timer_due_ms is not None and self._timer_due_ms <= deadline):
-            return
-        self._timer_due_ms = deadline
-        delay = max(1, deadline - now_ms)
-        self.context.call_async(_nothing, self._on_timer, initial_delay_ms=delay)
-
-    def _on_timer(self, _result: None, _error: BaseException | None) -> None:
-        self._timer_due_ms = None
-        self._assign_now()
-
-
-def _nothing() -> None:
-    return None
