@@ -50,6 +50,7 @@ class CsvOptions:
     fields are null for non-string columns)."""
     encoding: str = "utf8"
 
+
 KNOWN = {
     "path",
     "glob",

@@ -229,4 +229,3 @@ class KafkaEnumerator(SplitEnumerator[KafkaPartitionSplit]):
             first_done=bool(state.get("first_done", False)),
             removed={(str(t), int(p)) for t, p in state.get("removed", [])},
         )
-

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import sluicegate_connectors.sequence.source as sequence_module
+import sluicegate_connectors.sequence.reader as sequence_reader_module
 from core_harness import CoreHarness, sequence_source
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +19,8 @@ from sluicegate_connectors.sequence import (
     SequenceSource,
     SequenceSplit,
 )
-from sluicegate_connectors.sequence.source import UNBOUNDED_STRIDE, FreshRuns
+from sluicegate_connectors.sequence.enumerator import FreshRuns
+from sluicegate_connectors.sequence.split import UNBOUNDED_STRIDE
 
 from sluicegate.api import (
     Boundedness,
@@ -264,7 +265,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    monkeypatch.setattr(sequence_module, "time", fake)
+    monkeypatch.setattr(sequence_reader_module, "time", fake)
     return fake
 
 
@@ -362,7 +363,7 @@ def test_a_rate_limited_reader_advances_every_split_even_when_a_batch_is_smaller
 
 def test_a_stalled_split_goes_quiet_at_its_stall_point_then_reads_on(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [100.0]
-    monkeypatch.setattr(sequence_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(sequence_reader_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     options = {"splits": "2", "records_per_split": "10", "stall_split": "0", "stall_at": "4", "stall_ms": "1000"}
     source = SequenceSource.from_options(options)
     reader = source.create_reader(CTX)
