@@ -39,9 +39,10 @@ kafka: install  ## resolve Apache Kafka from Maven Central into the cache (first
 demo: install kafka
 	$(BIN)/sluicegate demo
 
-lint: install
+lint: install  ## ruff, mypy --strict, and the import contracts of .importlinter (the layers)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint kafka
 	$(BIN)/pytest -q
