@@ -107,7 +107,7 @@ NATIVE_TUNED: dict[str, str] = {
     "kafka.fetch.max.bytes": "134217728",
     "kafka.fetch.max.wait.ms": "10",
 }
-#: The sluicegate side's batches into Spark (SparkSourceConfig.arrow_batch_rows' default).
+#: The sluicegate side's batches into Spark (SparkSourceOptions.arrow_batch_rows' default).
 ARROW_BATCH_ROWS = 65_536
 DEFAULT_PLOT = REPO / "docs" / "images" / "kafka-source-benchmark.png"
 RESULTS_DIR = REPO / "benchmarks" / "results"

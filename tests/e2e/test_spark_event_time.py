@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from processes import ProcessGroup
 
-from sluicegate.spark.job import JobConfig, expected_sequence_windows, read_windows, spark_session, start_query
+from sluicegate.spark.job import JobSettings, expected_sequence_windows, read_windows, spark_session, start_query
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -52,7 +52,7 @@ def test_with_alignment_the_watermark_drops_no_row_evicts_state_and_closed_windo
     procs: ProcessGroup, kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     procs.coordinator(unique_source, 4, OPTIONS)
-    config = JobConfig(
+    config = JobSettings(
         source=unique_source,
         output_dir=tmp_path / "windows",
         checkpoint_dir=tmp_path / "checkpoint",

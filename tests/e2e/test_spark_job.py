@@ -38,8 +38,8 @@ from processes import Proc, ProcessGroup
 
 from sluicegate.audit.commands import run_audit
 from sluicegate.spark.job import (
-    JobConfig,
     JobProgress,
+    JobSettings,
     expected_sequence_windows,
     run_job,
     spark_session,
@@ -81,8 +81,8 @@ def _config(
     bootstrap: str,
     options: Mapping[str, str] = OPTIONS,
     max_records_per_trigger: int = MAX_RECORDS_PER_TRIGGER,
-) -> JobConfig:
-    return JobConfig(
+) -> JobSettings:
+    return JobSettings(
         source=source,
         output_dir=tmp_path / "windows",
         checkpoint_dir=tmp_path / "checkpoint",

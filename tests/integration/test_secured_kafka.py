@@ -162,7 +162,7 @@ def test_a_spark_query_reads_with_credentials_given_as_spark_kafka_options(
 ) -> None:
     """The Spark driver logs in as the reader principal through `kafka.security.protocol`,
     `kafka.sasl.jaas.config`, `kafka.ssl.truststore.location` (type PEM) options."""
-    from sluicegate.spark.job import JobConfig, expected_sequence_windows, run_job, spark_session
+    from sluicegate.spark.job import JobSettings, expected_sequence_windows, run_job, spark_session
 
     bootstrap, secure = secured
     admin = login(secure, "admin")
@@ -177,7 +177,7 @@ def test_a_spark_query_reads_with_credentials_given_as_spark_kafka_options(
         "coordinator", ProcessGroup.coordinator_args(unique_source, 2, options), env=login(secure, "coordinator")
     )
     coordinator.wait_for_log("is serving", timeout_s=90)
-    config = JobConfig(
+    config = JobSettings(
         source=unique_source,
         output_dir=tmp_path / "out",
         checkpoint_dir=tmp_path / "checkpoint",

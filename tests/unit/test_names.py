@@ -15,7 +15,7 @@ from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings
 from sluicegate.protocol.topics import topic_specs
 from sluicegate.reader.host import ReaderSettings
 from sluicegate.reader.output import OutputSpec
-from sluicegate.spark.options import SparkSourceConfig
+from sluicegate.spark.options import SparkSourceOptions
 
 NAMES = st.one_of(
     st.from_regex(r"[A-Za-z0-9._-]{1,12}", fullmatch=True),
@@ -50,8 +50,8 @@ def coordinator(namespace: str = "sluicegate", source: str = "orders") -> Coordi
     )
 
 
-def spark(namespace: str = "sluicegate", source: str = "orders") -> SparkSourceConfig:
-    return SparkSourceConfig.from_options({"source": source, "namespace": namespace, "parallelism": "2"})
+def spark(namespace: str = "sluicegate", source: str = "orders") -> SparkSourceOptions:
+    return SparkSourceOptions.from_options({"source": source, "namespace": namespace, "parallelism": "2"})
 
 
 @given(NAMES)

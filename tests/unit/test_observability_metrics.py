@@ -9,7 +9,7 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.reader.host import ReaderSettings
 from sluicegate.reader.metrics import ReaderMetrics, ReaderSnapshot
 from sluicegate.reader.output import OutputSpec
-from sluicegate.spark.options import SparkSourceConfig
+from sluicegate.spark.options import SparkSourceOptions
 
 SNAPSHOT = ReaderSnapshot(
     source="orders",
@@ -67,7 +67,7 @@ def test_a_bad_metrics_port_fails_at_start_naming_the_setting() -> None:
     with pytest.raises(ConfigError, match="--metrics-port"):
         ReaderSettings("orders", 0, "sequence", spec, "localhost:9092", metrics_port=70_000)
     base = {"source": "orders", "parallelism": "2", "kafka.bootstrap.servers": "localhost:9092"}
-    assert SparkSourceConfig.from_options(base).driver_settings().metrics_port == 0
-    assert SparkSourceConfig.from_options({**base, "metricsPort": "9401"}).driver_settings().metrics_port == 9401
+    assert SparkSourceOptions.from_options(base).driver_settings().metrics_port == 0
+    assert SparkSourceOptions.from_options({**base, "metricsPort": "9401"}).driver_settings().metrics_port == 9401
     with pytest.raises(ConfigError, match="metricsPort"):
-        SparkSourceConfig.from_options({**base, "metricsPort": "70000"})
+        SparkSourceOptions.from_options({**base, "metricsPort": "70000"})

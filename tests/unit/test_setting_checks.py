@@ -9,7 +9,7 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.api.options import checked_int, checked_port
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.reader.timing import CLI_NAMES, ReaderTiming
-from sluicegate.spark.options import SparkSourceConfig
+from sluicegate.spark.options import SparkSourceOptions
 
 
 def _problem(call: object) -> ConfigError:
@@ -31,8 +31,10 @@ def test_one_wording_for_bounds_types_and_ports() -> None:
 def test_the_hosts_use_it_naming_the_setting_as_the_user_wrote_it() -> None:
     coordinator = _problem(lambda: CoordinatorConfig(source="s", max_parallelism=0))
     reader = _problem(lambda: ReaderTiming(heartbeat_interval_ms=5).check(CLI_NAMES))
-    spark = _problem(lambda: SparkSourceConfig.from_options({"source": "s", "parallelism": "0"}))
-    port = _problem(lambda: SparkSourceConfig.from_options({"source": "s", "parallelism": "1", "metricsPort": "70000"}))
+    spark = _problem(lambda: SparkSourceOptions.from_options({"source": "s", "parallelism": "0"}))
+    port = _problem(
+        lambda: SparkSourceOptions.from_options({"source": "s", "parallelism": "1", "metricsPort": "70000"})
+    )
     assert (coordinator.setting, coordinator.problem) == ("max_parallelism", "must be between 1 and 100000, got 0")
     assert (reader.setting, reader.problem) == ("--heartbeat-interval-ms", "must be >= 10, got 5")
     assert (spark.setting, spark.problem) == ("parallelism", "must be >= 1, got 0")

@@ -12,14 +12,14 @@ from sluicegate_connectors.files.schema import parse_ddl
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.spark.file_options import schema_ddl
-from sluicegate.spark.options import SparkSourceConfig
+from sluicegate.spark.options import SparkSourceOptions
 
 PATH = "/data/landing"
 DDL = "`id` bigint, `name` string"
 
 
-def config(schema: str | None = DDL, **options: str) -> SparkSourceConfig:
-    return SparkSourceConfig.from_options(
+def config(schema: str | None = DDL, **options: str) -> SparkSourceOptions:
+    return SparkSourceOptions.from_options(
         {"kafka.bootstrap.servers": "127.0.0.1:9092", "path": PATH, **options}, schema_ddl=schema
     )
 
@@ -96,10 +96,10 @@ def test_what_cannot_mean_here_what_it_means_to_spark_is_refused_by_name(options
 
 def test_sparks_file_options_need_the_path_named_sparks_way() -> None:
     with pytest.raises(ConfigError) as info:
-        SparkSourceConfig.from_options({"connector": "files", "option.path": PATH, "maxFilesPerTrigger": "5"})
+        SparkSourceOptions.from_options({"connector": "files", "option.path": PATH, "maxFilesPerTrigger": "5"})
     assert info.value.setting == "maxFilesPerTrigger" and "load(path)" in info.value.problem
     with pytest.raises(ConfigError) as info:
-        SparkSourceConfig.from_options({"subscribe": "orders", "path": PATH})
+        SparkSourceOptions.from_options({"subscribe": "orders", "path": PATH})
     assert info.value.setting == "path" and "kafka" in info.value.problem
 
 

@@ -8,13 +8,13 @@ from sluicegate_connectors.kafka import KafkaOptions
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.spark.kafka_options import derived_source_name, duration_ms
-from sluicegate.spark.options import SparkSourceConfig
+from sluicegate.spark.options import SparkSourceOptions
 
 DATA = "127.0.0.1:9092"
 
 
-def config(**options: str) -> SparkSourceConfig:
-    return SparkSourceConfig.from_options({"kafka.bootstrap.servers": DATA, **options})
+def config(**options: str) -> SparkSourceOptions:
+    return SparkSourceOptions.from_options({"kafka.bootstrap.servers": DATA, **options})
 
 
 def refused(**options: str) -> ConfigError:
@@ -23,7 +23,7 @@ def refused(**options: str) -> ConfigError:
     return info.value
 
 
-def kafka_options(c: SparkSourceConfig) -> KafkaOptions:
+def kafka_options(c: SparkSourceOptions) -> KafkaOptions:
     """The connector's own reading of the translated options (as executors build it)."""
     return KafkaOptions.parse(c.options)
 
@@ -201,8 +201,8 @@ def test_spark_durations(text: str, ms: int) -> None:
     assert duration_ms("maxTriggerDelay", text) == ms
 
 
-def batch(**options: str) -> SparkSourceConfig:
-    return SparkSourceConfig.from_options({"kafka.bootstrap.servers": DATA, **options}, batch=True)
+def batch(**options: str) -> SparkSourceOptions:
+    return SparkSourceOptions.from_options({"kafka.bootstrap.servers": DATA, **options}, batch=True)
 
 
 def test_a_batch_query_reads_from_earliest_to_latest_unless_told_otherwise() -> None:

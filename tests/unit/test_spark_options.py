@@ -6,19 +6,19 @@ from __future__ import annotations
 import pytest
 
 from sluicegate.api.errors import ConfigError
-from sluicegate.spark.options import SparkSourceConfig
+from sluicegate.spark.options import SparkSourceOptions
 
 BASE = {"source": "orders", "parallelism": "2", "kafka.bootstrap.servers": "127.0.0.1:9092"}
 
 
 def _refused(**extra: str) -> ConfigError:
     with pytest.raises(ConfigError) as info:
-        SparkSourceConfig.from_options({**BASE, **extra})
+        SparkSourceOptions.from_options({**BASE, **extra})
     return info.value
 
 
 def test_every_known_option_and_any_connector_option_is_accepted() -> None:
-    config = SparkSourceConfig.from_options(
+    config = SparkSourceOptions.from_options(
         {**BASE, "maxRecordsPerTrigger": "100", "option.topics": "orders", "metricsPort": "0"}
     )
     assert config.max_records_per_trigger == 100
@@ -41,7 +41,7 @@ def test_a_misspelled_option_fails_naming_it_and_the_closest_known_one(typo: str
 
 
 def test_keys_are_case_insensitive_as_in_spark() -> None:
-    config = SparkSourceConfig.from_options({**BASE, "MAXRECORDSPERTRIGGER": "7"})
+    config = SparkSourceOptions.from_options({**BASE, "MAXRECORDSPERTRIGGER": "7"})
     assert config.max_records_per_trigger == 7
     assert "did you mean 'maxRecordsPerTrigger'" in str(_refused(MAXRECORDPERTRIGGER="7"))
 
@@ -63,7 +63,7 @@ def test_spark_kafka_source_options_are_refused_for_another_connector_saying_whi
 
 
 def test_a_load_path_of_another_connector_says_which_one_reads_paths() -> None:
-    assert SparkSourceConfig.from_options({**BASE, "path": "/data"}).connector == "files"
+    assert SparkSourceOptions.from_options({**BASE, "path": "/data"}).connector == "files"
     refusal = _refused(path="/data", connector="sequence")
     assert refusal.setting == "path" and "files connector" in refusal.problem, refusal
 

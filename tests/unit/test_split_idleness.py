@@ -12,7 +12,7 @@ from sluicegate.api.reader import Record
 from sluicegate.reader.host import ReaderSettings
 from sluicegate.reader.output import OutputSpec
 from sluicegate.reader.watermark import SplitWatermarks
-from sluicegate.spark.options import SparkSourceConfig
+from sluicegate.spark.options import SparkSourceOptions
 
 TIMEOUT = 1_000
 
@@ -126,10 +126,10 @@ def test_the_watermark_is_the_min_over_splits_with_a_record_within_the_timeout(
 
 def test_the_spark_option_and_the_reader_setting() -> None:
     base = {"source": "orders", "parallelism": "2", "kafka.bootstrap.servers": "k:9092"}
-    assert SparkSourceConfig.from_options(base).driver_settings().split_idle_timeout_ms == 0
-    config = SparkSourceConfig.from_options({**base, "splitIdleTimeoutMs": "1500"})
+    assert SparkSourceOptions.from_options(base).driver_settings().split_idle_timeout_ms == 0
+    config = SparkSourceOptions.from_options({**base, "splitIdleTimeoutMs": "1500"})
     assert config.driver_settings().split_idle_timeout_ms == 1500
     with pytest.raises(ConfigError, match="splitidletimeoutms"):
-        SparkSourceConfig.from_options({**base, "splitIdleTimeoutMs": "-1"})
+        SparkSourceOptions.from_options({**base, "splitIdleTimeoutMs": "-1"})
     with pytest.raises(ConfigError, match="--split-idle-timeout-ms"):
         ReaderSettings("orders", 0, "sequence", OutputSpec.parse("jsonl:/tmp/x"), "k:9092", split_idle_timeout_ms=-5)

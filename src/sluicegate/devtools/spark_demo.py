@@ -137,7 +137,7 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def run_spark_demo(plan: SparkDemoPlan, keep_workdir: bool = False) -> int:
-    from sluicegate.spark.job import JobConfig, JobProgress, expected_sequence_windows, run_job, spark_session
+    from sluicegate.spark.job import JobProgress, JobSettings, expected_sequence_windows, run_job, spark_session
 
     workdir = Path(tempfile.mkdtemp(prefix="sluicegate-spark-demo-"))
     source = f"demo-spark-{secrets.token_hex(3)}"
@@ -166,7 +166,7 @@ def run_spark_demo(plan: SparkDemoPlan, keep_workdir: bool = False) -> int:
             _wait_serving(coordinator, coordinator_log)
             console.print("coordinator is serving; starting Spark (local[2]) and the streaming query ...")
             spark = spark_session(f"sluicegate-demo-{source}", quiet=True)
-            config = JobConfig(
+            config = JobSettings(
                 source=source,
                 output_dir=workdir / "windows",
                 checkpoint_dir=workdir / "checkpoint",

@@ -9,6 +9,6 @@ data source; ``job`` the windowed-count job.
 """
 
 from sluicegate.spark.datasource import FORMAT, SluicegateDataSource, register, source_schema
-from sluicegate.spark.options import SparkSourceConfig
+from sluicegate.spark.options import SparkSourceOptions
 
-__all__ = ["FORMAT", "SluicegateDataSource", "SparkSourceConfig", "register", "source_schema"]
+__all__ = ["FORMAT", "SluicegateDataSource", "SparkSourceOptions", "register", "source_schema"]

@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.ranges import SupportsPositionRanges
 from sluicegate.spark.datasource import configure_logging, range_source, read_ranges
-from sluicegate.spark.options import SparkSourceConfig
+from sluicegate.spark.options import SparkSourceOptions
 from sluicegate.spark.trigger_limits import PlannedPart, cut_ranges
 
 log = logging.getLogger("sluicegate.spark")
@@ -41,7 +41,7 @@ class BatchPartition(InputPartition):
         return f"BatchPartition({self.value}, ranges={len(self.ranges)}, rows={rows})"
 
 
-def plan_batch(config: SparkSourceConfig) -> list[BatchPartition]:
+def plan_batch(config: SparkSourceOptions) -> list[BatchPartition]:
     """The tasks of a batch query of ``config``'s source, planned now."""
     source = range_source(config.connector, config.connector_options)
     assert isinstance(source, SupportsPositionRanges)
@@ -80,7 +80,7 @@ def _bounded_ranges(source: SupportsPositionRanges[Any], splits: Sequence[Any]) 
 class SluicegateBatchReader(DataSourceReader):
     """Plans on the driver (``partitions``), reads on executors (``read``)."""
 
-    def __init__(self, config: SparkSourceConfig) -> None:
+    def __init__(self, config: SparkSourceOptions) -> None:
         self.config = config
 
     def partitions(self) -> Sequence[InputPartition]:

@@ -77,7 +77,7 @@ from sluicegate.spark.offsets import (
     SourceOffset,
     ranges_between,
 )
-from sluicegate.spark.options import SparkSourceConfig
+from sluicegate.spark.options import SparkSourceOptions
 from sluicegate.spark.planner import NextOffsetPlanner
 from sluicegate.spark.task_slots import task_slots
 from sluicegate.spark.trigger_limits import MinRowsPerTrigger, PlannedPart, cut_ranges
@@ -163,7 +163,7 @@ class SluicegateDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        config = SparkSourceConfig.from_options(self.options)
+        config = SparkSourceOptions.from_options(self.options)
         own = _ranges(range_source(config.connector, config.connector_options)).arrow_schema()
         if own is not None:
             from pyspark.sql.pandas.types import from_arrow_schema
@@ -172,18 +172,18 @@ class SluicegateDataSource(DataSource):
         return source_schema(value_type_of(config.connector, config.connector_options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        config = SparkSourceConfig.from_options(self.options, schema_ddl=schema_ddl(schema))
+        config = SparkSourceOptions.from_options(self.options, schema_ddl=schema_ddl(schema))
         return SluicegateStreamReader(config, task_slots=self.task_slots)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from sluicegate.spark.batch import SluicegateBatchReader
 
-        config = SparkSourceConfig.from_options(self.options, batch=True, schema_ddl=schema_ddl(schema))
+        config = SparkSourceOptions.from_options(self.options, batch=True, schema_ddl=schema_ddl(schema))
         return SluicegateBatchReader(config)
 
 
 class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, config: SparkSourceConfig, task_slots: int | None = None) -> None:
+    def __init__(self, config: SparkSourceOptions, task_slots: int | None = None) -> None:
         self.config = config
         self._task_slots = task_slots
         self._driver: SparkReaderDriver | None = None
@@ -349,7 +349,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return read_ranges(self.config, partition.ranges)
 
 
-def read_ranges(config: SparkSourceConfig, planned: list[tuple[dict[str, Any], int, int]]) -> Iterator[Any]:
+def read_ranges(config: SparkSourceOptions, planned: list[tuple[dict[str, Any], int, int]]) -> Iterator[Any]:
     """Arrow record batches of the ranges ``(split wire form, start, end)``, in order: the
     connector's own batches (``read_arrow``), or ``split_id, value, event_time`` built from
     ``read_range``. What an executor runs, for a micro-batch and for a batch query alike."""

@@ -49,7 +49,7 @@ WINDOW_MS = 60_000
 
 
 @dataclass(frozen=True)
-class JobConfig:
+class JobSettings:
     source: str
     output_dir: Path
     checkpoint_dir: Path
@@ -201,7 +201,7 @@ def spark_session(
     return spark
 
 
-def start_query(spark: Any, config: JobConfig) -> Any:
+def start_query(spark: Any, config: JobSettings) -> Any:
     """Start the windowed count/sum query; returns the StreamingQuery."""
     from pyspark.sql import functions as F
 
@@ -274,7 +274,7 @@ def _progress_of(query: Any, started: float) -> JobProgress:
 
 
 def run_job(
-    config: JobConfig,
+    config: JobSettings,
     spark: Any,
     on_progress: Callable[[JobProgress], None] | None = None,
     poll_s: float = 0.5,
@@ -341,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         options = parse_options(args.option)
-        config = JobConfig(
+        config = JobSettings(
             source=args.source,
             output_dir=args.output.resolve(),
             checkpoint_dir=args.checkpoint.resolve(),

@@ -76,7 +76,7 @@ fails at ``load()`` (an option nobody reads would change nothing without a word)
 
 
 @dataclass(frozen=True)
-class SparkSourceConfig:
+class SparkSourceOptions:
     """The options of ``format("sluicegate")`` (keys are case-insensitive).
 
     ``source``, ``parallelism``: the source name and its number of reader subtasks
@@ -142,7 +142,7 @@ class SparkSourceConfig:
     @classmethod
     def from_options(
         cls, options: Mapping[str, str], batch: bool = False, schema_ddl: str | None = None
-    ) -> SparkSourceConfig:
+    ) -> SparkSourceOptions:
         """``batch``: the options of a batch query (``spark.read``), which reads once with no
         coordinator: Spark's batch defaults for the kafka connector, and the options of a
         stream only (``STREAM_ONLY``) logged as not used. ``schema_ddl``: the query's schema
@@ -217,7 +217,7 @@ class SparkSourceConfig:
     def options(self) -> dict[str, str]:
         return dict(self.connector_options)
 
-    def with_parallelism(self, parallelism: int) -> SparkSourceConfig:
+    def with_parallelism(self, parallelism: int) -> SparkSourceOptions:
         return replace(self, parallelism=parallelism)
 
     def embedded_coordinator(self) -> EmbeddedCoordinator:
