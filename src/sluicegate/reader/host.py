@@ -143,6 +143,14 @@ class ReaderSettings:
     """fail, skip (dead-letter the record) or retry (``process_retries`` times, then fail)."""
     process_retries: int = 3
 
+    @property
+    def timing(self) -> ReaderTiming:
+        """The contact settings and their rules (reader/timing.py), the same model as the
+        other host's."""
+        return ReaderTiming(
+            self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s, self.kafka_wait_s
+        )
+
     def __post_init__(self) -> None:
         validate_source(self.source, "--source")
         validate_namespace(self.namespace, "--namespace")
@@ -159,9 +167,7 @@ class ReaderSettings:
         checked_int("--max-batch", self.max_batch, 1)
         checked_int("--split-idle-timeout-ms", self.split_idle_timeout_ms, 0)
         checked_port("--metrics-port", self.metrics_port)
-        ReaderTiming(
-            self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s, self.kafka_wait_s
-        ).check(CLI_NAMES)
+        self.timing.check(CLI_NAMES)
         if not self.connector.strip():
             raise ConfigError("--connector", "must name a connector")
         ErrorPolicy.parse(self.on_process_error)
@@ -627,7 +633,7 @@ class ReaderHost:
 
     async def _check_contact(self) -> None:
         silent_s = self.channel.silent_for_s()
-        if silent_s * 1000 > self.settings.session_timeout_ms:
+        if self.settings.timing.lost_contact(silent_s):
             reason = (
                 f"no heartbeat could be sent for {silent_s:.1f} s "
                 f"(session timeout {self.settings.session_timeout_ms} ms)"
@@ -808,7 +814,7 @@ class ReaderHost:
 
     async def _heartbeat_loop(self) -> None:
         interval = self.settings.heartbeat_interval_ms / 1000
-        timeout = max(interval, self.settings.session_timeout_ms / 2000)
+        timeout = self.settings.timing.delivery_timeout_s
         while True:
             await asyncio.sleep(interval)
             session = self._session

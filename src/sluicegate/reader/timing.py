@@ -14,6 +14,19 @@ defaults and rules, for the standalone host and the Spark source alike.
   before it fails naming its bootstrap setting (from a fresh process such a Kafka is
   more often a wrong address than an outage).
 
+And the rules derived from them, written here once for both hosts:
+
+- ``delivery_timeout_s``: how long a round of heartbeats may take to be delivered
+  before the host moves on (while the broker is down a send waits for ever, and the
+  contact check must still run in time): half a session timeout, at least one interval;
+- ``lost_contact(silent_s)``: whether a host that could send nothing for ``silent_s``
+  must fence itself (longer than the session timeout: the coordinator failed the
+  attempt by then);
+- ``refusal_patience_s``: how long a registration refused because another attempt
+  holds the subtask is retried before the holder counts as another live reader (a
+  session timeout and two heartbeats: by then the coordinator has timed out an attempt
+  of a process that died).
+
 Each host names the settings its own way (``--heartbeat-interval-ms`` on the command
 line, ``heartbeatIntervalMs`` as a Spark option); errors name them as the user wrote
 them.
@@ -64,3 +77,14 @@ class ReaderTiming:
         if self.kafka_wait_s <= 0:
             raise ConfigError(names.kafka_wait_s, f"must be > 0, got {self.kafka_wait_s:g}")
         return self
+
+    @property
+    def delivery_timeout_s(self) -> float:
+        return max(self.heartbeat_interval_ms, self.session_timeout_ms / 2) / 1000
+
+    def lost_contact(self, silent_s: float) -> bool:
+        return silent_s * 1000 > self.session_timeout_ms
+
+    @property
+    def refusal_patience_s(self) -> float:
+        return (self.session_timeout_ms + 2 * self.heartbeat_interval_ms) / 1000

@@ -119,14 +119,20 @@ class DriverSettings:
     """What this query says the source is (connector and options); the coordinator refuses
     the query's registrations if the source was defined otherwise."""
 
+    @property
+    def timing(self) -> ReaderTiming:
+        """The contact settings and their rules (reader/timing.py), the same model as the
+        other host's."""
+        return ReaderTiming(
+            self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s, self.kafka_wait_s
+        )
+
     def __post_init__(self) -> None:
         if self.parallelism < 1:
             raise ConfigError("parallelism", f"must be >= 1, got {self.parallelism}")
         if not self.bootstrap_servers.strip():
             raise ConfigError("kafka.bootstrap.servers", "not set: pass the option or set KAFKA_BOOTSTRAP_SERVERS")
-        ReaderTiming(
-            self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s, self.kafka_wait_s
-        ).check(SPARK_NAMES)
+        self.timing.check(SPARK_NAMES)
 
 
 @dataclass(frozen=True)
@@ -504,8 +510,7 @@ class SparkReaderDriver:
             return
         now = time.monotonic()
         since = self._refused_since.setdefault(subtask, now)
-        patience_s = (self.settings.session_timeout_ms + 2 * self.settings.heartbeat_interval_ms) / 1000
-        if now - since > patience_s and outcome.holder_location != self.settings.location:
+        if now - since > self.settings.timing.refusal_patience_s and outcome.holder_location != self.settings.location:
             self._fail(
                 f"subtask {subtask} of source {self.settings.source} is held by another live reader "
                 f"(incarnation {outcome.holder_incarnation} at {outcome.holder_location or '?'}) for "
@@ -539,7 +544,7 @@ class SparkReaderDriver:
 
     async def _heartbeat_loop(self) -> None:
         interval = self.settings.heartbeat_interval_ms / 1000
-        delivery_timeout = max(interval, self.settings.session_timeout_ms / 2000)
+        delivery_timeout = self.settings.timing.delivery_timeout_s
         while True:
             await asyncio.sleep(interval)
             if self._left:
@@ -572,7 +577,7 @@ class SparkReaderDriver:
 
     def _check_contact(self) -> None:
         silent = self.channel.silent_for_s()
-        if silent * 1000 <= self.settings.session_timeout_ms:
+        if not self.settings.timing.lost_contact(silent):
             return
         reason = f"nothing could be sent to the coordinator for {silent:.1f} s"
         for s, protocol in self.protocols.items():
