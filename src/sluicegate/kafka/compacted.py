@@ -23,8 +23,11 @@ async def read_all(bootstrap: str, topic: str, max_record_bytes: int) -> list[tu
     )
     await consumer.start()
     try:
-        partitions = consumer.partitions_for_topic(topic) or {0}
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        partitions = consumer.partitions_for_topic(topic)
+        if partitions is None:  # a fresh consumer knows no topic yet (as audit/kafka_source.py asks)
+            cluster = await consumer._client.fetch_all_metadata()
+            partitions = cluster.partitions_for_topic(topic)
+        tps = [TopicPartition(topic, p) for p in sorted(partitions or {0})]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         end = await consumer.end_offsets(tps)
