@@ -89,7 +89,7 @@ from kafka_clients import (
     fill_topic,
 )
 
-from sluicegate.spark.task_slots import task_slots
+from sluicegate.spark.task_slots import capped_parallelism, task_slots
 
 REPO = Path(__file__).resolve().parent.parent
 WINDOW_MS = 60_000
@@ -876,8 +876,7 @@ def sluicegate_parallelism(args: argparse.Namespace) -> int:
     when it names none (the partitions, at most the task slots of ``--master``)."""
     if args.parallelism:
         return int(args.parallelism)
-    slots = task_slots(args.master, {}, os.cpu_count() or 1)
-    return min(args.partitions, slots) if slots else int(args.partitions)
+    return capped_parallelism(int(args.partitions), task_slots(args.master, {}, os.cpu_count() or 1))
 
 
 def _parallelism_note(config: dict[str, Any]) -> str:

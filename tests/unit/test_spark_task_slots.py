@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluicegate.spark.task_slots import task_slots
+from sluicegate.spark.task_slots import capped_parallelism, task_slots
 
 
 @pytest.mark.parametrize(
@@ -47,3 +47,9 @@ def test_a_cluster_whose_configuration_does_not_fix_its_executors_has_no_known_s
 def test_a_master_string_it_does_not_know_has_no_known_slots() -> None:
     assert task_slots("local[two]", {}, cpu_count=2) is None
     assert task_slots("mesos://host:5050", {}, cpu_count=2) is None
+
+
+def test_a_suggested_parallelism_is_capped_by_known_slots_only() -> None:
+    assert capped_parallelism(8, 2) == 2
+    assert capped_parallelism(3, 12) == 3
+    assert capped_parallelism(8, None) == 8, "unknown slots: no cap"

@@ -35,6 +35,7 @@ them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.options import checked_int
@@ -56,12 +57,35 @@ CLI_NAMES = TimingNames("--heartbeat-interval-ms", "--session-timeout-ms", "--to
 SPARK_NAMES = TimingNames("heartbeatIntervalMs", "sessionTimeoutMs", "topicWaitTimeoutS", "kafkaWaitS")
 
 
+class HasTiming(Protocol):
+    """A host's settings: the four contact settings under the names ReaderTiming has."""
+
+    @property
+    def heartbeat_interval_ms(self) -> int: ...
+    @property
+    def session_timeout_ms(self) -> int: ...
+    @property
+    def topic_wait_timeout_s(self) -> float | None: ...
+    @property
+    def kafka_wait_s(self) -> float: ...
+
+
 @dataclass(frozen=True)
 class ReaderTiming:
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     session_timeout_ms: int = SESSION_TIMEOUT_MS
     topic_wait_timeout_s: float | None = TOPIC_WAIT_S
     kafka_wait_s: float = KAFKA_WAIT_S
+
+    @classmethod
+    def of(cls, settings: HasTiming) -> ReaderTiming:
+        """The timing of a host's settings (ReaderSettings, DriverSettings)."""
+        return cls(
+            settings.heartbeat_interval_ms,
+            settings.session_timeout_ms,
+            settings.topic_wait_timeout_s,
+            settings.kafka_wait_s,
+        )
 
     def check(self, names: TimingNames) -> ReaderTiming:
         """This timing, or ConfigError naming the first bad setting."""

@@ -79,7 +79,7 @@ from sluicegate.spark.offsets import (
 )
 from sluicegate.spark.options import SparkSourceOptions
 from sluicegate.spark.planner import NextOffsetPlanner
-from sluicegate.spark.task_slots import task_slots
+from sluicegate.spark.task_slots import capped_parallelism, task_slots
 from sluicegate.spark.trigger_limits import MinRowsPerTrigger, PlannedPart, cut_ranges
 
 log = logging.getLogger("sluicegate.spark")
@@ -256,9 +256,9 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             suggested = _ranges(self._source).suggested_parallelism()
             if suggested is None:
                 raise ConfigError("parallelism", "is required: .option('parallelism', N)")
-            parallelism, why = suggested, f"suggested by the {self.config.connector} connector"
-            if self._task_slots is not None and suggested > self._task_slots:
-                parallelism = self._task_slots
+            parallelism = capped_parallelism(suggested, self._task_slots)
+            why = f"suggested by the {self.config.connector} connector"
+            if parallelism < suggested:
                 why = (
                     f"the {self.config.connector} connector suggests {suggested}, at most the session's "
                     f"{self._task_slots} task slots: each task reads its splits' ranges in turn"

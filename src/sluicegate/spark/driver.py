@@ -123,9 +123,7 @@ class DriverSettings:
     def timing(self) -> ReaderTiming:
         """The contact settings and their rules (reader/timing.py), the same model as the
         other host's."""
-        return ReaderTiming(
-            self.heartbeat_interval_ms, self.session_timeout_ms, self.topic_wait_timeout_s, self.kafka_wait_s
-        )
+        return ReaderTiming.of(self)
 
     def __post_init__(self) -> None:
         if self.parallelism < 1:

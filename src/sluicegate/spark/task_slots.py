@@ -35,6 +35,11 @@ def task_slots(master: str, conf: Mapping[str, str], cpu_count: int) -> int | No
     return max(1, cores // task_cpus)
 
 
+def capped_parallelism(suggested: int, slots: int | None) -> int:
+    """A connector's suggested parallelism, at most ``slots`` where they are known."""
+    return min(suggested, slots) if slots is not None else suggested
+
+
 def _executor_cores(master: str, conf: Mapping[str, str], cpu_count: int) -> int | None:
     local = _LOCAL.match(master)
     if local:
