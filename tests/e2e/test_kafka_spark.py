@@ -314,6 +314,13 @@ def check_parquet(path: Path, expected: Expected) -> None:
     check_rows(pq.read_table(committed_files(path)), expected)
 
 
+def read_parquet_tree(path: Path) -> Any:
+    """Every Parquet file under ``path`` (a ``foreachBatch`` sink's batch directories)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table([str(f) for f in sorted(path.rglob("*.parquet"))])
+
+
 def assert_audit(bootstrap: str, source: str, splits: int, bounded: bool = True) -> Any:
     result = asyncio.run(run_audit(bootstrap, source))
     assert result.ok, f"audit: {result.first_violation}"
@@ -507,29 +514,42 @@ def test_a_deployed_coordinator_takes_over_from_the_query_and_dies_and_the_query
 ) -> None:
     """The query's driver coordinates its source (nothing deployed: epoch 1); mid-run a
     deployed coordinator starts and takes the source over (epoch 2, fencing the driver's);
-    once it serves it is SIGKILLed, and the driver's takes the source back if the query
-    still runs then. Every row once, the audit clean."""
+    once it serves it is SIGKILLed, and the driver's takes the source back (epoch 3) to
+    read the batches left. Every row once, the audit clean.
+
+    The takeover happens inside the second batch's ``foreachBatch``, before that batch is
+    read: Spark plans no further batch until the call returns, so the query is certainly
+    still running when the deployed coordinator dies (watching progress from outside, a
+    fast read path could end the 5 batches before a coordinator process had started)."""
     options = connector_options(first_half.topic, kafka_bootstrap, stop_at(first_half))
-    state: dict[str, Any] = {}
+    out = tmp_path / "out"
+    deployed: list[Proc] = []
 
-    def deploy_then_kill_mid_run(rows: int) -> None:
-        if "deployed" not in state and rows >= first_half.rows // 4:
-            state["deployed_at"] = rows
-            state["deployed"] = kafka_coordinator(procs, unique_source, options)  # returns once it serves
-            state["deployed"].kill()
+    def take_over_in_the_second_batch(batch: Any, batch_id: int) -> None:
+        if batch_id == 1 and not deployed:
+            deployed.append(kafka_coordinator(procs, unique_source, options))  # returns once it serves
+            deployed[0].kill()
+        # a replayed batch overwrites its own directory: exactly once
+        batch.write.mode("overwrite").parquet(str(out / f"batch_id={batch_id}"))
 
-    query = start_parquet_query(spark, unique_source, options, kafka_bootstrap, tmp_path, KILL_MAX_RECORDS_PER_TRIGGER)
-    run_query(query, timeout_s=300, on_progress=deploy_then_kill_mid_run)
+    query = (
+        kafka_stream(spark, unique_source, options, kafka_bootstrap, KILL_MAX_RECORDS_PER_TRIGGER)
+        .writeStream.foreachBatch(take_over_in_the_second_batch)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .queryName(f"kafka-{unique_source}")
+        .trigger(availableNow=True)
+        .start()
+    )
+    progress = run_query(query, timeout_s=300)
 
-    assert "deployed" in state, "the query ended before a coordinator was deployed"
-    assert state["deployed_at"] < first_half.rows
-    served = re.findall(rf"source {re.escape(unique_source)} \(.*epoch (\d+)\) is serving", state["deployed"].log())
-    assert served == ["2"], state["deployed"].tail()
-    check_parquet(tmp_path / "out", first_half)
+    assert deployed, f"the query ended in {len(progress)} batches, before a second one"
+    served = re.findall(rf"source {re.escape(unique_source)} \(.*epoch (\d+)\) is serving", deployed[0].log())
+    assert served == ["2"], deployed[0].tail()
+    check_rows(read_parquet_tree(out), first_half)
     result = assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
-    # epoch 2, the deployed one's, may have sent nothing before it was killed; a third is the
-    # driver's own taking the source back
-    assert result.summary.epochs[0] == 1 and result.summary.epochs[-1] >= 2, result.summary.epochs
+    # epoch 2, the deployed one's, may have sent nothing before it was killed; the batches
+    # after the second were coordinated by a later epoch: the driver's own, taking back
+    assert result.summary.epochs[0] == 1 and result.summary.epochs[-1] >= 3, result.summary.epochs
 
 
 def test_partitions_added_to_the_topic_are_read_exactly_once_by_a_running_query(
