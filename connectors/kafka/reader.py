@@ -121,6 +121,11 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
         result.status = self._status()
         return result
 
+    def split_ids_of(self, batch: pa.RecordBatch) -> list[str]:
+        """Kafka rows name their topic and partition, which are the split."""
+        topics, partitions = batch.column("topic").to_pylist(), batch.column("partition").to_pylist()
+        return [split_id_of(t, p) for t, p in zip(topics, partitions, strict=True)]
+
     def next_columns(self, max_records: int) -> ColumnarResult:
         """The records as one batch in Spark's Kafka schema (several partitions in it)."""
         result = ColumnarResult()

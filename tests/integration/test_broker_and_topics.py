@@ -33,6 +33,7 @@ EXPECTED = {
     "readers": (4, "delete", "-1"),
     "coordinator_state": (1, "compact", None),
     "reader_state": (4, "compact", None),
+    "split_state": (1, "compact", None),
     "dead_letter": (1, "delete", "604800000"),
 }
 
@@ -177,7 +178,7 @@ async def test_wait_for_topics(kafka_bootstrap: str, unique_source: str) -> None
     assert not waiter.done()
     await apply_topics(kafka_bootstrap, topic_specs("sluicegate", unique_source, 3))
     partitions = await waiter
-    assert partitions == {n: p for n, p in zip(names, [1, 3, 1, 3, 1], strict=True)}
+    assert partitions == {n: p for n, p in zip(names, [1, 3, 1, 3, 1, 1], strict=True)}
 
 
 def test_topics_cli_apply_and_list(kafka_bootstrap: str, unique_source: str) -> None:

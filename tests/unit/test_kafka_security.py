@@ -100,7 +100,7 @@ def test_spark_options_without_a_protocol_take_the_environment() -> None:
 def test_the_reader_may_write_only_the_coordinators_inbox() -> None:
     plan = acl_plan("s", "ns")
     writes = {e.name for e in plan if e.role == "reader" and e.operation == "WRITE" and e.resource == "topic"}
-    assert writes == {"ns.s.coordinator", "ns.s.reader-state", "ns.s.dead-letter"}
+    assert writes == {"ns.s.coordinator", "ns.s.reader-state", "ns.s.split-state", "ns.s.dead-letter"}
     assert not [e for e in plan if e.role == "audit" and e.operation != "READ"]
     lines = kafka_acls_commands(plan)
     assert any("--transactional-id ns.s.reader- --resource-pattern-type prefixed" in line for line in lines)

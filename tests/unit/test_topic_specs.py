@@ -18,6 +18,7 @@ def test_names_partitions_and_cleanup() -> None:
         "readers": ("sluicegate.orders.readers", 8, "delete"),
         "coordinator_state": ("sluicegate.orders.coordinator-state", 1, "compact"),
         "reader_state": ("sluicegate.orders.reader-state", 8, "compact"),
+        "split_state": ("sluicegate.orders.split-state", 1, "compact"),
         "dead_letter": ("sluicegate.orders.dead-letter", 1, "delete"),
     }
     assert specs["coordinator"].config["retention.ms"] == "-1"
@@ -34,6 +35,7 @@ def test_specs_are_in_file_order_and_configs_are_strings() -> None:
         "ns1.a.b_c-d.readers",
         "ns1.a.b_c-d.coordinator-state",
         "ns1.a.b_c-d.reader-state",
+        "ns1.a.b_c-d.split-state",
         "ns1.a.b_c-d.dead-letter",
     ]
     assert all(isinstance(v, str) for s in specs for v in s.config.values())
@@ -48,6 +50,7 @@ def test_control_topics_match_specs() -> None:
     assert topics.readers == "sluicegate.orders.readers"
     assert topics.coordinator_state == "sluicegate.orders.coordinator-state"
     assert topics.reader_state == "sluicegate.orders.reader-state"
+    assert topics.split_state == "sluicegate.orders.split-state"
     assert topics.dead_letter == "sluicegate.orders.dead-letter"
     assert topics.all() == [s.name for s in topic_specs("sluicegate", "orders", 5)]
     assert ControlTopics.for_source("x", "prod").readers == "prod.x.readers"

@@ -118,6 +118,12 @@ class ColumnarReader(ABC):
     def next_columns(self, max_records: int) -> ColumnarResult:
         """Up to ``max_records`` records in one batch; never blocks for long."""
 
+    def split_ids_of(self, batch: Any) -> list[str]:
+        """The split each row of a batch from ``next_columns`` was read from (a stateful
+        function gets its split's state with each record). By default the batch's
+        ``split_id`` column; a connector whose batches have none says how to tell."""
+        return [str(v) for v in batch.column("split_id").to_pylist()]
+
 
 class LowWatermarkListener(ABC):
     """A mix-in for a ``SourceReader`` that wants the source's low watermark (FLINK-4576's

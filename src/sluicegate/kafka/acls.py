@@ -58,6 +58,7 @@ def acl_plan(
     allow("coordinator", c, "topic", t.readers, ["WRITE", "DESCRIBE_CONFIGS"], "writes assignments and answers")
     allow("coordinator", c, "topic", t.coordinator_state, ["READ", "WRITE", "DESCRIBE_CONFIGS"], "its checkpoint")
     allow("coordinator", c, "topic", t.reader_state, ["DESCRIBE", "DESCRIBE_CONFIGS"], "checks the topic at start")
+    allow("coordinator", c, "topic", t.split_state, ["DESCRIBE", "DESCRIBE_CONFIGS"], "checks the topic at start")
     allow("coordinator", c, "topic", t.dead_letter, ["WRITE", "DESCRIBE_CONFIGS"], "dead-letters bad records")
     allow(
         "coordinator",
@@ -80,6 +81,7 @@ def acl_plan(
     allow("reader", r, "topic", t.coordinator, ["WRITE"], "sends registrations, heartbeats, acks, split requests")
     allow("reader", r, "topic", t.readers, ["READ"], "receives assignments (its subtask's partition)")
     allow("reader", r, "topic", t.reader_state, ["READ", "WRITE"], "its checkpoint, restored at start")
+    allow("reader", r, "topic", t.split_state, ["READ", "WRITE"], "a stateful function's per-split state")
     allow("reader", r, "topic", t.dead_letter, ["WRITE"], "dead-letters bad records")
     plan.append(
         AclEntry(

@@ -71,3 +71,19 @@ def transactional_producer(
         max_batch_size=TXN_BATCH_BYTES,
         **security_settings(security),
     )
+
+
+def end_offsets_consumer(
+    bootstrap_servers: str, client_id: str, security: KafkaSecurity | None = None
+) -> AIOKafkaConsumer:
+    """A read_uncommitted consumer for end offsets only: the log end, records of
+    transactions still open included (a read_committed consumer's end is the last stable
+    offset, which stops before them)."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        client_id=client_id,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_uncommitted",
+        **security_settings(security),
+    )

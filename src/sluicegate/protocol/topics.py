@@ -168,6 +168,7 @@ class ControlTopics:
     readers: str
     coordinator_state: str
     reader_state: str
+    split_state: str
     dead_letter: str
 
     @classmethod
@@ -179,15 +180,17 @@ class ControlTopics:
             readers=names["readers"],
             coordinator_state=names["coordinator_state"],
             reader_state=names["reader_state"],
+            split_state=names["split_state"],
             dead_letter=names["dead_letter"],
         )
 
     def all(self) -> list[str]:
-        """All five names, in topics.toml order."""
+        """All six names, in topics.toml order."""
         return [
             self.coordinator,
             self.readers,
             self.coordinator_state,
             self.reader_state,
+            self.split_state,
             self.dead_letter,
         ]

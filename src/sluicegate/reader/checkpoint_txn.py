@@ -73,7 +73,8 @@ class TxnProducer(Protocol):
 @dataclass(frozen=True)
 class TxnRecord:
     topic: str
-    value: bytes
+    value: bytes | None
+    """None: a tombstone (a compacted topic forgets the key)."""
     key: bytes | None = None
     partition: int | None = None
     headers: tuple[tuple[str, bytes], ...] = ()

@@ -61,11 +61,13 @@ from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
 from sluicegate.reader.checkpoint_txn import CheckpointTxn, ReaderTakenOver, TxnRecord, TxnState
 from sluicegate.reader.kafka_channel import FOREVER_S, KafkaControlChannel, KafkaNeverAnswered, SourceNotSetUp
+from sluicegate.reader.kafka_split_state import KafkaSplitStateLog
 from sluicegate.reader.metrics import ReaderMetrics, ReaderSnapshot
 from sluicegate.reader.output import OUTPUT_SETTING, Output, OutputSpec, open_output
 from sluicegate.reader.processing import (
     DEAD_LETTER_KIND,
     RETRIES_SETTING,
+    BatchState,
     ErrorHandling,
     ErrorPolicy,
     Failure,
@@ -76,6 +78,7 @@ from sluicegate.reader.processing import (
 from sluicegate.reader.protocol import Fenced, Refused, Registered, Superseded
 from sluicegate.reader.session import CheckpointPlan, Phase, ReaderSession
 from sluicegate.reader.slot_claim import NoFreeSlot, claim_slot
+from sluicegate.reader.split_state import SplitStates, StateWrite
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
 from sluicegate.reader.timing import CLI_NAMES, KAFKA_WAIT_S, TOPIC_WAIT_S, ReaderTiming
 from sluicegate.reader.user_code import load_callable
@@ -226,6 +229,11 @@ class ReaderHost:
             load_callable(settings.output.target, OUTPUT_SETTING, "sink factory")  # a bad name fails now
         function = process if process is not None else (load_function(settings.process) if settings.process else None)
         self.processor = processor_for(function, settings.error_handling)
+        self.split_states = SplitStates() if self.processor.stateful else None
+        """A stateful function's per-split states (reader/split_state.py); None: stateless."""
+        self._split_state_log: KafkaSplitStateLog | None = None
+        self._states_loaded_for: tuple[int | None, int] | None = None
+        """The (attempt, applied seq) whose owned splits all have their state loaded."""
         self._failed_records: list[DeadLetter] = []
         """Records the user's function failed on (skip policy) since the last checkpoint:
         dead-lettered inside its transaction, so once each."""
@@ -358,7 +366,8 @@ class ReaderHost:
         if self.settings.subtask is None:
             await self._claim_slot()
         s = self.settings
-        partitions = await self.channel.open([self.subtask], [self.topics.reader_state])
+        state_topics = [self.topics.reader_state] + ([self.topics.split_state] if self.split_states else [])
+        partitions = await self.channel.open([self.subtask], state_topics)
         if s.output.kind == "kafka":
             await self._wait_for_output_topic(s.output.target)
         count = partitions[self.topics.readers]
@@ -370,6 +379,9 @@ class ReaderHost:
             )
         self._txn = CheckpointTxn(self._new_txn_producer, self._taken_over, _stop_producer)
         await self._txn.start()  # init_transactions: fences a zombie of this subtask
+        if self.split_states is not None:
+            # after the zombie's transaction is aborted: its states would hold the read back
+            self._split_state_log = KafkaSplitStateLog(s.bootstrap_servers, self.topics.split_state, s.transactional_id)
         restored = await self._restore()
         self.session = ReaderSession(
             s.source,
@@ -415,6 +427,8 @@ class ReaderHost:
             except Exception:
                 log.exception("closing the output failed")
         await self.channel.close()
+        if self._split_state_log is not None:
+            await self._split_state_log.close()
         if self._txn is not None:
             await self._txn.stop()
 
@@ -485,6 +499,7 @@ class ReaderHost:
             if self._finished_idle and not session.is_finished:
                 self._finished_idle = False  # --no-exit-when-finished and new work came
             if session.active:
+                await self._load_arrived_states()
                 last_batch = await self._read_and_write(s.max_batch)
                 interval_over = time.monotonic() - last_checkpoint_s >= s.checkpoint_interval_ms / 1000
                 # Out of work with finished splits not yet reported: checkpoint now, so the
@@ -520,11 +535,47 @@ class ReaderHost:
         batch = session.read_columns(max_batch)
         if batch is None:
             return 0
-        processed = await asyncio.to_thread(self.processor.apply, batch)
+        state = await self._batch_state(batch) if self.split_states is not None else None
+        processed = await asyncio.to_thread(self.processor.apply, batch, state)
         for failure in processed.failures:
             self._failed_records.append(self._failure_letter(failure))
         await self._write(lambda output: output.write_batch(processed.batch))
         return int(batch.num_rows)
+
+    # -- a stateful function's split states ---------------------------------------------
+
+    async def _load_arrived_states(self) -> None:
+        """Load the state of every split that arrived since the last look (an assignment,
+        a restored checkpoint), before any of its records is read: a split that moves
+        without records reaching the function must still have its state saved anew."""
+        session = self._session
+        if self.split_states is None or self._states_loaded_for == (session.attempt, session.applied_seq):
+            return
+        await self._load_states([sid for sid in session.owned if not self.split_states.is_loaded(sid)])
+        self._states_loaded_for = (session.attempt, session.applied_seq)
+
+    async def _load_states(self, split_ids: list[str]) -> None:
+        states, state_log = self.split_states, self._split_state_log
+        assert states is not None and state_log is not None
+        if not split_ids:
+            return
+        read = await state_log.catch_up(states)
+        owned = self._session.owned
+        for split_id in split_ids:
+            states.load(split_id, owned[split_id].wire)
+        log.debug("loaded the state of %d splits (%d records read from %s)", len(split_ids), read, state_log.topic)
+
+    async def _batch_state(self, batch: Any) -> BatchState:
+        states = self.split_states
+        assert states is not None
+        split_ids = self._session.split_ids_of(batch)
+        missing = sorted({sid for sid in split_ids if not states.is_loaded(sid)})
+        await self._load_states(missing)
+        return BatchState(split_ids, states.views(set(split_ids)))
+
+    def _split_state_record(self, write: StateWrite) -> TxnRecord:
+        value = None if write.saved is None else write.saved.encode()
+        return TxnRecord(self.topics.split_state, value, write.split_id.encode())
 
     def _failure_letter(self, failure: Failure) -> DeadLetter:
         record = failure.record
@@ -652,10 +703,18 @@ class ReaderHost:
             await output.flush()
             plan = session.prepare_checkpoint()
             finished = plan.splits_finished()
+            state_writes = (
+                self.split_states.plan([*plan.checkpoint.splits, *plan.returned], plan.finished_split_ids)
+                if self.split_states is not None
+                else []
+            )
             await self._txn_.commit(
                 [
                     *([self._control_record(finished)] if finished is not None else []),
                     *(self._dead_letter_record(letter) for letter in self._failed_records),
+                    # the states before the ack: a reader's transaction holds the split-state
+                    # topic back for as short a time as can be (reader/kafka_split_state.py)
+                    *(self._split_state_record(write) for write in state_writes),
                     self._state_record(dataclasses.replace(plan.checkpoint, output_files=output.staged())),
                     self._control_record(plan.ack()),
                 ]
@@ -678,12 +737,17 @@ class ReaderHost:
         again from there (and a failed one fails again)."""
         self._output_.discarded()
         self._failed_records.clear()
+        if self.split_states is not None:
+            self.split_states.discard()
+            self._states_loaded_for = None
 
     def _committed(self, plan: CheckpointPlan) -> None:
         session = self._session
         output = self._output_
         session.checkpoint_committed(plan)
         output.committed()
+        if self.split_states is not None:
+            self.split_states.committed([*plan.finished_split_ids, *plan.returned_split_ids])
         self.channel.dead_letters += len(self._failed_records)
         self._failed_records.clear()
         self.channel.contact()

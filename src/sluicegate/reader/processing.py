@@ -10,6 +10,15 @@ Two forms, told apart by the annotation of the function's first parameter:
 
 No function writes each record as it was read (key, value, headers, timestamp).
 
+A function with a second parameter is *stateful*: it gets the state of the record's split
+with each record (a dict of JSON-ready values, ``def count(message, state)``), or with
+each batch a ``BatchState`` (each row's split id and each split's dict). The reader saves
+the states with its checkpoints and gives a split's state to whoever reads the split next
+(reader/split_state.py). A stateful function should change its state only once it can no
+longer raise: under ``skip`` and ``retry`` a change made before the exception stays.
+``skip`` is refused for a stateful batch function, whose failing rows are isolated by
+calling it again on rows it has seen.
+
 When the function raises, the user's policy (``--on-process-error``) decides:
 
 - ``fail`` (default): the reader stops with exit 1, naming the record; nothing read
@@ -32,7 +41,7 @@ import logging
 import time
 import typing
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -43,6 +52,7 @@ from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.options import choice_option
 from sluicegate.reader.output import OutputSpec
 from sluicegate.reader.records import Message, messages, messages_batch, output_batch
+from sluicegate.reader.split_state import SplitState
 from sluicegate.reader.user_code import load_callable
 
 log = logging.getLogger("sluicegate.reader")
@@ -96,12 +106,12 @@ class ErrorHandling:
     retries: int = 3
     sleep: Callable[[float], None] = time.sleep
 
-    def call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
-        """``fn(arg)``; under ``retry``, tried again on an exception before it is raised."""
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``; under ``retry``, tried again on an exception before it is raised."""
         attempts = 1 + (self.retries if self.policy is ErrorPolicy.RETRY else 0)
         for attempt in range(attempts):
             try:
-                return fn(arg)
+                return fn(*args)
             except Exception as exc:
                 if attempt + 1 == attempts:
                     raise
@@ -111,52 +121,80 @@ class ErrorHandling:
         raise AssertionError("unreachable")
 
 
+@dataclass(frozen=True)
+class BatchState:
+    """What a stateful batch function gets beside each batch: the split each row was read
+    from, and the state of each split in the batch (``state[split_id]``)."""
+
+    split_ids: list[str]
+    states: Mapping[str, SplitState]
+
+    def __getitem__(self, split_id: str) -> SplitState:
+        return self.states[split_id]
+
+
 class Processor(ABC):
     """Applies one form of user function to input batches."""
 
     name = "identity"
+    stateful = False
+    """Whether ``apply`` needs ``state``: the split of each row and the state of each split."""
 
     @abstractmethod
-    def apply(self, batch: pa.RecordBatch) -> Processed: ...
+    def apply(self, batch: pa.RecordBatch, state: BatchState | None = None) -> Processed: ...
 
 
 class Identity(Processor):
     """No function: each record written as read."""
 
-    def apply(self, batch: pa.RecordBatch) -> Processed:
+    def apply(self, batch: pa.RecordBatch, state: BatchState | None = None) -> Processed:
         return Processed(output_batch(batch))
 
 
 class BatchFunction(Processor):
-    def __init__(self, fn: Callable[[pa.RecordBatch], Any], errors: ErrorHandling, name: str) -> None:
+    def __init__(self, fn: Callable[..., Any], errors: ErrorHandling, name: str, *, stateful: bool = False) -> None:
+        if stateful and errors.policy is ErrorPolicy.SKIP:
+            raise ConfigError(
+                POLICY_SETTING,
+                f"skip cannot be used with {name}, a stateful batch function: skip isolates a failing row "
+                "by calling the function again on rows it has seen, so their effect on the state would count "
+                "twice; use fail or retry, or a record function",
+            )
         self.fn = fn
         self.errors = errors
         self.name = name
+        self.stateful = stateful
 
-    def apply(self, batch: pa.RecordBatch) -> Processed:
+    def apply(self, batch: pa.RecordBatch, state: BatchState | None = None) -> Processed:
+        if self.stateful:
+            assert state is not None, "a stateful function needs the state"
+            fn = self.fn
+            call: Callable[[pa.RecordBatch], Any] = lambda b: fn(b, state)  # noqa: E731
+        else:
+            call = self.fn
         if self.errors.policy is ErrorPolicy.SKIP:
-            return self._isolating(batch)
+            return self._isolating(batch, call)
         try:
-            return Processed(self._call(batch))
+            return Processed(self._call(batch, call))
         except Exception as exc:
             first = messages(batch.slice(0, 1))[0] if batch.num_rows else Message(None)
             raise ProcessingFailed(
                 self._failed(f"a batch of {batch.num_rows} records from {first.where()}", exc)
             ) from exc
 
-    def _call(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        return output_batch(self.errors.call(self.fn, batch))
+    def _call(self, batch: pa.RecordBatch, call: Callable[[pa.RecordBatch], Any]) -> pa.RecordBatch:
+        return output_batch(self.errors.call(call, batch))
 
-    def _isolating(self, batch: pa.RecordBatch) -> Processed:
+    def _isolating(self, batch: pa.RecordBatch, call: Callable[[pa.RecordBatch], Any]) -> Processed:
         """Halve a failing batch until the failing rows are alone: they are the failures."""
         try:
-            return Processed(self._call(batch))
+            return Processed(self._call(batch, call))
         except Exception as exc:
             if batch.num_rows <= 1:
                 failures = [Failure(m, _split_id(batch), describe(exc)) for m in messages(batch)]
                 return Processed(output_batch(batch.slice(0, 0)), failures)
         half = batch.num_rows // 2
-        left, right = self._isolating(batch.slice(0, half)), self._isolating(batch.slice(half))
+        left, right = self._isolating(batch.slice(0, half), call), self._isolating(batch.slice(half), call)
         parts = [p.batch for p in (left, right) if p.batch.num_rows]
         joined = pa.Table.from_batches(parts).combine_chunks().to_batches() if parts else []
         return Processed(
@@ -169,20 +207,36 @@ class BatchFunction(Processor):
 
 
 class RecordFunction(Processor):
-    def __init__(self, fn: Callable[[Message], Any], errors: ErrorHandling, name: str) -> None:
+    def __init__(self, fn: Callable[..., Any], errors: ErrorHandling, name: str, *, stateful: bool = False) -> None:
         self.fn = fn
         self.errors = errors
         self.name = name
+        self.stateful = stateful
 
-    def apply(self, batch: pa.RecordBatch) -> Processed:
+    def apply(self, batch: pa.RecordBatch, state: BatchState | None = None) -> Processed:
+        if self.stateful:
+            assert state is not None, "a stateful function needs the state"
+            return self._each(batch, state.split_ids, state.states)
+        split_ids = batch.column("split_id").to_pylist() if "split_id" in batch.schema.names else None
+        return self._each(batch, split_ids, None)
+
+    def _each(
+        self, batch: pa.RecordBatch, split_ids: list[str] | None, states: Mapping[str, SplitState] | None
+    ) -> Processed:
         out: list[Message] = []
         failures: list[Failure] = []
-        split_ids = batch.column("split_id").to_pylist() if "split_id" in batch.schema.names else None
+        fn = self.fn
+        retrying = self.errors.policy is ErrorPolicy.RETRY
         # the function called directly unless retries are asked for: this runs per record
-        call = self.fn if self.errors.policy is not ErrorPolicy.RETRY else partial(self.errors.call, self.fn)
+        call = fn if not retrying else partial(self.errors.call, fn)
         for i, message in enumerate(messages(batch)):
             try:
-                result = call(message)
+                if states is not None:
+                    assert split_ids is not None
+                    state = states[split_ids[i]]
+                    result = fn(message, state) if not retrying else self.errors.call(fn, message, state)
+                else:
+                    result = call(message)
                 if type(result) is Message:
                     out.append(result)
                 else:
@@ -250,14 +304,35 @@ def check_output_takes_a_function(output: OutputSpec) -> None:
         raise ConfigError(PROCESS_SETTING, "writes records: it cannot be used with --output-format envelope")
 
 
+def is_stateful(fn: Callable[..., Any]) -> bool:
+    """True when the function takes a second argument: the state (reader/split_state.py)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p
+        for p in params
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is inspect.Parameter.empty
+    ]
+    if len(positional) > 2:
+        raise ConfigError(
+            PROCESS_SETTING,
+            f"{_name(fn)} takes {len(positional)} arguments: take a record (or a batch) and, "
+            "for a stateful function, its state",
+        )
+    return len(positional) == 2
+
+
 def processor_for(fn: Callable[..., Any] | None, errors: ErrorHandling | None = None) -> Processor:
     """The processor for a user's function (None: identity)."""
     if fn is None:
         return Identity()
     errors = errors or ErrorHandling()
+    stateful = is_stateful(fn)
     if is_batch_function(fn):
-        return BatchFunction(fn, errors, _name(fn))
-    return RecordFunction(fn, errors, _name(fn))
+        return BatchFunction(fn, errors, _name(fn), stateful=stateful)
+    return RecordFunction(fn, errors, _name(fn), stateful=stateful)
 
 
 def _name(fn: Callable[..., Any]) -> str:

@@ -295,6 +295,13 @@ class ReaderSession(Generic[SplitT]):
         self._after_read(rows, result.finished_split_ids, result.status)
         return result.batch if rows else None
 
+    def split_ids_of(self, batch: pa.RecordBatch) -> list[str]:
+        """The split of each row of a batch from ``read_columns``."""
+        reader = self._require_reader()
+        if isinstance(reader, ColumnarReader):
+            return reader.split_ids_of(batch)
+        return [str(v) for v in batch.column("split_id").to_pylist()]
+
     def _after_read(self, rows: int, finished_split_ids: list[str], status: InputStatus) -> None:
         self.records_read += rows
         if finished_split_ids:

@@ -1,0 +1,124 @@
+"""A stateful function's per-split state over real Kafka and real processes
+(reader/split_state.py): saved with each checkpoint, restored after a SIGKILL, handed to
+the next owner of a split when it moves, and never counted twice.
+
+The function (record_functions.counted_envelope) writes each record as the exactly-once
+checks' envelope plus ``seen``: how many records of its split it has seen, kept in the
+split's state. Whoever reads a partition and however often readers die, the n-th record
+of a partition must say ``seen == n``; a state lost restarts the count, a state applied
+twice skips ahead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+from kafka_data import (
+    BackgroundWriter,
+    DataWriter,
+    OutputReader,
+    audit_ok,
+    check_exactly_once,
+    create_topic,
+    hash_owner,
+    kafka_options,
+    start_coordinator,
+    start_reader,
+)
+from processes import ProcessGroup
+from test_cooperative_rebalancing import GRACE_MS, KAFKA_PARTITIONS, wait_owned
+
+from sluicegate.protocol.topics import ControlTopics
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
+
+SLOTS = 4
+FUNCTION = "counted_envelope"
+
+
+def check_counts(rows: list[dict[str, Any]]) -> None:
+    """In each partition, the record at rank n (by offset) says ``seen == n``."""
+    by_split: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for row in rows:
+        by_split[row["split_id"]].append((row["value"]["offset"], row["seen"]))
+    wrong = []
+    for split_id, seen in sorted(by_split.items()):
+        counts = [n for _, n in sorted(seen)]
+        expected = list(range(1, len(counts) + 1))
+        if counts != expected:
+            first = next(i for i, (a, b) in enumerate(zip(counts, expected, strict=True)) if a != b)
+            wrong.append(f"{split_id}: record {first + 1} says seen={counts[first]}")
+    assert not wrong, "a split's state was lost or applied twice:\n" + "\n".join(wrong)
+
+
+def test_a_split_state_survives_a_kill_and_follows_its_split_to_a_new_owner(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    """8 partitions, 4 slots, a producer writing all along. Readers 0 and 1 take every
+    partition; reader 1 is SIGKILLed mid-copy and started again (its splits come back
+    with their states); readers 2 and 3 join and the partitions of their slots move to
+    them, each with the state its old owner saved with the checkpoint that gave it back."""
+    source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
+    create_topic(kafka_bootstrap, data, KAFKA_PARTITIONS)
+    create_topic(kafka_bootstrap, out, 4)
+    writer = DataWriter(kafka_bootstrap, data, KAFKA_PARTITIONS)
+    writer.produce(200)
+    writer.flush()
+    options = kafka_options(kafka_bootstrap, topics=data, assignment_grace_ms=str(GRACE_MS))
+    start_coordinator(procs, source, SLOTS, options)
+    background = BackgroundWriter(writer)
+    output = OutputReader(kafka_bootstrap, out)
+    try:
+        readers = {k: start_reader(procs, source, k, options, out, process=FUNCTION) for k in (0, 1)}
+        assert wait_owned(kafka_bootstrap, source, {0: 4, 1: 4}, readers.values()) == {0, 1}
+        output.wait_for(KAFKA_PARTITIONS * 300, 60, list(readers.values()), "(before the kill)")
+
+        readers[1].kill()
+        readers[1] = start_reader(procs, source, 1, options, out, process=FUNCTION)
+        readers[1].wait_for_log("registered as attempt", timeout_s=60)
+        output.wait_for(len(output.rows) + KAFKA_PARTITIONS * 200, 60, list(readers.values()), "(after the kill)")
+
+        readers.update({k: start_reader(procs, source, k, options, out, process=FUNCTION) for k in (2, 3)})
+        homes = {f"{data}-{p}": hash_owner(data, p, SLOTS) for p in range(KAFKA_PARTITIONS)}
+        wait_owned(kafka_bootstrap, source, Counter(homes.values()), readers.values())
+        output.wait_for(len(output.rows) + KAFKA_PARTITIONS * 200, 60, list(readers.values()), "(after the move)")
+
+        expected = background.stop()
+        output.wait_for(len(expected), 60, list(readers.values()), "(waiting for the copy to catch up)")
+        time.sleep(1.0)  # a late duplicate would show
+        rows = output.read_all()
+    finally:
+        output.close()
+        background.stop()
+    check_exactly_once(rows, expected)
+    check_counts(rows)
+    moved_to = {hash_owner(data, p, SLOTS) for p in range(KAFKA_PARTITIONS)} & {2, 3}
+    assert moved_to, "no partition's home is slot 2 or 3: nothing moved"
+    for reader in readers.values():
+        assert reader.returncode is None, reader.tail()
+        reader.request_stop()
+    assert [reader.wait(30) for reader in readers.values()] == [0] * 4, procs.describe()
+    audit_ok(kafka_bootstrap, source)
+
+
+def test_a_stateful_reader_of_a_source_without_the_split_state_topic_says_which(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    """A source set up before the split-state topic existed: the stateful reader waits for
+    it and then stops, naming it, where a stateless one would run."""
+    from confluent_kafka.admin import AdminClient
+
+    source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
+    create_topic(kafka_bootstrap, data, 2)
+    create_topic(kafka_bootstrap, out, 2)
+    options = kafka_options(kafka_bootstrap, topics=data, stopping_offsets="latest")
+    start_coordinator(procs, source, 1, options)
+    split_state = ControlTopics.for_source(source).split_state
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.delete_topics([split_state])[split_state].result(30)
+    reader = start_reader(procs, source, 0, options, out, "--topic-wait-timeout-s", "3", process=FUNCTION)
+    assert reader.wait(60) == 2, reader.tail()
+    assert split_state in reader.log(), reader.tail()
