@@ -2,8 +2,9 @@
 
 ``sluicegate.run_reader`` runs a standalone reader with your function
 (reader/program.py); ``sluicegate.Message`` is the record a per-record function gets
-and returns (reader/records.py); ``sluicegate.Sink`` the base of an output of your own
-(reader/output.py). They are imported on first use, so that
+and returns (reader/records.py); ``sluicegate.BatchState`` what a stateful batch
+function gets beside each batch (reader/processing.py); ``sluicegate.Sink`` the base of
+an output of your own (reader/output.py). They are imported on first use, so that
 ``import sluicegate`` stays light.
 """
 
@@ -21,6 +22,10 @@ def __getattr__(name: str) -> Any:
         from sluicegate.reader.records import Message
 
         return Message
+    if name == "BatchState":
+        from sluicegate.reader.processing import BatchState
+
+        return BatchState
     if name == "Sink":
         from sluicegate.reader.output import Sink
 
