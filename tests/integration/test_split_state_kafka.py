@@ -1,6 +1,7 @@
 """A stateful function's per-split state over real Kafka and real processes
 (reader/split_state.py): saved with each checkpoint, restored after a SIGKILL, handed to
-the next owner of a split when it moves, and never counted twice.
+the next owner of a split when it moves, and never counted twice; with issue 20's fault
+scenario (reader and coordinator SIGKILLs, readers joining and leaving).
 
 The function (record_functions.counted_envelope) writes each record as the exactly-once
 checks' envelope plus ``seen``: how many records of its split it has seen, kept in the
@@ -11,6 +12,7 @@ twice skips ahead.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter, defaultdict
 from typing import Any
@@ -29,7 +31,7 @@ from kafka_data import (
     start_reader,
 )
 from processes import ProcessGroup
-from test_cooperative_rebalancing import GRACE_MS, KAFKA_PARTITIONS, wait_owned
+from test_cooperative_rebalancing import GRACE_MS, KAFKA_PARTITIONS, owned_by_subtask, wait_owned
 
 from sluicegate.protocol.topics import ControlTopics
 
@@ -54,13 +56,20 @@ def check_counts(rows: list[dict[str, Any]]) -> None:
     assert not wrong, "a split's state was lost or applied twice:\n" + "\n".join(wrong)
 
 
-def test_a_split_state_survives_a_kill_and_follows_its_split_to_a_new_owner(
+def test_a_stateful_copy_is_exact_through_kills_and_readers_joining_and_leaving(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
 ) -> None:
-    """8 partitions, 4 slots, a producer writing all along. Readers 0 and 1 take every
-    partition; reader 1 is SIGKILLed mid-copy and started again (its splits come back
-    with their states); readers 2 and 3 join and the partitions of their slots move to
-    them, each with the state its old owner saved with the checkpoint that gave it back."""
+    """8 partitions, 4 slots, a producer writing all along, each step while the copy runs:
+
+    1. readers 0 and 1 take every partition;
+    2. reader 1 is SIGKILLed and started again: its splits come back with their states;
+    3. the coordinator is SIGKILLed and another one started: the readers go on;
+    4. readers 2 and 3 join: the partitions of their slots move to them, each with the
+       state its old owner saved with the checkpoint that gave it back;
+    5. reader 0 leaves (SIGTERM): its partitions go to the others with their states.
+
+    OUT holds the function of every input record exactly once, every count is right, and
+    the audit is clean."""
     source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
     create_topic(kafka_bootstrap, data, KAFKA_PARTITIONS)
     create_topic(kafka_bootstrap, out, 4)
@@ -68,23 +77,37 @@ def test_a_split_state_survives_a_kill_and_follows_its_split_to_a_new_owner(
     writer.produce(200)
     writer.flush()
     options = kafka_options(kafka_bootstrap, topics=data, assignment_grace_ms=str(GRACE_MS))
-    start_coordinator(procs, source, SLOTS, options)
+    coordinator = start_coordinator(procs, source, SLOTS, options)
     background = BackgroundWriter(writer)
     output = OutputReader(kafka_bootstrap, out)
+
+    def copy_goes_on(what: str) -> None:
+        output.wait_for(len(output.rows) + KAFKA_PARTITIONS * 200, 60, list(readers.values()), f"({what})")
+
     try:
         readers = {k: start_reader(procs, source, k, options, out, process=FUNCTION) for k in (0, 1)}
         assert wait_owned(kafka_bootstrap, source, {0: 4, 1: 4}, readers.values()) == {0, 1}
-        output.wait_for(KAFKA_PARTITIONS * 300, 60, list(readers.values()), "(before the kill)")
+        copy_goes_on("two readers")
 
         readers[1].kill()
         readers[1] = start_reader(procs, source, 1, options, out, process=FUNCTION)
         readers[1].wait_for_log("registered as attempt", timeout_s=60)
-        output.wait_for(len(output.rows) + KAFKA_PARTITIONS * 200, 60, list(readers.values()), "(after the kill)")
+        copy_goes_on("after the reader's kill")
+
+        coordinator.kill()
+        coordinator = start_coordinator(procs, source, SLOTS, options)
+        copy_goes_on("after the coordinator's kill")
 
         readers.update({k: start_reader(procs, source, k, options, out, process=FUNCTION) for k in (2, 3)})
         homes = {f"{data}-{p}": hash_owner(data, p, SLOTS) for p in range(KAFKA_PARTITIONS)}
         wait_owned(kafka_bootstrap, source, Counter(homes.values()), readers.values())
-        output.wait_for(len(output.rows) + KAFKA_PARTITIONS * 200, 60, list(readers.values()), "(after the move)")
+        copy_goes_on("after two readers joined")
+
+        leaving = readers.pop(0)
+        leaving.request_stop()
+        assert leaving.wait(30) == 0, leaving.tail()
+        wait_for_every_split_owned(kafka_bootstrap, source, set(readers))
+        copy_goes_on("after reader 0 left")
 
         expected = background.stop()
         output.wait_for(len(expected), 60, list(readers.values()), "(waiting for the copy to catch up)")
@@ -95,13 +118,25 @@ def test_a_split_state_survives_a_kill_and_follows_its_split_to_a_new_owner(
         background.stop()
     check_exactly_once(rows, expected)
     check_counts(rows)
-    moved_to = {hash_owner(data, p, SLOTS) for p in range(KAFKA_PARTITIONS)} & {2, 3}
-    assert moved_to, "no partition's home is slot 2 or 3: nothing moved"
+    assert {hash_owner(data, p, SLOTS) for p in range(KAFKA_PARTITIONS)} & {2, 3}, "nothing moved to 2 or 3"
     for reader in readers.values():
         assert reader.returncode is None, reader.tail()
         reader.request_stop()
-    assert [reader.wait(30) for reader in readers.values()] == [0] * 4, procs.describe()
-    audit_ok(kafka_bootstrap, source)
+    assert [reader.wait(30) for reader in readers.values()] == [0] * 3, procs.describe()
+    summary = audit_ok(kafka_bootstrap, source)
+    assert len(summary.epochs) >= 2, f"the second coordinator served at a new epoch: {summary.epochs}"
+
+
+def wait_for_every_split_owned(bootstrap: str, source: str, subtasks: set[int]) -> None:
+    """Until the 8 partitions are owned by ``subtasks`` only (as the control topics say)."""
+    deadline = time.monotonic() + 30
+    owned: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        owned = asyncio.run(owned_by_subtask(bootstrap, source))
+        if sum(owned.values()) == KAFKA_PARTITIONS and set(owned) <= subtasks:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"ownership {owned}: not every partition went to {sorted(subtasks)}")
 
 
 def test_a_stateful_reader_of_a_source_without_the_split_state_topic_says_which(
