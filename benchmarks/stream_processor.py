@@ -19,6 +19,9 @@ the ``-x2`` sides):
   exits 0 once every split is read and committed;
 - ``sluicegate-record``: the same with ``--process benchfns:add_field``, a per-record
   function ``record.replace(value=record.value + b"!")`` (``sluicegate.Message``);
+- ``sluicegate-stateful``: ``sluicegate-record`` with a stateful function
+  (``benchfns:add_field_counted``): it also counts the records of each split in the
+  split's state, which every checkpoint saves to the split-state topic in its transaction;
 - ``sluicegate-batch``: the same with ``--process benchfns:add_field_batch``, whose first
   parameter is a ``pyarrow.RecordBatch``: the value column joined with ``b"!"``
   (``pyarrow.compute.binary_join_element_wise``), key, headers and timestamp kept;
@@ -115,7 +118,7 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
-SLUICEGATE_SIDES = ("sluicegate-identity", "sluicegate-record", "sluicegate-batch")
+SLUICEGATE_SIDES = ("sluicegate-identity", "sluicegate-record", "sluicegate-stateful", "sluicegate-batch")
 X2 = "-x2"
 """The suffix of a side run by two reader processes (``--max-parallelism 2``)."""
 SLUICEGATE_X2_SIDES = tuple(f"{side}{X2}" for side in SLUICEGATE_SIDES)
@@ -149,7 +152,7 @@ FAUST_DONE = "stream-processor-benchmark: all records sent"
 
 FUNCTIONS = textwrap.dedent(
     '''
-    """The functions of the sluicegate-record and sluicegate-batch sides."""
+    """The functions of the sluicegate-record, -stateful and -batch sides."""
 
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -164,12 +167,21 @@ FUNCTIONS = textwrap.dedent(
         return record.replace(value=record.value + b"!")
 
 
+    def add_field_counted(record: sluicegate.Message, state: dict) -> sluicegate.Message:
+        state["records"] = state.get("records", 0) + 1
+        return record.replace(value=record.value + b"!")
+
+
     def add_field_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
         i = batch.schema.get_field_index("value")
         return batch.set_column(i, "value", pc.binary_join_element_wise(batch.column(i), SUFFIX, NOTHING))
     '''
 )
-PROCESS_FUNCTIONS = {"sluicegate-record": "benchfns:add_field", "sluicegate-batch": "benchfns:add_field_batch"}
+PROCESS_FUNCTIONS = {
+    "sluicegate-record": "benchfns:add_field",
+    "sluicegate-stateful": "benchfns:add_field_counted",
+    "sluicegate-batch": "benchfns:add_field_batch",
+}
 
 
 def one_process_side(side: str) -> str:
