@@ -80,7 +80,7 @@ class ChannelContract:
         channel = harness.channel()
         await channel.open(range(SUBTASKS))
         await harness.to_reader(1, to_reader_env(harness.topics, 1, AddSplits(seq=1, splits=[split(0)]), attempt=1))
-        await channel.capture(1)
+        await channel.capture([1])
         await harness.to_reader(1, to_reader_env(harness.topics, 1, AddSplits(seq=2, splits=[split(1)]), attempt=1))
         got = await poll_until(channel, 1, subtask=1)
         assert [body(r.env, AddSplits).seq for r in got] == [2]
@@ -90,8 +90,7 @@ class ChannelContract:
     async def test_records_arrive_in_order_and_for_their_subtask(self, harness: ChannelHarness) -> None:
         channel = harness.channel()
         await channel.open(range(SUBTASKS))
-        for s in range(SUBTASKS):
-            await channel.capture(s)
+        await channel.capture(range(SUBTASKS))
         for seq in range(1, 6):
             for s in range(SUBTASKS):
                 add = AddSplits(seq=seq, splits=[split(seq * 10 + s)])
@@ -106,7 +105,7 @@ class ChannelContract:
     async def test_a_malformed_record_is_dead_lettered_and_skipped(self, harness: ChannelHarness) -> None:
         channel = harness.channel()
         await channel.open([0])
-        await channel.capture(0)
+        await channel.capture([0])
         await harness.to_reader(0, b"{not json")
         await harness.to_reader(0, to_reader_env(harness.topics, 0, AddSplits(seq=1, splits=[split(0)]), attempt=1))
         got = await poll_until(channel, 1, subtask=0)
@@ -160,7 +159,7 @@ class ChannelContract:
         channel = harness.channel()
         await channel.open([0])
         protocol = ReaderProtocol(_source(harness), 0, location="test:1", reassign_on_recovery=True)
-        await channel.capture(0)
+        await channel.capture([0])
         registration = protocol.begin_registration()
         assert await channel.send(protocol.envelope(registration, 1))
         bodies = [

@@ -18,6 +18,8 @@ from sluicegate.reader.kafka_channel import KafkaControlChannel
 
 pytestmark = pytest.mark.kafka
 
+LATEST = -1
+
 
 class KafkaHarness(ChannelHarness):
     def __init__(self, bootstrap: str, source: str) -> None:
@@ -95,4 +97,35 @@ class TestKafkaChannel(ChannelContract):
         harness = KafkaHarness(kafka_bootstrap, unique_source)
         await harness.start()
         yield harness
+        await harness.stop()
+
+
+async def test_a_capture_of_every_partition_asks_the_cluster_once(kafka_bootstrap: str, unique_source: str) -> None:
+    """A ``--subtask auto`` claim captures every partition of the readers topic: one
+    ListOffsets request for all of them (one per leader broker), not one a partition."""
+    harness = KafkaHarness(kafka_bootstrap, unique_source)
+    await harness.start()
+    try:
+        channel = harness.channel()
+        await channel.open(range(SUBTASKS))
+        assert isinstance(channel, KafkaControlChannel)
+        consumer = channel._require_consumer()
+        requests: list[int] = []
+        send = consumer._client.send
+
+        async def counting(node_id: int, request: Any, *args: Any, **kwargs: Any) -> Any:
+            # ListOffsets for the latest offsets (-1); the consumer's own position reset
+            # asks for the earliest (-2) meanwhile
+            asked = [ts for _, partitions in getattr(request, "_topics", []) for _, ts in partitions]
+            if type(request).__name__.startswith("OffsetRequest") and LATEST in asked:
+                requests.append(len(asked))
+            return await send(node_id, request, *args, **kwargs)
+
+        consumer._client.send = counting
+        for s in range(SUBTASKS):
+            await harness.to_reader(s, b"before")
+        await channel.capture(range(SUBTASKS))
+        assert requests == [SUBTASKS], requests
+        assert await channel.poll(300) == []  # every partition is at its end: nothing from before
+    finally:
         await harness.stop()

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
@@ -76,8 +76,9 @@ class ControlChannel(ABC):
         partition count."""
 
     @abstractmethod
-    async def capture(self, subtask: int) -> None:
-        """Move ``subtask``'s read position to the current end of its partition."""
+    async def capture(self, subtasks: Iterable[int]) -> None:
+        """Move each subtask's read position to the current end of its partition (one
+        request for all of them: a claim captures every partition)."""
 
     async def send(self, env: Envelope, wait: bool = True) -> bool:
         """Send ``env`` to the coordinator's inbox (keyed by its subtask). With ``wait``,

@@ -649,7 +649,7 @@ class ReaderHost:
     async def _register(self) -> None:
         """Capture the end offset first, then register, then consume from that offset."""
         session = self._session
-        await self.channel.capture(self.subtask)
+        await self.channel.capture([self.subtask])
         registration = session.begin_registration()
         log.info(
             "registering subtask %d of %s (incarnation %s, %d restored splits, checkpoint %s)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -114,17 +114,18 @@ class KafkaControlChannel(ControlChannel):
                 warned = True
                 await asyncio.sleep(2.0)
 
-    async def capture(self, subtask: int) -> None:
+    async def capture(self, subtasks: Iterable[int]) -> None:
         consumer = self._require_consumer()
-        tp = self._partitions[subtask]
+        tps = [self._partitions[s] for s in subtasks]
         while True:
             try:
-                end = (await consumer.end_offsets([tp]))[tp]
+                ends = await consumer.end_offsets(tps)
                 break
             except KafkaError as exc:
-                log.warning("cannot read the end offset of %s: %s; retrying", tp, exc)
+                log.warning("cannot read the end offsets of %s: %s; retrying", self.topics.readers, exc)
                 await asyncio.sleep(RETRY_S)
-        consumer.seek(tp, end)
+        for tp in tps:
+            consumer.seek(tp, ends[tp])
 
     async def _send(
         self,

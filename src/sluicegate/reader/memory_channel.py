@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sluicegate.protocol.topics import ControlTopics
@@ -86,8 +86,9 @@ class MemoryControlChannel(ControlChannel):
         self.contact()
         return {n: len(self.broker.topics[n]) for n in names}
 
-    async def capture(self, subtask: int) -> None:
-        self._positions[subtask] = len(self.broker.topics[self.topics.readers][subtask])
+    async def capture(self, subtasks: Iterable[int]) -> None:
+        for subtask in subtasks:
+            self._positions[subtask] = len(self.broker.topics[self.topics.readers][subtask])
 
     async def _send(
         self,

@@ -50,8 +50,7 @@ async def claim_slot(
     """Ask the coordinator of ``source`` for a subtask over ``channel`` (opened here, on
     every partition of the readers topic; the caller closes it). Raises NoFreeSlot."""
     partitions = await channel.open(range(MAX_SUBTASKS))
-    for subtask in range(partitions[channel.topics.readers]):
-        await channel.capture(subtask)
+    await channel.capture(range(partitions[channel.topics.readers]))
     incarnation = str(uuid.uuid4())
     request = envelope(
         SlotRequest(incarnation=incarnation, location=location, name=name),

@@ -420,7 +420,7 @@ class SparkReaderDriver:
                 continue
             if self._retry_at.get(s, 0.0) > now:
                 continue
-            await self.channel.capture(s)
+            await self.channel.capture([s])
             registration = protocol.begin_registration(exclusive=True)
             if not await self.channel.send(protocol.envelope(registration, _now_ms())):
                 await asyncio.sleep(1.0)
