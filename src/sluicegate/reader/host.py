@@ -737,9 +737,6 @@ class ReaderHost:
         again from there (and a failed one fails again)."""
         self._output_.discarded()
         self._failed_records.clear()
-        if self.split_states is not None:
-            self.split_states.discard()
-            self._states_loaded_for = None
 
     def _committed(self, plan: CheckpointPlan) -> None:
         session = self._session
@@ -789,6 +786,12 @@ class ReaderHost:
         txn = self._txn_
         await txn.abort()
         self._discarded()
+        if self.split_states is not None:
+            # the reader goes back to its last checkpoint: so do the states (an
+            # at-least-once output that only lost a checkpoint keeps reading on, and
+            # keeps its states with it)
+            self.split_states.discard()
+            self._states_loaded_for = None
         last = session.last_checkpoint
         if last is not None and txn.state is not TxnState.FENCED:
             # Writing the last checkpoint again in a transaction proves this process still
