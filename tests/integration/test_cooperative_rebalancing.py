@@ -232,6 +232,63 @@ def test_kafka_partitions_move_to_their_own_slots_as_readers_join_and_are_copied
     assert set(summary.released_by_reason) == {"returned", "left"} and summary.splits_owned == 0
 
 
+SLOW_CHECKPOINTS = ("--checkpoint-interval-ms", "4000", "--heartbeat-interval-ms", "300")
+"""Readers that answer a ReleaseRequest only at their next checkpoint, seconds later."""
+
+
+def test_a_rebalance_cut_by_a_coordinator_kill_is_completed_by_its_successor(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    """Readers 0 and 1 own the 8 partitions and checkpoint every 4 s, so they answer a
+    ReleaseRequest seconds after it came. Readers 2 and 3 join, and the coordinator is
+    SIGKILLed as soon as its first ReleaseRequest is on the readers topic: the rebalance
+    was asked for and not answered. A successor restores what was asked and completes it:
+    each partition ends at its own slot, no split owned twice or left unowned (the
+    audit), OUT holds every input record once."""
+    source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
+    create_topic(kafka_bootstrap, data, KAFKA_PARTITIONS)
+    create_topic(kafka_bootstrap, out, 4)
+    writer = DataWriter(kafka_bootstrap, data, KAFKA_PARTITIONS)
+    writer.produce(200)
+    writer.flush()
+    options = kafka_options(kafka_bootstrap, topics=data, assignment_grace_ms=str(GRACE_MS))
+    coordinator = start_coordinator(procs, source, 4, options)
+    background = BackgroundWriter(writer)
+    output = OutputReader(kafka_bootstrap, out)
+    try:
+        readers = [start_reader(procs, source, k, options, out, *SLOW_CHECKPOINTS) for k in (0, 1)]
+        assert wait_owned(kafka_bootstrap, source, {0: 4, 1: 4}, readers) == {0, 1}
+        readers += [start_reader(procs, source, k, options, out) for k in (2, 3)]
+        deadline = time.monotonic() + SETTLE_S
+        while not of_type(kafka_readers_messages(kafka_bootstrap, source), "ReleaseRequest"):
+            assert time.monotonic() < deadline, "no ReleaseRequest after readers 2 and 3 joined"
+            time.sleep(0.1)
+        coordinator.kill()
+        first_epoch_releases = of_type(kafka_readers_messages(kafka_bootstrap, source), "SplitsReleased")
+        assert not [m for m in first_epoch_releases if m["body"]["reason"] == "returned"], "answered before the kill"
+        start_coordinator(procs, source, 4, options)
+        homes = {f"{data}-{p}": hash_owner(data, p, 4) for p in range(KAFKA_PARTITIONS)}
+        wait_owned(kafka_bootstrap, source, Counter(homes.values()), readers)
+        expected = background.stop()
+        output.wait_for(len(expected), 60, readers, "(waiting for the copy to catch up)")
+        time.sleep(1.0)  # a late duplicate would show
+        check_exactly_once(output.read_all(), expected)
+    finally:
+        output.close()
+        background.stop()
+    for reader in readers:
+        assert reader.returncode is None, reader.tail()
+        reader.request_stop()
+    assert [reader.wait(30) for reader in readers] == [0] * 4, procs.describe()
+    messages = kafka_readers_messages(kafka_bootstrap, source)
+    last_owner = {sid: m["subtask"] for m in of_type(messages, "AddSplits") for sid in split_ids(m)}
+    assert last_owner == homes, "each partition ends at its own slot"
+    returned = [m for m in of_type(messages, "SplitsReleased") if m["body"]["reason"] == "returned"]
+    assert returned and all(m["epoch"] >= 2 for m in returned), "the successor took the splits back"
+    summary = audit_ok(kafka_bootstrap, source)
+    assert summary.splits_owned == 0 and len(summary.epochs) >= 2
+
+
 def wait_owned(bootstrap: str, source: str, expected: Mapping[int, int], readers: Iterable[Proc]) -> set[int]:
     """Poll (synchronously) until each subtask owns as many splits as ``expected`` says."""
     deadline = time.monotonic() + SETTLE_S
