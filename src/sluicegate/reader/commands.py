@@ -90,6 +90,16 @@ def reader_command(
     heartbeat_interval_ms: Annotated[
         int, typer.Option("--heartbeat-interval-ms", help="Heartbeat every N ms.")
     ] = HEARTBEAT_INTERVAL_MS,
+    transaction_timeout_ms: Annotated[
+        int | None,
+        typer.Option(
+            "--transaction-timeout-ms",
+            help="The checkpoint transaction's timeout: how long a broker keeps the transaction of a reader "
+            "that died mid-checkpoint open (holding read_committed consumers of its outputs back), and "
+            "how long a broker outage the open transaction survives. At least 3 checkpoint intervals "
+            "[default: that or 60000, whichever is longer].",
+        ),
+    ] = None,
     max_batch: Annotated[int, typer.Option("--max-batch", help="Most records read in one batch.")] = 10_000,
     exit_when_finished: Annotated[
         bool,
@@ -190,6 +200,7 @@ def reader_command(
             namespace=namespace,
             checkpoint_interval_ms=checkpoint_interval_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
+            transaction_timeout_ms=transaction_timeout_ms,
             max_batch=max_batch,
             exit_when_finished=exit_when_finished,
             session_timeout_ms=session_timeout_ms,

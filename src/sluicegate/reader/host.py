@@ -99,6 +99,12 @@ EXIT_DUPLICATE = 3
 one again would not help, so a supervisor can tell it from a failure."""
 MAX_PRODUCER_FENCES_PER_MINUTE = 5
 """Taking the transactional id back more often than this means a fight: give up."""
+MIN_DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+"""By default at least a minute: an open checkpoint transaction survives a broker outage that
+long (and a reader that died mid-checkpoint holds read_committed consumers of its outputs
+back as long)."""
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
+"""The broker's default ``transaction.max.timeout.ms``: a longer one is refused by it."""
 SUPERSEDED_WAIT_POLLS = 10
 """Control polls (of 2 x IDLE_POLL_MS) a fenced producer waits for the coordinator's word."""
 
@@ -117,6 +123,10 @@ class ReaderSettings:
     namespace: str = "sluicegate"
     checkpoint_interval_ms: int = 2_000
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
+    transaction_timeout_ms: int | None = None
+    """The checkpoint transaction's ``transaction.timeout.ms``, at least three checkpoint
+    intervals (a transaction spans one; a slow one must not be aborted under it). None:
+    that or a minute, whichever is longer (``txn_timeout_ms``)."""
     max_batch: int = 10_000
     exit_when_finished: bool = True
     session_timeout_ms: int = SESSION_TIMEOUT_MS
@@ -165,6 +175,13 @@ class ReaderSettings:
         elif self.name is not None and not self.name.strip():
             raise ConfigError("--name", "must not be empty")
         checked_int("--checkpoint-interval-ms", self.checkpoint_interval_ms, 10)
+        if self.transaction_timeout_ms is not None:
+            checked_int(
+                "--transaction-timeout-ms",
+                self.transaction_timeout_ms,
+                max(1_000, 3 * self.checkpoint_interval_ms),
+                MAX_TRANSACTION_TIMEOUT_MS,
+            )
         checked_int("--max-batch", self.max_batch, 1)
         checked_int("--split-idle-timeout-ms", self.split_idle_timeout_ms, 0)
         checked_port("--metrics-port", self.metrics_port)
@@ -175,6 +192,13 @@ class ReaderSettings:
         checked_int(RETRIES_SETTING, self.process_retries, 0)
         if self.process is not None:
             check_output_takes_a_function(self.output)
+
+    @property
+    def txn_timeout_ms(self) -> int:
+        """The checkpoint transaction's timeout, as given or by default."""
+        if self.transaction_timeout_ms is not None:
+            return self.transaction_timeout_ms
+        return min(MAX_TRANSACTION_TIMEOUT_MS, max(MIN_DEFAULT_TRANSACTION_TIMEOUT_MS, 3 * self.checkpoint_interval_ms))
 
     @property
     def error_handling(self) -> ErrorHandling:
@@ -845,7 +869,7 @@ class ReaderHost:
         return transactional_producer(
             s.bootstrap_servers,
             s.transactional_id,
-            transaction_timeout_ms=min(900_000, max(60_000, 3 * s.checkpoint_interval_ms)),
+            transaction_timeout_ms=s.txn_timeout_ms,
         )
 
     @property
