@@ -2,7 +2,7 @@
 """Scale: many readers on the I/O-free core, and a source of 1,000,000 splits over Kafka.
 
     .venv/bin/python benchmarks/scale.py      # core: 10,000 readers; Kafka: 1,000,000 splits / 64 readers
-    .venv/bin/python benchmarks/scale.py --readers 1000 3000 --skip-kafka
+    .venv/bin/python benchmarks/scale.py --readers 1000 3000 --skip-kafka --assigners sticky
     .venv/bin/python benchmarks/scale.py --skip-core --splits 1000000 --kafka-readers 64 \
         --bootstrap-servers 127.0.0.1:9092
 
@@ -50,6 +50,7 @@ TARGET_ROUND_MS = 50.0
 
 @dataclass(frozen=True)
 class CoreFigures:
+    assigner: str
     readers: int
     register_s: float
     register_cpu_s: float
@@ -61,8 +62,10 @@ class CoreFigures:
 class CoreDriver:
     """The core of one source with ``readers`` subtasks, fed envelopes directly."""
 
-    def __init__(self, readers: int) -> None:
-        source = SequenceSource.from_options({"splits": str(readers), "records_per_split": "1000"})
+    def __init__(self, readers: int, assigner: str = "fair_share") -> None:
+        source = SequenceSource.from_options(
+            {"splits": str(readers), "records_per_split": "1000", "assigner": assigner}
+        )
         self.config = CoordinatorConfig(source=SOURCE, max_parallelism=readers)
         self.core: CoordinatorCore[object] = CoordinatorCore(source, self.config, epoch=1)
         self.readers = readers
@@ -117,8 +120,8 @@ class CoreDriver:
         return elapsed, cpu, sum(isinstance(env.body, WatermarkAnnouncement) for env in out)
 
 
-def run_core(readers: int, rounds: int) -> CoreFigures:
-    driver = CoreDriver(readers)
+def run_core(readers: int, rounds: int, assigner: str) -> CoreFigures:
+    driver = CoreDriver(readers, assigner)
     gc.freeze()
     register_s, register_cpu_s = driver.register_all()
     round_ms: list[float] = []
@@ -130,7 +133,7 @@ def run_core(readers: int, rounds: int) -> CoreFigures:
         round_cpu_ms.append(cpu * 1000)
         announcements.append(count)
     gc.unfreeze()
-    return CoreFigures(readers, register_s, register_cpu_s, round_ms, round_cpu_ms, announcements)
+    return CoreFigures(assigner, readers, register_s, register_cpu_s, round_ms, round_cpu_ms, announcements)
 
 
 def _median(values: list[float]) -> float:
@@ -139,17 +142,17 @@ def _median(values: list[float]) -> float:
 
 def print_core(figures: list[CoreFigures]) -> None:
     print("core only (CoordinatorCore, sequence source, one split per reader; wall / CPU of this process)")
-    header = ("readers", "register s", "round ms, median", "round ms, max", "announcements/round")
-    print(f"{header[0]:>8} {header[1]:>14} {header[2]:>18} {header[3]:>14} {header[4]:>20}")
+    header = ("assigner", "readers", "register s", "round ms, median", "round ms, max", "announcements/round")
+    print(f"{header[0]:>10} {header[1]:>8} {header[2]:>14} {header[3]:>18} {header[4]:>14} {header[5]:>20}")
     for f in figures:
         print(
-            f"{f.readers:>8,} {f.register_s:>6.2f} / {f.register_cpu_s:<5.2f} "
+            f"{f.assigner:>10} {f.readers:>8,} {f.register_s:>6.2f} / {f.register_cpu_s:<5.2f} "
             f"{_median(f.round_ms):>8.1f} / {_median(f.round_cpu_ms):<7.1f} {max(f.round_ms):>14.1f} "
             f"{max(f.announcements):>20,}"
         )
     for f in figures:
         print(
-            f"targets at {f.readers:,} readers (CPU): register <= {TARGET_REGISTER_S} s "
+            f"targets for {f.assigner} at {f.readers:,} readers (CPU): register <= {TARGET_REGISTER_S} s "
             f"{'met' if f.register_cpu_s <= TARGET_REGISTER_S else 'NOT met'}; round <= {TARGET_ROUND_MS:.0f} ms "
             f"{'met' if _median(f.round_cpu_ms) <= TARGET_ROUND_MS else 'NOT met'}; "
             f"<= 1 announcement per reader per interval "
@@ -161,6 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--readers", type=int, nargs="+", default=[10_000], help="core phases: reader counts")
     parser.add_argument("--rounds", type=int, default=5, help="core phases: watermark rounds")
+    parser.add_argument(
+        "--assigners",
+        default="fair_share,sticky,round_robin",
+        help="core phases: the sequence source's assigners, each measured on its own",
+    )
     parser.add_argument("--skip-core", action="store_true")
     parser.add_argument("--skip-kafka", action="store_true")
     parser.add_argument("--splits", type=int, default=1_000_000, help="Kafka phases: splits of the source")
@@ -171,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # the core logs every registration at INFO
     ok = True
     if not args.skip_core:
-        print_core([run_core(n, args.rounds) for n in args.readers])
+        assigners = [a.strip() for a in args.assigners.split(",") if a.strip()]
+        print_core([run_core(n, args.rounds, a) for a in assigners for n in args.readers])
     if not args.skip_kafka:
         from scale_kafka import run_kafka  # benchmarks/ is on sys.path when run as a script
 

@@ -29,7 +29,7 @@ from sluicegate.api.assigners import (
     assigner_from_options,
 )
 from sluicegate.api.distributor import SplitDistributor
-from sluicegate.api.enumerator import AsyncCallHandle, EnumeratorMetrics, SplitsAssignment
+from sluicegate.api.enumerator import AsyncCallHandle, EnumeratorMetrics, ReaderLoads, SplitsAssignment
 
 GRACE = 2_000
 T0 = 1_000_000
@@ -419,16 +419,30 @@ ops = st.lists(
 )
 
 
+class TrackedLoads(ReaderLoads):
+    """Live loads that name the subtasks changed since the last round, as the coordinator's
+    do (an assigner may look only at those)."""
+
+    def __init__(self, loads: Mapping[int, int], before: Mapping[int, int]) -> None:
+        super().__init__(loads)
+        self._changed = [s for s in sorted(set(loads) | set(before)) if loads.get(s) != before.get(s)]
+
+    def touched(self) -> list[int]:
+        return self._changed
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from([*sorted(STRATEGIES), "sticky-crc32"]),
     grace=st.sampled_from([0, 1, 1000]),
     parallelism=st.integers(1, 6),
     script=ops,
+    tracked=st.booleans(),
 )
 def test_random_rounds_assign_each_split_once_to_a_live_reader_and_leave_none_overdue(
-    name: str, grace: int, parallelism: int, script: list[Op]
+    name: str, grace: int, parallelism: int, script: list[Op], tracked: bool
 ) -> None:
+    """``tracked``: the live loads name only what changed since the last round."""
     assigner = StickyHashAssigner(grace) if name == "sticky-crc32" else STRATEGIES[name](grace)
     owner_based = name != "fair_share"
     now = T0
@@ -438,6 +452,7 @@ def test_random_rounds_assign_each_split_once_to_a_live_reader_and_leave_none_ov
     finished: set[str] = set()
     removed: set[str] = set()
     next_id = 0
+    live_before: dict[int, int] = {}
 
     def owned_by(subtask: int) -> list[str]:
         return sorted(sid for sid, s in owned.items() if s == subtask)
@@ -474,7 +489,8 @@ def test_random_rounds_assign_each_split_once_to_a_live_reader_and_leave_none_ov
             live = {s: len(owned_by(s)) for s in sorted(live_set)}
             requester = min(live) if ask and live else None
             deadline_before = assigner.next_deadline_ms()
-            rnd = AssignmentRound(parallelism, live, len(owned), now, requester)
+            loads: Mapping[int, int] = TrackedLoads(live, live_before) if tracked else live
+            rnd = AssignmentRound(parallelism, loads, len(owned), now, requester)
             got = assigner.assign(rnd)
 
             given = [s.split_id for batch in got.values() for s in batch]
@@ -486,6 +502,7 @@ def test_random_rounds_assign_each_split_once_to_a_live_reader_and_leave_none_ov
                 for split in batch:
                     assert split is pending.pop(split.split_id)
                     owned[split.split_id] = subtask
+            live_before = {s: len(owned_by(s)) for s in live}  # what the next round changes from
 
             if live:
                 # nothing is left overdue while a reader is live

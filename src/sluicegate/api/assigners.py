@@ -45,11 +45,12 @@ Pure: no I/O and no clock of its own; the caller passes ``now_ms``.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic
 
@@ -214,22 +215,108 @@ class SplitAssigner(ABC, Generic[SplitT]):
 
 class _OwnerAssigner(SplitAssigner[SplitT]):
     """Each split has an owner slot; it waits for that slot's reader up to the grace
-    delay, then goes to the live reader that owns the fewest."""
+    delay, then goes to the live reader that owns the fewest.
+
+    A round costs what changed, not what is pending or live: the pending splits are kept
+    by owner slot, so a reader that registers takes its own slot's splits (the live
+    mapping's ``touched`` names it) and a new split whose owner is live goes there at
+    once; only splits past their grace delay, the oldest first, are looked at one by one
+    (they are the ones that go out)."""
+
+    def __init__(self, grace_ms: int = DEFAULT_GRACE_MS) -> None:
+        super().__init__(grace_ms)
+        self._by_owner: dict[int, dict[str, None]] = {}
+        """Owner slot -> its pending split ids, in the order they came."""
+        self._owner_of: dict[str, int] = {}
+        self._unplaced: list[str] = []
+        """Ids added since the last round, not yet filed under their owner."""
+        self._parallelism: int | None = None
+        """The parallelism the owners were computed for."""
+
+    def _on_added(self, split: SplitT) -> None:
+        self._unplaced.append(split.split_id)
 
     def assign(self, round_: AssignmentRound) -> dict[int, list[SplitT]]:
-        owned = dict(round_.live)
+        live = round_.live
         out: dict[int, list[SplitT]] = {}
-        for split_id, split in list(self._pending.items()):
-            subtask: int | None = self.owner(split, round_.parallelism)
-            if subtask not in owned:
-                overdue = owned and self._overdue(split_id, round_.now_ms)
-                subtask = min(owned, key=lambda s: (owned[s], s)) if overdue else None
-            if subtask is None:
-                continue
-            out.setdefault(subtask, []).append(self._take(split_id))
-            owned[subtask] += 1
+        touched: Iterable[int] = live.touched() if isinstance(live, ReaderLoads) else list(live)
+        if round_.parallelism != self._parallelism:
+            self._refile(round_.parallelism)  # every owner changed: every slot is looked at
+            touched = list(live)
+        for split_id in self._unplaced:
+            if split_id in self._pending:
+                owner = self._file(split_id, round_.parallelism)
+                if owner in live:  # new, or back: its reader is there
+                    out.setdefault(owner, []).append(self._take(split_id))
+        self._unplaced.clear()
+        for subtask in touched:
+            if subtask in self._by_owner and subtask in live:
+                out.setdefault(subtask, []).extend(self._take(sid) for sid in list(self._by_owner[subtask]))
+        if live and self._any_overdue(round_.now_ms):
+            self._assign_overdue(round_, out)
         self._wait_rest(round_.now_ms)
         return out
+
+    def _assign_overdue(self, round_: AssignmentRound, out: dict[int, list[SplitT]]) -> None:
+        """The splits past their grace delay (oldest first), each to its owner if live, else
+        to the live reader that owns the fewest, counting what this round gave."""
+        live = round_.live
+        overdue: list[str]
+        if self.grace_ms == 0:
+            overdue = list(self._pending)  # no delay: every pending split, just added ones too
+        else:  # oldest first: the scan stops at the first split still in its grace delay
+            deadline = round_.now_ms - self.grace_ms
+            waited = itertools.takewhile(lambda w: w[1] <= deadline, self._waiting_since.items())
+            overdue = [split_id for split_id, _ in waited]
+        if not overdue:
+            return
+        heap = [(live[s] + len(out.get(s, ())), s) for s in live]
+        heapq.heapify(heap)
+        for split_id in overdue:
+            owner = self._owner_of[split_id]
+            if owner in live:
+                out.setdefault(owner, []).append(self._take(split_id))
+                continue
+            load, subtask = heapq.heappop(heap)
+            out.setdefault(subtask, []).append(self._take(split_id))
+            heapq.heappush(heap, (load + 1, subtask))
+
+    def _file(self, split_id: str, parallelism: int) -> int:
+        """File a pending split under its owner slot; returns the owner."""
+        owner = self.owner(self._pending[split_id], parallelism)
+        old = self._owner_of.get(split_id)
+        if old is not None and old != owner:
+            self._by_owner[old].pop(split_id, None)
+        self._owner_of[split_id] = owner
+        self._by_owner.setdefault(owner, {})[split_id] = None
+        return owner
+
+    def _refile(self, parallelism: int) -> None:
+        self._parallelism = parallelism
+        self._by_owner.clear()
+        self._owner_of.clear()
+        for split_id in self._pending:
+            self._file(split_id, parallelism)
+
+    def _take(self, split_id: str) -> SplitT:
+        owner = self._owner_of.pop(split_id, None)
+        if owner is not None:
+            bucket = self._by_owner[owner]
+            del bucket[split_id]
+            if not bucket:
+                del self._by_owner[owner]
+        return super()._take(split_id)
+
+    def remove(self, split_ids: Sequence[str]) -> list[SplitT]:
+        removed = super().remove(split_ids)
+        for split in removed:
+            owner = self._owner_of.pop(split.split_id, None)
+            if owner is not None:
+                bucket = self._by_owner[owner]
+                bucket.pop(split.split_id, None)
+                if not bucket:
+                    del self._by_owner[owner]
+        return removed
 
     @abstractmethod
     def owner(self, split: SplitT, parallelism: int) -> int: ...
@@ -301,6 +388,7 @@ class RoundRobinAssigner(_OwnerAssigner[SplitT]):
 
     def _on_added(self, split: SplitT) -> None:
         self._turns.setdefault(split.split_id, len(self._turns))
+        super()._on_added(split)
 
     def owner(self, split: SplitT, parallelism: int) -> int:
         return self._turns[split.split_id] % parallelism

@@ -76,7 +76,7 @@ class SplitDistributor(Generic[SplitT]):
 
     def _assign_now(self, requester: int | None = None) -> int:
         loads = self.context.reader_loads()
-        planned = self._take_planned(set(loads))
+        planned = self._take_planned(loads)
         # Splits on their way to a planned receiver count as its own already (the common
         # case has none: the coordinator's ordered loads are used as they are).
         live: Mapping[int, int] = (
@@ -98,12 +98,15 @@ class SplitDistributor(Generic[SplitT]):
             # With no live reader nothing can go out before one registers, and add_reader
             # distributes; a timer now would find its deadline past and re-arm every 1 ms.
             self._arm_timer(round_.now_ms)
-        if requester is None and not self.assigner.pending:
+        if requester is None and not len(self.assigner):
             self.rebalance()
         return sum(len(v) for v in assignment.values())
 
-    def _take_planned(self, live: set[int]) -> dict[int, list[SplitT]]:
-        """The returned splits that a plan gives to a reader that is still live."""
+    def _take_planned(self, live: Mapping[int, int]) -> dict[int, list[SplitT]]:
+        """The returned splits that a plan gives to a reader that is still live (no plan,
+        the common case, costs nothing: a round must not cost what is live)."""
+        if not self._planned:
+            return {}
         returned = [sid for sid in self._planned if sid in self.assigner]
         if not returned:
             return {}
@@ -118,7 +121,7 @@ class SplitDistributor(Generic[SplitT]):
         """Ask owners for the splits the assigner's plan moves; returns how many were
         asked for. Only with nothing pending: pending splits are placed first, and a split
         waiting for its slot's grace delay must not be overtaken by a move."""
-        if not self._rebalance or self.assigner.pending:
+        if not self._rebalance or len(self.assigner):
             return 0
         readers = self.context.registered_readers()
         if len(readers) < 2 or not self._settled(frozenset(readers)):

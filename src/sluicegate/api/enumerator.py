@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -45,6 +45,12 @@ class ReaderLoads(Mapping[int, int]):
     def fewest_first(self) -> Iterator[int]:
         """The subtasks in (owned, subtask) order."""
         return iter(sorted(self._loads, key=lambda s: (self._loads[s], s)))
+
+    def touched(self) -> Iterable[int]:
+        """The subtasks whose liveness or load may have changed since the last round: an
+        assigner that only needs to look at those costs what changed, not what is live.
+        This one knows no history: every subtask it holds."""
+        return list(self._loads)
 
 
 @dataclass

@@ -18,7 +18,7 @@ import logging
 import threading
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
@@ -1006,6 +1006,11 @@ class _LiveLoads(ReaderLoads):
     def fewest_first(self) -> Iterator[int]:
         self._refresh()
         return (s for _, s in self._order)
+
+    def touched(self) -> Iterable[int]:
+        """The slots the current step touched: every registration, departure and change
+        of ownership touches its slot, and each step that may change them ends in a round."""
+        return list(self.stale)
 
 
 class _LiveReaders(Mapping[int, ReaderInfo[SplitT]]):
