@@ -140,8 +140,12 @@ def test_a_topic_is_copied_exactly_once_through_reader_kills(
             registered[int(proc.name.split("-")[1])] += len(proc.lines_with("registered as attempt"))
     assert {s.subtask: s.attempts for s in summary.subtasks} == dict(registered)
     assert sum(registered.values()) >= READERS + KILLS, "every victim had registered; each restart did"
-    restored = [p.name for p in procs.procs if p.lines_with("restored splits to the coordinator")]
-    print(f"attempts per subtask {dict(registered)}; {len(restored)} restarts reported restored splits")
+    # A restart restores its subtask's last checkpoint; whether that still holds splits to
+    # report (FLIP-537, test_kafka_recovery.py) depends on how far the victim had read, and
+    # whether the coordinator keeps them on how long the restart took (a loaded machine
+    # restarts past the session timeout): neither is this test's to fix.
+    restored = [p.name for p in procs.procs if p.lines_with("restored checkpoint")]
+    print(f"attempts per subtask {dict(registered)}; {len(restored)} restarts restored a checkpoint")
     assert restored, "no restarted reader restored a checkpoint"
 
 
