@@ -45,7 +45,7 @@ lint: install  ## ruff, mypy --strict, and the import contracts of .importlinter
 	$(BIN)/lint-imports
 
 test: lint kafka
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=10
 
 unit: install  ## the tests that need no Kafka, no JVM: seconds
 	$(BIN)/pytest -q -m "not kafka" tests/unit tests/contract/test_memory_channel.py tests/contract/test_memory_log.py
