@@ -27,18 +27,16 @@ from typing import Any
 
 import pytest
 from kafka_data import (
-    BackgroundWriter,
-    DataWriter,
+    LiveCopy,
     OutputReader,
     audit_ok,
-    check_exactly_once,
     create_topic,
     hash_owner,
-    kafka_options,
     of_type,
     split_ids,
     start_coordinator,
     start_reader,
+    stop_readers,
 )
 from kafka_data import readers_messages as kafka_readers_messages
 from processes import Proc, ProcessGroup, read_topic, readers_messages
@@ -193,33 +191,20 @@ def test_kafka_partitions_move_to_their_own_slots_as_readers_join_and_are_copied
     after the grace delay; readers 2 and 3 join and the partitions of their slots move
     to them (the old owners drop them with ``KafkaSourceReader.remove_splits``). OUT
     holds every input record once."""
-    source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
-    create_topic(kafka_bootstrap, data, KAFKA_PARTITIONS)
-    create_topic(kafka_bootstrap, out, 4)
-    writer = DataWriter(kafka_bootstrap, data, KAFKA_PARTITIONS)
-    writer.produce(200)
-    writer.flush()
-    options = kafka_options(kafka_bootstrap, topics=data, assignment_grace_ms=str(GRACE_MS))
-    start_coordinator(procs, source, 4, options)
-    background = BackgroundWriter(writer)
-    output = OutputReader(kafka_bootstrap, out)
+    source = unique_source
+    copy = LiveCopy(procs, kafka_bootstrap, source, slots=4, partitions=KAFKA_PARTITIONS, grace_ms=GRACE_MS)
+    data, out, options = copy.data, copy.out, copy.options
     try:
         readers = [start_reader(procs, source, k, options, out) for k in (0, 1)]
         homes = {f"{data}-{p}": hash_owner(data, p, 4) for p in range(KAFKA_PARTITIONS)}
         assert wait_owned(kafka_bootstrap, source, {0: 4, 1: 4}, readers) == {0, 1}
         readers += [start_reader(procs, source, k, options, out) for k in (2, 3)]
         wait_owned(kafka_bootstrap, source, Counter(homes.values()), readers)
-        expected = background.stop()
-        output.wait_for(len(expected), 60, readers, "(waiting for the copy to catch up)")
-        time.sleep(1.0)  # a late duplicate would show
-        check_exactly_once(output.read_all(), expected)
+        copy.finish(readers)
     finally:
-        output.close()
-        background.stop()
-    for reader in readers:
-        assert reader.returncode is None and not reader.lines_with("fenced"), reader.tail()
-        reader.request_stop()
-    assert [reader.wait(30) for reader in readers] == [0] * 4, procs.describe()
+        copy.close()
+    assert not [r.name for r in readers if r.lines_with("fenced")], procs.describe()
+    stop_readers(readers, procs)
     messages = kafka_readers_messages(kafka_bootstrap, source)
     last_owner = {sid: m["subtask"] for m in of_type(messages, "AddSplits") for sid in split_ids(m)}
     assert last_owner == homes, "each partition ends at its own slot"
@@ -245,16 +230,9 @@ def test_a_rebalance_cut_by_a_coordinator_kill_is_completed_by_its_successor(
     was asked for and not answered. A successor restores what was asked and completes it:
     each partition ends at its own slot, no split owned twice or left unowned (the
     audit), OUT holds every input record once."""
-    source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
-    create_topic(kafka_bootstrap, data, KAFKA_PARTITIONS)
-    create_topic(kafka_bootstrap, out, 4)
-    writer = DataWriter(kafka_bootstrap, data, KAFKA_PARTITIONS)
-    writer.produce(200)
-    writer.flush()
-    options = kafka_options(kafka_bootstrap, topics=data, assignment_grace_ms=str(GRACE_MS))
-    coordinator = start_coordinator(procs, source, 4, options)
-    background = BackgroundWriter(writer)
-    output = OutputReader(kafka_bootstrap, out)
+    source = unique_source
+    copy = LiveCopy(procs, kafka_bootstrap, source, slots=4, partitions=KAFKA_PARTITIONS, grace_ms=GRACE_MS)
+    data, out, options = copy.data, copy.out, copy.options
     try:
         readers = [start_reader(procs, source, k, options, out, *SLOW_CHECKPOINTS) for k in (0, 1)]
         assert wait_owned(kafka_bootstrap, source, {0: 4, 1: 4}, readers) == {0, 1}
@@ -263,23 +241,16 @@ def test_a_rebalance_cut_by_a_coordinator_kill_is_completed_by_its_successor(
         while not of_type(kafka_readers_messages(kafka_bootstrap, source), "ReleaseRequest"):
             assert time.monotonic() < deadline, "no ReleaseRequest after readers 2 and 3 joined"
             time.sleep(0.1)
-        coordinator.kill()
+        copy.coordinator.kill()
         first_epoch_releases = of_type(kafka_readers_messages(kafka_bootstrap, source), "SplitsReleased")
         assert not [m for m in first_epoch_releases if m["body"]["reason"] == "returned"], "answered before the kill"
         start_coordinator(procs, source, 4, options)
         homes = {f"{data}-{p}": hash_owner(data, p, 4) for p in range(KAFKA_PARTITIONS)}
         wait_owned(kafka_bootstrap, source, Counter(homes.values()), readers)
-        expected = background.stop()
-        output.wait_for(len(expected), 60, readers, "(waiting for the copy to catch up)")
-        time.sleep(1.0)  # a late duplicate would show
-        check_exactly_once(output.read_all(), expected)
+        copy.finish(readers)
     finally:
-        output.close()
-        background.stop()
-    for reader in readers:
-        assert reader.returncode is None, reader.tail()
-        reader.request_stop()
-    assert [reader.wait(30) for reader in readers] == [0] * 4, procs.describe()
+        copy.close()
+    stop_readers(readers, procs)
     messages = kafka_readers_messages(kafka_bootstrap, source)
     last_owner = {sid: m["subtask"] for m in of_type(messages, "AddSplits") for sid in split_ids(m)}
     assert last_owner == homes, "each partition ends at its own slot"

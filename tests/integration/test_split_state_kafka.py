@@ -19,16 +19,14 @@ from typing import Any
 
 import pytest
 from kafka_data import (
-    BackgroundWriter,
-    DataWriter,
-    OutputReader,
+    LiveCopy,
     audit_ok,
-    check_exactly_once,
     create_topic,
     hash_owner,
     kafka_options,
     start_coordinator,
     start_reader,
+    stop_readers,
 )
 from processes import ProcessGroup
 from test_cooperative_rebalancing import GRACE_MS, KAFKA_PARTITIONS, owned_by_subtask, wait_owned
@@ -70,16 +68,9 @@ def test_a_stateful_copy_is_exact_through_kills_and_readers_joining_and_leaving(
 
     OUT holds the function of every input record exactly once, every count is right, and
     the audit is clean."""
-    source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
-    create_topic(kafka_bootstrap, data, KAFKA_PARTITIONS)
-    create_topic(kafka_bootstrap, out, 4)
-    writer = DataWriter(kafka_bootstrap, data, KAFKA_PARTITIONS)
-    writer.produce(200)
-    writer.flush()
-    options = kafka_options(kafka_bootstrap, topics=data, assignment_grace_ms=str(GRACE_MS))
-    coordinator = start_coordinator(procs, source, SLOTS, options)
-    background = BackgroundWriter(writer)
-    output = OutputReader(kafka_bootstrap, out)
+    source = unique_source
+    copy = LiveCopy(procs, kafka_bootstrap, source, slots=SLOTS, partitions=KAFKA_PARTITIONS, grace_ms=GRACE_MS)
+    data, out, options, output = copy.data, copy.out, copy.options, copy.output
 
     def copy_goes_on(what: str) -> None:
         output.wait_for(len(output.rows) + KAFKA_PARTITIONS * 200, 60, list(readers.values()), f"({what})")
@@ -94,8 +85,8 @@ def test_a_stateful_copy_is_exact_through_kills_and_readers_joining_and_leaving(
         readers[1].wait_for_log("registered as attempt", timeout_s=60)
         copy_goes_on("after the reader's kill")
 
-        coordinator.kill()
-        coordinator = start_coordinator(procs, source, SLOTS, options)
+        copy.coordinator.kill()
+        start_coordinator(procs, source, SLOTS, options)
         copy_goes_on("after the coordinator's kill")
 
         readers.update({k: start_reader(procs, source, k, options, out, process=FUNCTION) for k in (2, 3)})
@@ -109,20 +100,12 @@ def test_a_stateful_copy_is_exact_through_kills_and_readers_joining_and_leaving(
         wait_for_every_split_owned(kafka_bootstrap, source, set(readers))
         copy_goes_on("after reader 0 left")
 
-        expected = background.stop()
-        output.wait_for(len(expected), 60, list(readers.values()), "(waiting for the copy to catch up)")
-        time.sleep(1.0)  # a late duplicate would show
-        rows = output.read_all()
+        rows = copy.finish(list(readers.values()))
     finally:
-        output.close()
-        background.stop()
-    check_exactly_once(rows, expected)
+        copy.close()
     check_counts(rows)
     assert {hash_owner(data, p, SLOTS) for p in range(KAFKA_PARTITIONS)} & {2, 3}, "nothing moved to 2 or 3"
-    for reader in readers.values():
-        assert reader.returncode is None, reader.tail()
-        reader.request_stop()
-    assert [reader.wait(30) for reader in readers.values()] == [0] * 3, procs.describe()
+    stop_readers(list(readers.values()), procs)
     summary = audit_ok(kafka_bootstrap, source)
     assert len(summary.epochs) >= 2, f"the second coordinator served at a new epoch: {summary.epochs}"
 

@@ -413,3 +413,46 @@ PARTITIONS = 8
 RECORDS = 200_000
 READERS = 4
 KILLS = 5
+
+
+class LiveCopy:
+    """A topic that a producer writes all along (``partitions`` partitions, 200 records
+    each first), a coordinator of ``slots`` subtasks for a kafka source over it (its
+    assigner's grace delay ``grace_ms``), and OUT (4 partitions), read as readers copy
+    into it. ``finish`` checks the copy; ``close`` in a ``finally``."""
+
+    def __init__(
+        self, procs: ProcessGroup, bootstrap: str, source: str, *, slots: int, partitions: int, grace_ms: int
+    ) -> None:
+        self.data, self.out = f"{source}.in", f"{source}.out"
+        create_topic(bootstrap, self.data, partitions)
+        create_topic(bootstrap, self.out, 4)
+        writer = DataWriter(bootstrap, self.data, partitions)
+        writer.produce(200)
+        writer.flush()
+        self.options = kafka_options(bootstrap, topics=self.data, assignment_grace_ms=str(grace_ms))
+        self.coordinator = start_coordinator(procs, source, slots, self.options)
+        self.background = BackgroundWriter(writer)
+        self.output = OutputReader(bootstrap, self.out)
+
+    def finish(self, readers: Sequence[Proc]) -> list[dict[str, Any]]:
+        """Stop the producer; once OUT caught up, it holds every input record exactly
+        once (checked): its rows."""
+        expected = self.background.stop()
+        self.output.wait_for(len(expected), 60, readers, "(waiting for the copy to catch up)")
+        time.sleep(1.0)  # a late duplicate would show
+        rows = self.output.read_all()
+        check_exactly_once(rows, expected)
+        return rows
+
+    def close(self) -> None:
+        self.output.close()
+        self.background.stop()
+
+
+def stop_readers(readers: Sequence[Proc], procs: ProcessGroup) -> None:
+    """Readers still running, stopped gracefully: each exits 0."""
+    for reader in readers:
+        assert reader.returncode is None, reader.tail()
+        reader.request_stop()
+    assert [reader.wait(30) for reader in readers] == [0] * len(readers), procs.describe()

@@ -122,7 +122,12 @@ class ColumnarReader(ABC):
         """The split each row of a batch from ``next_columns`` was read from (a stateful
         function gets its split's state with each record). By default the batch's
         ``split_id`` column; a connector whose batches have none says how to tell."""
-        return [str(v) for v in batch.column("split_id").to_pylist()]
+        return split_id_column(batch)
+
+
+def split_id_column(batch: Any) -> list[str]:
+    """The ``split_id`` column of a batch (as a host builds them from records)."""
+    return [str(v) for v in batch.column("split_id").to_pylist()]
 
 
 class LowWatermarkListener(ABC):

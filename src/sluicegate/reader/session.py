@@ -28,6 +28,7 @@ from sluicegate.api.reader import (
     ReadResult,
     SourceReader,
     SourceReaderContext,
+    split_id_column,
 )
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import SplitT, WireSplit
@@ -300,7 +301,7 @@ class ReaderSession(Generic[SplitT]):
         reader = self._require_reader()
         if isinstance(reader, ColumnarReader):
             return reader.split_ids_of(batch)
-        return [str(v) for v in batch.column("split_id").to_pylist()]
+        return split_id_column(batch)
 
     def _after_read(self, rows: int, finished_split_ids: list[str], status: InputStatus) -> None:
         self.records_read += rows
