@@ -31,7 +31,8 @@ from kafka_data import (
 from processes import ProcessGroup
 from test_cooperative_rebalancing import GRACE_MS, KAFKA_PARTITIONS, owned_by_subtask, wait_owned
 
-from sluicegate.protocol.topics import ControlTopics
+from sluicegate.kafka.topics import apply_topics
+from sluicegate.protocol.topics import DEFAULT_NAMESPACE, ControlTopics, topic_specs
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
@@ -125,18 +126,14 @@ def wait_for_every_split_owned(bootstrap: str, source: str, subtasks: set[int]) 
 def test_a_stateful_reader_of_a_source_without_the_split_state_topic_says_which(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
 ) -> None:
-    """A source set up before the split-state topic existed: the stateful reader waits for
-    it and then stops, naming it, where a stateless one would run."""
-    from confluent_kafka.admin import AdminClient
-
+    """A source set up before the split-state topic existed (its other control topics
+    are there): a stateful reader waits for it and then stops, naming it."""
     source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
     create_topic(kafka_bootstrap, data, 2)
     create_topic(kafka_bootstrap, out, 2)
+    older = [spec for spec in topic_specs(DEFAULT_NAMESPACE, source, 1) if spec.role != "split_state"]
+    asyncio.run(apply_topics(kafka_bootstrap, older))
     options = kafka_options(kafka_bootstrap, topics=data, stopping_offsets="latest")
-    start_coordinator(procs, source, 1, options)
-    split_state = ControlTopics.for_source(source).split_state
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.delete_topics([split_state])[split_state].result(30)
     reader = start_reader(procs, source, 0, options, out, "--topic-wait-timeout-s", "3", process=FUNCTION)
     assert reader.wait(60) == 2, reader.tail()
-    assert split_state in reader.log(), reader.tail()
+    assert ControlTopics.for_source(source).split_state in reader.log(), reader.tail()
