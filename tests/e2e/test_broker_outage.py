@@ -152,8 +152,10 @@ def test_everything_rides_out_a_broker_outage_exactly_once(
             group.coordinator(spark_source, SPARK_PARALLELISM, SPARK_OPTIONS),
         ]
         job = _start_spark_job(group, spark_source, tmp_path)
-        # the readers are rate-limited: start them once Spark (slower to start) plans
-        _wait(lambda: "registered as attempt" in job.log(), 180, "the Spark query to register", group)
+        # the readers are rate-limited (40 s of reading): start them once Spark (slower to
+        # start, much slower on a loaded machine) has committed work, so the outage lands
+        # while they read
+        _wait(lambda: _batches_done(job) >= 2, 180, "Spark batches", group)
         readers = [
             group.start(
                 f"reader-{k}",
@@ -163,7 +165,6 @@ def test_everything_rides_out_a_broker_outage_exactly_once(
         ]
 
         # both have committed work before the kill
-        _wait(lambda: _batches_done(job) >= 2, 180, "Spark batches", group)
         _wait(lambda: sum(_committed_values(bootstrap, out_topic).values()) > 0, 120, "committed output", group)
         assert all(r.returncode is None for r in readers), "a reader finished before the outage"
         killed_at = time.monotonic()
