@@ -252,15 +252,24 @@ class OutputReader:
             consumer.close()
         return self.rows
 
-    def wait_for(self, count: int, timeout_s: float, procs: Sequence[Proc] = (), what: str = "") -> None:
-        """Drain until ``rows`` holds at least ``count`` rows; fail early if a process died."""
+    def wait_for(
+        self,
+        count: int,
+        timeout_s: float,
+        procs: Sequence[Proc] = (),
+        what: str = "",
+        matching: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
+        """Drain until ``rows`` holds at least ``count`` rows (of those ``matching``, when
+        given: a topic written all along must not stand in for one that lags); fail early
+        if a process died."""
         deadline = time.monotonic() + timeout_s
-        while len(self.rows) < count:
+        while (held := len(self.rows) if matching is None else sum(map(matching, self.rows))) < count:
             for proc in procs:
                 code = proc.returncode
                 assert code is None, f"{proc.name} exited with {code} while waiting:\n{proc.tail()}"
             assert time.monotonic() < deadline, (
-                f"{self.topic} has {len(self.rows)} of {count} rows after {timeout_s} s {what}\n"
+                f"{self.topic} has {held} of {count} rows after {timeout_s} s {what}\n"
                 + "\n".join(f"--- {p.name}\n{p.tail(8)}" for p in procs)
             )
             if not self.drain():
