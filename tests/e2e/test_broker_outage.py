@@ -28,7 +28,6 @@ import logging
 import os
 import re
 import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -37,9 +36,6 @@ from typing import Any
 
 import orjson
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
 from processes import Proc, ProcessGroup, read_topic
 
 from sluicegate.audit.commands import run_audit

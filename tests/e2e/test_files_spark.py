@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -21,9 +20,6 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
 from processes import Proc, ProcessGroup
 
 from sluicegate.audit.commands import run_audit

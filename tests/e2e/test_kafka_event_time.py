@@ -55,9 +55,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
 from processes import Proc, ProcessGroup
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(360)]

@@ -59,9 +59,6 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
 from kafka_data import OutputReader
 from processes import Proc, ProcessGroup, readers_messages
 

@@ -19,9 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
 from processes import Proc, ProcessGroup
 from spark_cluster import SparkCluster, kill_group, spark_bin, spark_cluster, spark_env
 

@@ -6,18 +6,14 @@ are exclusive: they do not fence a live attempt of another incarnation."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.errors import StreamingQueryException
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
 from processes import ProcessGroup, readers_messages
+from pyspark.errors import StreamingQueryException
 
 from sluicegate.spark.job import spark_session
 

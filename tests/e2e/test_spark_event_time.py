@@ -12,7 +12,6 @@ event time each (split 3 is 4.5 minutes ahead of split 0), read with
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -20,9 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
 from processes import ProcessGroup
 
 from sluicegate.spark.job import JobSettings, expected_sequence_windows, read_windows, spark_session, start_query

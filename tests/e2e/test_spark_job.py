@@ -31,9 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
 from processes import Proc, ProcessGroup
 
 from sluicegate.audit.commands import run_audit

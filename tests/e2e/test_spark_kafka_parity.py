@@ -40,9 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
 from processes import ProcessGroup
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(700)]

@@ -5,7 +5,6 @@ docs/examples on the processes' PYTHONPATH."""
 from __future__ import annotations
 
 import sqlite3
-import sys
 from collections.abc import Hashable
 from pathlib import Path
 
@@ -13,7 +12,6 @@ from sluicegate.api import Record
 from sluicegate.testing import ConnectorTestKit, KitEnv
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
-sys.path.insert(0, str(EXAMPLES))
 
 ROWS = 300
 
