@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from kafka_data import (
+    FAST_CHECKPOINTS,
     LiveCopy,
     OutputReader,
     audit_ok,
@@ -50,7 +51,6 @@ SPLITS = 16
 STRIDE = 2**40  # the sequence connector's unbounded split k starts at k * 2**40
 GRACE_MS = 1_000
 OPTIONS = {"splits": str(SPLITS), "records_per_split": "unbounded", "rate": "400"}
-READER_TIMING = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300")
 KAFKA_PARTITIONS = 8
 SETTLE_S = 15.0
 """How long a change of readers may take to show in ownership once the joining readers
@@ -97,7 +97,7 @@ async def join(procs: ProcessGroup, source: str, subtasks: Iterable[int], out: s
 
 
 def start(procs: ProcessGroup, source: str, subtask: int, out: str) -> Proc:
-    args = procs.reader_args(source, subtask, OPTIONS, f"kafka:{out}", *READER_TIMING)
+    args = procs.reader_args(source, subtask, OPTIONS, f"kafka:{out}", *FAST_CHECKPOINTS)
     return procs.start(f"reader-{subtask}-{len(procs.procs)}", args)
 
 

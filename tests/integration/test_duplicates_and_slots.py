@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from kafka_data import create_topic
+from kafka_data import FAST_CHECKPOINTS, create_topic
 from processes import Proc, ProcessGroup, poll_until, read_topic, readers_messages
 
 from sluicegate.audit.commands import run_audit
@@ -26,7 +26,6 @@ from sluicegate.audit.commands import run_audit
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
 UNBOUNDED = {"splits": "4", "records_per_split": "unbounded", "rate": "200"}
-FAST = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300")
 
 
 def registrations(messages: list[dict[str, object]], subtask: int | None = None) -> int:
@@ -58,7 +57,8 @@ async def test_two_readers_started_for_one_subtask_end_with_one(
         [f"kafka:{out_topic}"] * 2 if output_kind == "kafka" else [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     )
     readers = [
-        procs.start(f"dup-{k}", procs.reader_args(unique_source, 0, UNBOUNDED, outputs[k], *FAST)) for k in range(2)
+        procs.start(f"dup-{k}", procs.reader_args(unique_source, 0, UNBOUNDED, outputs[k], *FAST_CHECKPOINTS))
+        for k in range(2)
     ]
     loser = await first_exit(readers, 40)
     winner = readers[1 - readers.index(loser)]
@@ -99,7 +99,7 @@ async def test_auto_slots_are_handed_out_refused_when_full_and_kept_by_name(
     procs.coordinator(unique_source, 2, UNBOUNDED)
 
     def auto(name: str, *extra: str) -> Proc:
-        args = procs.reader_args(unique_source, 0, UNBOUNDED, tmp_path / f"{name}.jsonl", *FAST, *extra)
+        args = procs.reader_args(unique_source, 0, UNBOUNDED, tmp_path / f"{name}.jsonl", *FAST_CHECKPOINTS, *extra)
         args[args.index("--subtask") + 1] = "auto"
         return procs.start(name, args)
 
@@ -138,7 +138,7 @@ async def test_topics_scale_grows_a_source_under_a_running_coordinator(
 ) -> None:
     options = {**UNBOUNDED, "splits": "6"}
     coordinator = procs.coordinator(unique_source, 2, options)
-    zero = procs.reader(unique_source, 0, options, tmp_path / "r0.jsonl", *FAST)
+    zero = procs.reader(unique_source, 0, options, tmp_path / "r0.jsonl", *FAST_CHECKPOINTS)
     await zero.wait_for_log_async("registered as attempt", timeout_s=40)
 
     scale = procs.run("scale", ["topics", "scale", "--source", unique_source, "--max-parallelism", "4"])
@@ -147,7 +147,7 @@ async def test_topics_scale_grows_a_source_under_a_running_coordinator(
     shrink = procs.run("shrink", ["topics", "scale", "--source", unique_source, "--max-parallelism", "3"])
     assert shrink.returncode == 2 and "only grows" in shrink.log(), shrink.tail()
 
-    three = procs.reader(unique_source, 3, options, tmp_path / "r3.jsonl", *FAST)
+    three = procs.reader(unique_source, 3, options, tmp_path / "r3.jsonl", *FAST_CHECKPOINTS)
     await three.wait_for_log_async("registered as attempt 1", timeout_s=40)
     await three.wait_for_log_async("got ", timeout_s=30)  # splits move to it (grace delay)
     assert coordinator.returncode is None and "is serving" in coordinator.log()

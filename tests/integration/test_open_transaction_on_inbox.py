@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from kafka_data import READER_TIMING, SHORT_SESSION
 from processes import ProcessGroup
 
 from sluicegate.protocol.topics import ControlTopics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
-SESSION = ("--session-timeout-ms", "3000")
-READER_TIMING = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300", *SESSION)
 OPTIONS = {"splits": "2", "records_per_split": "unbounded", "rate": "200"}
 
 
@@ -34,7 +33,7 @@ def procs(tmp_path: Path, kafka_bootstrap: str) -> Iterator[ProcessGroup]:
 async def test_live_readers_outlast_a_transaction_left_open_on_the_inbox(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
 ) -> None:
-    procs.coordinator(unique_source, 2, OPTIONS, *SESSION)
+    procs.coordinator(unique_source, 2, OPTIONS, *SHORT_SESSION)
     reader = procs.reader(unique_source, 0, OPTIONS, tmp_path / "out.jsonl", *READER_TIMING)
     await reader.wait_for_log_async("checkpoint 3:", timeout_s=60)
     # what a reader of subtask 1 killed mid-checkpoint leaves: an open transaction on the inbox

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka.errors import TopicAuthorizationFailedError
+from kafka_data import READER_TIMING
 from processes import ProcessGroup, value_counts
 
 from sluicegate.devtools.broker.local import LocalKafkaBroker
@@ -31,8 +32,6 @@ pytestmark = [
         shutil.which("java") is None or shutil.which("openssl") is None, reason="needs java and openssl"
     ),
 ]
-
-READER_TIMING = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300", "--session-timeout-ms", "3000")
 
 
 @pytest.fixture(scope="module")

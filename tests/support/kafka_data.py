@@ -29,7 +29,11 @@ SUPPORT_DIR = Path(__file__).resolve().parent
 """On the PYTHONPATH of reader processes: record_functions.py is there."""
 
 COORDINATOR_TIMEOUTS = ("--session-timeout-ms", "3000", "--reader-departure-timeout-ms", "30000")
-READER_TIMING = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300", "--session-timeout-ms", "3000")
+FAST_CHECKPOINTS = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300")
+"""A reader that checkpoints and heartbeats every 300 ms: tests see progress at once."""
+SHORT_SESSION = ("--session-timeout-ms", "3000")
+"""A killed process is declared gone after 3 s instead of 10 s."""
+READER_TIMING = (*FAST_CHECKPOINTS, *SHORT_SESSION)
 KEEP_FOR_EVER = {"retention.ms": "-1", "retention.bytes": "-1"}
 """Retention would delete records with old CreateTime timestamps at once: keep everything."""
 SEED_ENV = "SLUICEGATE_KAFKA_SEED"
