@@ -28,7 +28,7 @@ from sluicegate.coordinator.log import (
     StateRecord,
 )
 from sluicegate.coordinator.state_store import READ_RECORD_MAX_BYTES
-from sluicegate.kafka.clients import security_settings
+from sluicegate.kafka.clients import control_consumer, security_settings
 from sluicegate.kafka.compacted import read_all
 from sluicegate.kafka.startup_noise import quiet_fencing_leftovers
 from sluicegate.protocol.topics import ControlTopics
@@ -68,14 +68,8 @@ class KafkaCoordinatorLog(CoordinatorLog):
 
     async def read_from(self, offset: int | None) -> None:
         if self._consumer is None:
-            self._consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                group_id=None,
-                enable_auto_commit=False,
-                isolation_level="read_committed",
-                fetch_max_wait_ms=50,
-                **security_settings(),
-            )
+            # a short fetch wait: the loop's own timeout decides how long a step waits
+            self._consumer = control_consumer(self.bootstrap, f"{self.transactional_id}.inbox", fetch_max_wait_ms=50)
             await self._consumer.start()
             self._consumer.assign([self._inbox])
         if offset is None:
