@@ -502,9 +502,11 @@ class Hand:
         self.cseq = 0
         self.offsets: dict[int, int] = {}
 
-    def i(self, subtask: int, attempt: int | None, body: Body) -> int:
+    def i(self, subtask: int, attempt: int | None, body: Body, incarnation: str | None = None) -> int:
         offset = len(self.inbox)
-        env = envelope(body, source=SOURCE, subtask=subtask, attempt=attempt, epoch=1, ts=offset)
+        env = envelope(
+            body, source=SOURCE, subtask=subtask, attempt=attempt, epoch=1, ts=offset, incarnation=incarnation
+        )
         self.inbox.append((offset, encode(env)))
         return offset
 
@@ -722,3 +724,35 @@ def test_hand_stream_a_release_request_must_take_the_next_seq_and_name_owned_spl
         (ViolationKind.SEQ_REUSED, *at),
         (ViolationKind.RELEASE_NOT_OWNED, *at2),
     ]
+
+
+# -- incarnations (v4) ---------------------------------------------------------------------------
+
+
+def test_hand_stream_an_attempt_given_to_an_incarnation_that_never_registered_for_it() -> None:
+    h = Hand()
+    h.register(0, 1)
+    h.i(1, None, ReaderRegistration("inc-9", "h", [], None))  # registers for subtask 1, not 0
+    h.r(0, 1, SplitsReleased("fenced", 1, []))
+    at = h.r(0, 2, ReaderRegistered("inc-9", 2))
+    result = h.audit()
+    assert first_at(result) == (ViolationKind.INCARNATION_WITHOUT_REGISTRATION, READERS, *at)
+    assert "incarnation inc-9, which never asked to register for subtask 0" in result.violations[0].message
+
+
+def test_hand_stream_a_message_from_another_incarnation_changes_nothing() -> None:
+    """A reader naming subtask 0's live attempt from another incarnation is dropped, as by
+    the coordinator: its SplitsFinished finishes nothing, and a coordinator that had
+    taken its ack's returned split would show as an imprecise release."""
+    h = _releasing()
+    h.i(0, 1, SplitsFinished(["b"]), incarnation="someone-else")
+    h.i(0, 1, CheckpointAck(1, 2, [split("b")], returned=[split("a")]), incarnation="someone-else")
+    clean = h.audit()
+    assert clean.ok, [str(v) for v in clean.violations]
+    assert clean.summary.other_incarnation_messages == 2
+    assert clean.summary.subtasks[0].other_incarnation_messages == 2
+    assert (clean.summary.splits_finished, clean.summary.splits_owned) == (0, 2)
+    at = h.r(0, 1, SplitsReleased("returned", None, ["a"]))
+    result = h.audit()
+    assert result.summary.other_incarnation_messages == 2
+    assert first_at(result) == (ViolationKind.RELEASE_IMPRECISE, READERS, *at)

@@ -7,7 +7,11 @@ own acceptance rules (coordinator/core.py):
   it stops being live at ``SplitsReleased`` with ``failed_attempt`` (fenced,
   session-timeout) and at an accepted ``ReaderLeaving``;
 - an inbox record from an attempt that is not the subtask's live current one is
-  fenced: counted, and it changes nothing;
+  fenced: counted, and it changes nothing; so is one (v4) that names the live attempt
+  but comes from another incarnation than the one registered as it;
+- an incarnation becomes a subtask's only by its own registration: a
+  ``ReaderRegistered`` naming an incarnation that never sent a ``ReaderRegistration``
+  for that subtask is a violation;
 - ``CheckpointAck`` records ``applied_seq`` (ignored, as by the coordinator, if
   it acknowledges a seq never sent); ``SplitsFinished`` ends ownership of the
   listed splits the subtask owns, for good;
@@ -83,6 +87,10 @@ class SubtaskState:
     """ReaderRegistered records seen."""
     attempt: int | None = None
     """The last registered attempt (live or not)."""
+    incarnation: str | None = None
+    """The incarnation registered as ``attempt``."""
+    registering: set[str] = field(default_factory=set)
+    """Incarnations that sent a ReaderRegistration for this subtask."""
     live: bool = False
     last_seq: int = 0
     applied_seq: int = 0
@@ -92,6 +100,8 @@ class SubtaskState:
     no_more_splits: bool = False
     """NoMoreSplits was sent to the current attempt."""
     fenced: int = 0
+    other_incarnation: int = 0
+    """Messages naming the live attempt from another incarnation (dropped, as by the coordinator)."""
     releasing: dict[str, int] = field(default_factory=dict)
     """split_id -> the ReleaseRequest seq that asked the current attempt for it."""
     returned: set[str] = field(default_factory=set)
@@ -115,6 +125,7 @@ class SubtaskSummary:
     finished: int
     acked_seq: int
     fenced_messages: int
+    other_incarnation_messages: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -127,6 +138,7 @@ class SubtaskSummary:
             "finished": self.finished,
             "acked_seq": self.acked_seq,
             "fenced_messages": self.fenced_messages,
+            "other_incarnation_messages": self.other_incarnation_messages,
         }
 
 
@@ -160,6 +172,9 @@ class AuditSummary:
     notes: list[str]
     redefinitions: list[str] = field(default_factory=list)
     """Each ``sluicegate source redefine`` in the control log: where, when and what changed."""
+    other_incarnation_messages: int = 0
+    """Inbox records naming a subtask's live attempt from another incarnation: a reader
+    that sends for a subtask it does not hold (dropped; the coordinator logs them too)."""
 
     @property
     def undecodable_total(self) -> int:
@@ -188,6 +203,7 @@ class AuditSummary:
             "last_cseq": self.last_cseq,
             "notes": list(self.notes),
             "redefinitions": list(self.redefinitions),
+            "other_incarnation_messages": self.other_incarnation_messages,
         }
 
 
@@ -228,6 +244,7 @@ class OwnershipModel:
         self.assignments = 0
         self.released_by_reason: Counter[str] = Counter()
         self.fenced_messages = 0
+        self.other_incarnation_messages = 0
         self.rejected_messages = 0
         self.redefinitions: list[str] = []
         self.ignored_acks = 0
@@ -284,12 +301,18 @@ class OwnershipModel:
             self.rejected_messages += 1
             return
         body = env.body
-        if isinstance(body, ReaderRegistration):
-            return  # accepted always; its ReaderRegistered makes the new attempt current
         slot = self._slot(env.subtask)
+        if isinstance(body, ReaderRegistration):
+            # accepted always; its ReaderRegistered makes the new attempt current
+            slot.registering.add(body.incarnation)
+            return
         if not slot.live or env.attempt != slot.attempt:
             self.fenced_messages += 1
             slot.fenced += 1
+            return
+        if env.incarnation is not None and slot.incarnation and env.incarnation != slot.incarnation:
+            self.other_incarnation_messages += 1
+            slot.other_incarnation += 1
             return
         if isinstance(body, CheckpointAck):
             if body.applied_seq > slot.last_seq:
@@ -385,6 +408,13 @@ class OwnershipModel:
                 ViolationKind.MISADDRESSED,
                 f"ReaderRegistered for attempt {body.attempt} of subtask {s} is addressed to attempt {attempt}",
             )
+        if v >= 2 and body.incarnation not in slot.registering:  # v1: ts order, approximate
+            self._violation(
+                ViolationKind.INCARNATION_WITHOUT_REGISTRATION,
+                f"attempt {body.attempt} of subtask {s} is given to incarnation {body.incarnation}, "
+                f"which never asked to register for subtask {s}: an incarnation takes a subtask "
+                "only by its own registration",
+            )
         if slot.attempt is not None and body.attempt <= slot.attempt:
             self._violation(
                 ViolationKind.ATTEMPT_NOT_INCREASING,
@@ -403,6 +433,7 @@ class OwnershipModel:
                 released = [sid for sid, seq in slot.owned.items() if seq > slot.applied_seq]
                 self._release(slot, released, "fenced (implicit, v1)")
         slot.attempt = body.attempt
+        slot.incarnation = body.incarnation
         slot.live = True
         slot.no_more_splits = False
         slot.releasing.clear()  # requests die with the attempt they were sent to
@@ -609,6 +640,7 @@ class OwnershipModel:
                 finished=slot.finished,
                 acked_seq=slot.applied_seq,
                 fenced_messages=slot.fenced,
+                other_incarnation_messages=slot.other_incarnation,
             )
             for s, slot in sorted(self.subtasks.items())
         ]
@@ -633,6 +665,7 @@ class OwnershipModel:
             last_cseq=self.last_cseq,
             notes=list(notes),
             redefinitions=list(self.redefinitions),
+            other_incarnation_messages=self.other_incarnation_messages,
         )
 
 

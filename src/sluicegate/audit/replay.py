@@ -72,6 +72,7 @@ class ViolationKind(enum.StrEnum):
     RELEASE_NOT_OWNED = "release-not-owned"
     RELEASE_IMPRECISE = "release-imprecise"
     RELEASE_INCONSISTENT = "release-inconsistent"
+    INCARNATION_WITHOUT_REGISTRATION = "incarnation-without-registration"
 
 
 @dataclass(frozen=True, slots=True)

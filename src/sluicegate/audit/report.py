@@ -91,6 +91,7 @@ def totals_table(result: AuditResult) -> Table:
         ("splits currently owned", str(summary.splits_owned)),
         ("splits released", released),
         ("fenced reader messages", str(summary.fenced_messages)),
+        ("messages from another incarnation (dropped)", str(summary.other_incarnation_messages)),
         ("rejected reader messages", str(summary.rejected_messages)),
         ("ignored checkpoint acks", str(summary.ignored_acks)),
         ("epochs", ", ".join(map(str, summary.epochs)) or "none"),
