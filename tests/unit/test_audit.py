@@ -355,10 +355,15 @@ def test_dropped_release_means_split_owned_twice(clean_run: Run) -> None:
         lambda e: isinstance(e.body, AddSplits) and bool(released & {s["split_id"] for s in e.body.splits}),
         after=dropped.cseq,
     )
+    after = find(readers, lambda e: e.cseq == (dropped.cseq or 0) + 1)
     tampered = [r for k, r in enumerate(readers) if k != i]
     result = audit(clean_run.inbox, tampered)
-    assert first_at(result) == (ViolationKind.SPLIT_OWNED_TWICE, *location_of(readers, j))
-    assert "owned twice" in result.violations[0].message
+    found = {(v.kind, v.location.topic, v.location.partition, v.location.offset): v.message for v in result.violations}
+    # the missing cseq shows at the next record, and what the release did not do at the AddSplits
+    assert (
+        f"no record carries cseq {dropped.cseq} before" in found[(ViolationKind.CSEQ_GAP, *location_of(readers, after))]
+    )
+    assert "owned twice" in found[(ViolationKind.SPLIT_OWNED_TWICE, *location_of(readers, j))]
 
 
 def test_reused_seq(clean_run: Run) -> None:
@@ -756,3 +761,30 @@ def test_hand_stream_a_message_from_another_incarnation_changes_nothing() -> Non
     result = h.audit()
     assert result.summary.other_incarnation_messages == 2
     assert first_at(result) == (ViolationKind.RELEASE_IMPRECISE, READERS, *at)
+
+
+# -- cseq gaps -----------------------------------------------------------------------------------
+
+
+def test_hand_stream_a_missing_cseq_is_a_gap_at_the_next_record() -> None:
+    h = Hand()
+    h.register(0, 1)
+    h.register(1, 1)
+    h.cseq += 2  # two coordinator records that nobody can read
+    at = h.r(1, 1, AddSplits(1, [split("a")]))
+    h.r(0, 1, AddSplits(1, [split("b")]))
+    result = h.audit()
+    assert len(result.violations) == 1, [str(v) for v in result.violations]
+    assert first_at(result) == (ViolationKind.CSEQ_GAP, READERS, *at)
+    assert "no record carries cseq 3 to 4 before this one (cseq 5)" in result.violations[0].message
+
+
+def test_hand_stream_an_undecodable_record_that_shows_its_cseq_is_no_gap() -> None:
+    h = Hand()
+    h.register(0, 1)
+    h.cseq += 1
+    h.readers.append((0, 99, orjson.dumps({"v": 99, "type": "FromTheFuture", "cseq": h.cseq})))
+    h.r(0, 1, AddSplits(1, [split("a")]))
+    result = h.audit()
+    assert result.ok, [str(v) for v in result.violations]
+    assert len(result.skipped) == 1

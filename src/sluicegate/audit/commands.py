@@ -48,6 +48,7 @@ async def run_audit(bootstrap: str, source: str, ns: str = "sluicegate") -> Audi
         source=source,
         namespace=ns,
         max_parallelism=read.readers_partitions,
+        cut=read.cut,
     )
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from sluicegate.audit.cut import Cut
 from sluicegate.audit.replay import (
     InboxRecord,
     Location,
@@ -175,6 +176,8 @@ class AuditSummary:
     other_incarnation_messages: int = 0
     """Inbox records naming a subtask's live attempt from another incarnation: a reader
     that sends for a subtask it does not hold (dropped; the coordinator logs them too)."""
+    cut: Cut | None = None
+    """Where a read of live topics was judged (cut.py); None for records given as they are."""
 
     @property
     def undecodable_total(self) -> int:
@@ -204,6 +207,7 @@ class AuditSummary:
             "notes": list(self.notes),
             "redefinitions": list(self.redefinitions),
             "other_incarnation_messages": self.other_incarnation_messages,
+            "cut": None if self.cut is None else self.cut.to_json(),
         }
 
 
@@ -628,6 +632,7 @@ class OwnershipModel:
         ordering: Ordering,
         undecodable: dict[str, int],
         notes: Sequence[str] = (),
+        cut: Cut | None = None,
     ) -> AuditSummary:
         subtasks = [
             SubtaskSummary(
@@ -666,6 +671,7 @@ class OwnershipModel:
             notes=list(notes),
             redefinitions=list(self.redefinitions),
             other_incarnation_messages=self.other_incarnation_messages,
+            cut=cut,
         )
 
 
@@ -698,6 +704,7 @@ def audit_records(
     source: str | None = None,
     namespace: str = "sluicegate",
     max_parallelism: int | None = None,
+    cut: Cut | None = None,
 ) -> AuditResult:
     """Audit one source's history: ``inbox`` is NS.S.coordinator as (offset, value),
     ``readers`` is NS.S.readers as (partition, offset, value).
@@ -706,7 +713,7 @@ def audit_records(
     report and makes records of another source violations (readers topic) or
     rejected (inbox). ``max_parallelism`` (the readers topic's partition count),
     if given, makes inbox records of subtasks beyond it rejected, as the
-    coordinator rejects them.
+    coordinator rejects them. ``cut``: where a read of live topics stopped (reported).
     """
     known_source = source if source is not None else _infer_source(inbox, readers)
     inbox_topic, readers_topic = topic_names(known_source or "unknown", namespace)
@@ -717,5 +724,5 @@ def audit_records(
     undecodable: Counter[str] = Counter({inbox_topic: 0, readers_topic: 0})
     for skipped in merged.skipped:
         undecodable[skipped.location.topic] += 1
-    summary = model.summary(merged.ordering, dict(undecodable), merged.notes)
+    summary = model.summary(merged.ordering, dict(undecodable), merged.notes, cut)
     return AuditResult(violations=violations, summary=summary, skipped=merged.skipped)

@@ -10,8 +10,12 @@ The order (docs/protocol.md, Audit) is the coordinator's: readers-topic records
 in ``cseq`` order, each one after every inbox record whose offset is at most its
 ``inbox_offset``; inbox records after the last one referenced go at the end.
 ``cseq`` must already be strictly increasing inside each partition, unique
-across partitions, and ``inbox_offset`` must never go backwards in ``cseq``
-order; a break of these is reported as a violation at the offending record.
+across partitions, and without gaps from 1 (the coordinator numbers every record
+it sends, and a step's records are committed or aborted together, its successor
+numbering on from the last committed one), and ``inbox_offset`` must never go
+backwards in ``cseq`` order; a break of these is reported as a violation at the
+offending record. A record that does not decode but shows its ``cseq`` fills
+its place (it is counted as skipped, not as a gap).
 
 Fallback (readers-topic records without ``cseq``, i.e. written by a protocol v1
 coordinator): each partition keeps its own order and the partitions and the
@@ -30,6 +34,8 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from sluicegate.protocol import DecodeError, Direction, Envelope, decode
 from sluicegate.protocol.topics import ControlTopics
@@ -72,6 +78,7 @@ class ViolationKind(enum.StrEnum):
     RELEASE_NOT_OWNED = "release-not-owned"
     RELEASE_IMPRECISE = "release-imprecise"
     RELEASE_INCONSISTENT = "release-inconsistent"
+    CSEQ_GAP = "cseq-gap"
     INCARNATION_WITHOUT_REGISTRATION = "incarnation-without-registration"
 
 
@@ -147,16 +154,44 @@ def _decode_all(
     items: Iterable[tuple[Location, bytes | None]],
     direction: Direction,
     skipped: list[SkippedRecord],
+    skipped_cseqs: set[int] | None = None,
 ) -> list[ReplayRecord]:
+    """Decoded records; each undecodable one is added to ``skipped``, and its ``cseq``,
+    if it shows one, to ``skipped_cseqs``."""
     out: list[ReplayRecord] = []
     for location, raw in items:
         try:
             env = decode(raw, direction)
         except DecodeError as exc:
             skipped.append(SkippedRecord(location, f"skipped: dead-letter material ({exc})"))
+            if skipped_cseqs is not None and (cseq := numbered(raw).cseq) is not None:
+                skipped_cseqs.add(cseq)
             continue
         out.append(ReplayRecord(location, direction, env))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Numbered:
+    """A readers-topic record's place in the coordinator's order, read leniently (from a
+    value that may not decode: None where it shows none)."""
+
+    cseq: int | None
+    inbox_offset: int | None
+
+
+def numbered(raw: bytes | None) -> Numbered:
+    try:
+        value = orjson.loads(raw or b"")
+    except orjson.JSONDecodeError:
+        return Numbered(None, None)
+    if not isinstance(value, dict):
+        return Numbered(None, None)
+    return Numbered(_int_or_none(value.get("cseq")), _int_or_none(value.get("inbox_offset")))
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def replay(
@@ -172,6 +207,7 @@ def replay(
         Direction.TO_COORDINATOR,
         skipped,
     )
+    skipped_cseqs: set[int] = set()
     readers_records = _decode_all(
         (
             (Location(readers_topic, partition, offset), raw)
@@ -179,9 +215,11 @@ def replay(
         ),
         Direction.TO_READER,
         skipped,
+        skipped_cseqs,
     )
     if all(r.env.cseq is not None for r in readers_records):
         result = _merge_by_cseq(inbox_records, readers_records)
+        result.violations += _gaps(readers_records, skipped_cseqs)
     else:
         result = _merge_by_ts(inbox_records, readers_records)
     result.skipped = skipped
@@ -203,6 +241,28 @@ def _by_partition(records: list[ReplayRecord]) -> dict[int, list[ReplayRecord]]:
 def _cseq(r: ReplayRecord) -> int:
     assert r.env.cseq is not None
     return r.env.cseq
+
+
+def _gaps(readers: list[ReplayRecord], skipped_cseqs: set[int]) -> list[Violation]:
+    """A violation at the first record after each run of missing cseqs (from 1 on)."""
+    first_at: dict[int, ReplayRecord] = {}
+    for r in readers:
+        first_at.setdefault(_cseq(r), r)
+    violations: list[Violation] = []
+    expected = 1
+    for cseq in sorted(first_at.keys() | skipped_cseqs):
+        if cseq > expected and cseq in first_at:
+            missing = str(expected) if cseq == expected + 1 else f"{expected} to {cseq - 1}"
+            violations.append(
+                Violation(
+                    ViolationKind.CSEQ_GAP,
+                    first_at[cseq].location,
+                    f"no record carries cseq {missing} before this one (cseq {cseq}): the coordinator "
+                    "numbers its records without gaps, so coordinator records are missing",
+                )
+            )
+        expected = max(expected, cseq + 1)
+    return violations
 
 
 def _merge_by_cseq(inbox: list[ReplayRecord], readers: list[ReplayRecord]) -> Replay:

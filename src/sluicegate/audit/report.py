@@ -84,6 +84,7 @@ def totals_table(result: AuditResult) -> Table:
     undecodable = ", ".join(f"{topic}: {n}" for topic, n in summary.undecodable.items())
     rows = [
         ("replay order", summary.ordering.value),
+        ("judged", "the records as given" if summary.cut is None else summary.cut.describe()),
         ("records replayed", f"{summary.inbox_records} inbox, {summary.readers_records} readers"),
         ("undecodable (dead-letter material)", f"{summary.undecodable_total} ({undecodable})"),
         ("splits ever assigned", f"{summary.splits_assigned} ({summary.assignments} assignments)"),
