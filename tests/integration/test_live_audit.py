@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from kafka_data import READER_TIMING, SHORT_SESSION
 from processes import Proc, ProcessGroup
-from test_takeover import audit_failure
+from test_takeover import audit_failure, free_port, http_get, wait_until
 
 from sluicegate.audit.commands import run_audit
 from sluicegate.audit.invariants import AuditResult
@@ -164,3 +165,54 @@ def test_audits_of_a_live_source_under_kills_judge_only_states_that_existed(
         f"a step, {sum(c.left_out for c in cuts)} later records left out; the forged record was caught "
         f"by the {len(after)} audits after it"
     )
+
+
+def test_audit_follow_checks_records_as_they_come_serves_metrics_and_stops_at_a_forged_record(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
+) -> None:
+    """``sluicegate audit --follow --fail-fast --metrics-port P`` beside a running source
+    with 2 readers: its metrics count the records it checked and show both readers live
+    and no violation; a forged AddSplits makes it print the violation with the record and
+    exit 1."""
+    source = unique_source
+    procs.coordinator(source, 2, OPTIONS, *SHORT_SESSION)
+    readers = [procs.reader(source, k, OPTIONS, tmp_path / f"out-{k}.jsonl", *READER_TIMING) for k in range(2)]
+    for reader in readers:
+        reader.wait_for_log("registered as attempt", timeout_s=90)
+    port = free_port()
+    follow = procs.start(
+        "audit-follow", ["audit", "--source", source, "--follow", "--fail-fast", "--metrics-port", str(port)]
+    )
+    follow.wait_for_log("following", timeout_s=60)
+
+    def scraped() -> dict[str, float]:
+        status, _, body = http_get(port, "/metrics")
+        if status != 200:
+            return {}
+        return {
+            line.split(" ")[0]: float(line.split(" ")[1])
+            for line in body.decode().splitlines()
+            if line.startswith("sluicegate_audit_") and f'source="{source}"' in line
+        }
+
+    def metrics_when(ok: Callable[[dict[str, float]], bool], what: str) -> dict[str, float]:
+        def probe() -> dict[str, float] | None:
+            metrics = scraped()
+            return metrics if metrics and ok(metrics) else None
+
+        found = wait_until(probe, 60, what)
+        assert found is not None
+        return found
+
+    checked = f'sluicegate_audit_records_checked_total{{source="{source}"}}'
+    live = f'sluicegate_audit_readers_live{{source="{source}"}}'
+    first = metrics_when(lambda m: m.get(checked, 0) > 0 and m.get(live) == 2, "records checked, 2 readers live")
+    later = metrics_when(lambda m: m.get(checked, 0) > first[checked], "more records checked")
+    assert later[f'sluicegate_audit_violations_total{{kind="any",source="{source}"}}'] == 0
+    assert follow.returncode is None, follow.tail()
+
+    location = forge(kafka_bootstrap, source, asyncio.run(run_audit(kafka_bootstrap, source)))
+    assert follow.wait(60) == 1, follow.tail()
+    printed = follow.lines_with("VIOLATION")
+    assert printed and f"{location[0]} partition {location[1]} offset {location[2]}" in printed[0], follow.tail()
+    assert "AddSplits for subtask 1" in printed[0]

@@ -2,7 +2,10 @@
 
 With ``--timeline FILE`` it draws the history instead (timeline_plot.py), with
 ``--split ID`` it prints one split's history, with ``--at WHEN`` who owned what at
-that point (WHEN: a cseq, or an ISO 8601 time, UTC unless it names a zone).
+that point (WHEN: a cseq, or an ISO 8601 time, UTC unless it names a zone). With
+``--follow`` it keeps running and checks each record as it arrives (follow.py),
+printing each violation with the record that showed it; ``--fail-fast`` ends it at
+the first, ``--metrics-port`` serves Prometheus metrics.
 
 Exit codes: 0 no violation (summary printed), 1 violations (the first one named
 with its topic, partition and offset), 2 the audit could not run (a setting is
@@ -13,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +28,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.audit.follow import Finding, FollowSnapshot
+from sluicegate.audit.follow_kafka import FollowCollector, follow_control_topics, serve_metrics
 from sluicegate.audit.invariants import AuditResult, audit_records
 from sluicegate.audit.kafka_source import (
     MissingTopicsError,
@@ -30,7 +37,14 @@ from sluicegate.audit.kafka_source import (
     read_control_topics_full,
 )
 from sluicegate.audit.replay import replay
-from sluicegate.audit.report import ownership_at_table, print_report, split_history_tables, to_json_bytes
+from sluicegate.audit.report import (
+    finding_line,
+    ownership_at_table,
+    print_report,
+    progress_line,
+    split_history_tables,
+    to_json_bytes,
+)
 from sluicegate.audit.timeline import PointNotFound, Timeline, build_timeline, ownership_at, position_at, split_history
 from sluicegate.audit.timeline_plot import UnsupportedFormat, draw_timeline
 from sluicegate.kafka.access import KafkaAccessError, require_access
@@ -95,16 +109,35 @@ def audit_command(
             "of its readers-topic records) or an ISO 8601 time (UTC unless it names a zone).",
         ),
     ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option("--follow", "-f", help="Keep running: check each record as it arrives, print violations."),
+    ] = False,
+    fail_fast: Annotated[
+        bool, typer.Option("--fail-fast", help="With --follow: exit 1 at the first violation.")
+    ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", help="With --follow: serve Prometheus metrics on this port (/metrics)."),
+    ] = None,
 ) -> None:
     """Replay NS.S.coordinator and NS.S.readers and check ownership, seq, epoch and watermark
     invariants. Exit 1 at a violation (naming the first record that breaks one), 0 otherwise.
-    With --timeline, --split or --at: draw or question the history instead (docs/audit.md)."""
+    With --timeline, --split or --at: draw or question the history instead (docs/audit.md).
+    With --follow: keep checking as records arrive until stopped (exit 1 if anything was found)."""
     bootstrap = bootstrap_servers or os.environ.get(BOOTSTRAP_ENV)
     if not bootstrap:
         raise _fail(
             f"no Kafka bootstrap servers: pass --bootstrap-servers or set {BOOTSTRAP_ENV}",
             json_output,
         )
+    if (fail_fast or metrics_port is not None) and not follow:
+        raise _fail("--fail-fast and --metrics-port go with --follow", json_output)
+    if follow:
+        if json_output or timeline is not None or split is not None or at is not None:
+            raise _fail("--follow prints as it goes: not with --json, --timeline, --split or --at", json_output)
+        _follow(bootstrap, source, namespace, fail_fast, metrics_port)
+        return
     if timeline is not None or split is not None or at is not None:
         _explain(bootstrap, source, namespace, timeline, split, at)
         return
@@ -126,6 +159,53 @@ def audit_command(
         print_report(result, Console())
     if not result.ok:
         raise typer.Exit(code=1)
+
+
+def _follow(bootstrap: str, source: str, namespace: str, fail_fast: bool, metrics_port: int | None) -> None:
+    """--follow: run until Ctrl-C or SIGTERM (or the first violation with --fail-fast)."""
+    console = Console()
+    found: list[Finding] = []
+
+    def report(findings: list[Finding]) -> bool:
+        for finding in findings:
+            console.print(finding_line(finding), highlight=False, soft_wrap=True)
+        found.extend(findings)
+        return not fail_fast
+
+    def progress(s: FollowSnapshot) -> None:
+        console.print(progress_line(s), highlight=False, soft_wrap=True)
+
+    try:
+        validate_source(source, "--source")
+        require_access(bootstrap)
+        collector = None if metrics_port is None else serve_metrics(source, metrics_port)
+        console.print(
+            f"following {source} on {bootstrap}"
+            + ("" if metrics_port is None else f"; metrics on :{metrics_port}/metrics"),
+            highlight=False,
+        )
+        asyncio.run(_follow_until_stopped(bootstrap, source, namespace, report, progress, collector))
+    except (ConfigError, MissingTopicsError, KafkaAccessError, OSError) as exc:
+        raise _fail(str(exc), False) from None
+    if found:
+        raise typer.Exit(code=1)
+
+
+async def _follow_until_stopped(
+    bootstrap: str,
+    source: str,
+    namespace: str,
+    report: Callable[[list[Finding]], bool],
+    progress: Callable[[FollowSnapshot], None],
+    collector: FollowCollector | None,
+) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await follow_control_topics(
+        bootstrap, source, namespace, report, collector=collector, on_progress=progress, stop=stop
+    )
 
 
 def _explain(bootstrap: str, source: str, namespace: str, path: Path | None, split: str | None, at: str | None) -> None:

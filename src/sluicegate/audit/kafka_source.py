@@ -86,7 +86,7 @@ async def read_control_topics_full(
     )
     try:
         await consumer.start()
-        partitions = await _partitions(consumer, bootstrap, (inbox_topic, readers_topic))
+        partitions = await control_partitions(consumer, bootstrap, (inbox_topic, readers_topic))
         tps = [TopicPartition(t, p) for t, ps in partitions.items() for p in ps]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -122,7 +122,8 @@ async def read_control_topics_full(
         await consumer.stop()
 
 
-async def _partitions(consumer: AIOKafkaConsumer, bootstrap: str, topics: Sequence[str]) -> dict[str, list[int]]:
+async def control_partitions(consumer: AIOKafkaConsumer, bootstrap: str, topics: Sequence[str]) -> dict[str, list[int]]:
+    """Each of ``topics``' partitions; MissingTopicsError naming those that do not exist."""
     # One metadata fetch gives both the topic list and the partitions; the consumer's
     # own cache (partitions_for_topic) only knows topics it was asked about before.
     cluster = await consumer._client.fetch_all_metadata()

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sluicegate.audit.follow import Finding, FollowSnapshot
 from sluicegate.audit.invariants import AuditResult
 from sluicegate.audit.timeline import SplitHistory, Timeline
 from sluicegate.protocol.event_time import event_time_text
@@ -187,3 +188,25 @@ def ownership_at_table(owned: dict[int, list[str]], when: str, ts_ms: int, timel
     for subtask, ids in owned.items():
         table.add_row(str(subtask), str(len(ids)), escape(", ".join(ids)) or "-")
     return table
+
+
+def finding_line(finding: Finding) -> str:
+    """One line per violation found by ``audit --follow``: when, what, where, and the record."""
+    v, env = finding.violation, finding.record.env
+    now = datetime.now(UTC).strftime("%H:%M:%S")
+    record = f"{env.type} for subtask {env.subtask} attempt {env.attempt}" + (
+        "" if env.cseq is None else f", cseq {env.cseq}, epoch {env.epoch}"
+    )
+    return f"{now} VIOLATION {v.kind.value} at {v.location}: {v.message} [{record}]"
+
+
+def progress_line(s: FollowSnapshot) -> str:
+    """The periodic status of ``audit --follow``."""
+    now = datetime.now(UTC).strftime("%H:%M:%S")
+    lag = sum(s.lag.values())
+    found = sum(s.violations.values())
+    return (
+        f"{now} checked {s.applied:,} records, {lag:,} behind; splits owned {s.splits.get('owned', 0):,}, "
+        f"finished {s.splits.get('finished', 0):,}; {s.readers_live} readers live; "
+        + ("no violation" if not found else f"{found} violations")
+    )

@@ -1,0 +1,133 @@
+"""``audit --follow`` over Kafka: read both control topics as they grow, feed an
+``AuditFollower``, report what it finds, and serve Prometheus metrics.
+
+The consumer is the batch audit's (assigned, read_committed, from the beginning);
+it never stops at an end. Lag is measured once a second (one ListOffsets request)
+as the records between each partition's position and its last stable offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from sluicegate.audit.follow import AuditFollower, Finding, FollowSnapshot
+from sluicegate.audit.kafka_source import control_partitions
+from sluicegate.audit.replay import topic_names
+from sluicegate.kafka.clients import control_consumer
+
+_BATCH = 10_000
+LAG_INTERVAL_S = 1.0
+
+
+class FollowCollector(Collector):
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.snapshot = FollowSnapshot()
+
+    def collect(self) -> Iterator[Any]:
+        s, source = self.snapshot, self.source
+        checked = CounterMetricFamily(
+            "sluicegate_audit_records_checked", "Records applied to the model.", labels=["source"]
+        )
+        checked.add_metric([source], s.applied)
+        received = CounterMetricFamily("sluicegate_audit_records_received", "Records read.", labels=["source", "topic"])
+        for topic, n in s.received.items():
+            received.add_metric([source, topic], n)
+        undecodable = CounterMetricFamily(
+            "sluicegate_audit_undecodable_records", "Records that do not decode.", labels=["source", "topic"]
+        )
+        for topic, n in s.undecodable.items():
+            undecodable.add_metric([source, topic], n)
+        violations = CounterMetricFamily("sluicegate_audit_violations", "Violations found.", labels=["source", "kind"])
+        violations.add_metric([source, "any"], sum(s.violations.values()))
+        for kind, n in s.violations.items():
+            violations.add_metric([source, kind], n)
+        lag = GaugeMetricFamily(
+            "sluicegate_audit_lag_records", "Records behind the last stable offset.", labels=["source", "topic"]
+        )
+        for topic, n in s.lag.items():
+            lag.add_metric([source, topic], n)
+        splits = GaugeMetricFamily("sluicegate_audit_splits", "Splits by state.", labels=["source", "state"])
+        for state, n in s.splits.items():
+            splits.add_metric([source, state], n)
+        live = GaugeMetricFamily("sluicegate_audit_readers_live", "Subtasks with a live attempt.", labels=["source"])
+        live.add_metric([source], s.readers_live)
+        waiting = GaugeMetricFamily(
+            "sluicegate_audit_waiting_records", "Records held until they are next in order.", labels=["source"]
+        )
+        waiting.add_metric([source], s.waiting)
+        yield from (checked, received, undecodable, violations, lag, splits, live, waiting)
+
+
+def serve_metrics(source: str, port: int) -> FollowCollector:
+    """Serve /metrics on ``port`` (all interfaces) from a collector the loop updates."""
+    registry = CollectorRegistry()
+    collector = FollowCollector(source)
+    registry.register(collector)
+    start_http_server(port, registry=registry)
+    return collector
+
+
+async def follow_control_topics(
+    bootstrap: str,
+    source: str,
+    ns: str,
+    on_findings: Callable[[list[Finding]], bool],
+    *,
+    collector: FollowCollector | None = None,
+    on_progress: Callable[[FollowSnapshot], None] | None = None,
+    progress_interval_s: float = 30.0,
+    stop: asyncio.Event | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Follow ``source`` until ``stop`` is set or ``on_findings`` returns False."""
+    inbox_topic, readers_topic = topic_names(source, ns)
+    consumer = control_consumer(bootstrap, f"sluicegate-audit-follow-{source}")
+    try:
+        await consumer.start()
+        partitions = await control_partitions(consumer, bootstrap, (inbox_topic, readers_topic))
+        tps = [TopicPartition(t, p) for t, ps in partitions.items() for p in ps]
+        inbox_tp = TopicPartition(inbox_topic, 0)
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        follower = AuditFollower(source, len(partitions[readers_topic]), inbox_topic, readers_topic, clock)
+        lag: dict[str, int] = {}
+        lag_at = progress_at = clock()
+        while stop is None or not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=200, max_records=_BATCH)
+            for tp, messages in sorted(batches.items(), key=lambda item: (item[0].topic, item[0].partition)):
+                for m in messages:
+                    if tp.topic == inbox_topic:
+                        follower.inbox(m.offset, m.value)
+                    else:
+                        follower.readers(tp.partition, m.offset, m.value)
+            follower.inbox_read_to(await consumer.position(inbox_tp))
+            findings = follower.step()
+            if clock() - lag_at >= LAG_INTERVAL_S:
+                lag, lag_at = await _lag(consumer, tps), clock()
+            snapshot = FollowSnapshot.of(follower, lag)
+            if collector is not None:
+                collector.snapshot = snapshot
+            if findings and not on_findings(findings):
+                return
+            if on_progress is not None and clock() - progress_at >= progress_interval_s:
+                on_progress(snapshot)
+                progress_at = clock()
+    finally:
+        await consumer.stop()
+
+
+async def _lag(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> dict[str, int]:
+    ends = await consumer.end_offsets(tps)
+    lag: dict[str, int] = {}
+    for tp in tps:
+        lag[tp.topic] = lag.get(tp.topic, 0) + max(0, ends[tp] - await consumer.position(tp))
+    return lag

@@ -1,0 +1,143 @@
+"""``audit --follow`` without Kafka: the follower (audit/follow.py) fed the records of a
+real core's run (test_audit.full_run) in the order Kafka may hand them over, against
+the batch audit of the same records; and its order (audit/follow_order.py) alone."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from test_audit import READERS, SOURCE, Hand, Run, audit, find, full_run, split
+from typer.testing import CliRunner
+
+from sluicegate.audit import ViolationKind
+from sluicegate.audit.follow import AuditFollower, Finding
+from sluicegate.audit.follow_order import FollowOrder
+from sluicegate.audit.replay import Location, ReplayRecord
+from sluicegate.cli import app
+from sluicegate.protocol import AddSplits, Direction, Heartbeat, SplitsReleased, decode, envelope
+
+INBOX = "coordinator"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def follower(clock: Clock, gap_timeout_ms: int = 10_000) -> AuditFollower:
+    return AuditFollower(SOURCE, None, INBOX, READERS, clock, gap_timeout_ms)
+
+
+def feed_shuffled(
+    f: AuditFollower, inbox: list[tuple[int, bytes | None]], readers: list[tuple[int, int, bytes | None]], seed: int
+) -> list[Finding]:
+    """Hand the records over as Kafka may: each partition in its own order, the partitions
+    interleaved at random, the inbox ahead or behind; step after every record."""
+    rng = random.Random(seed)
+    queues: dict[str, list[tuple[int, int, bytes | None]]] = {INBOX: [(0, o, raw) for o, raw in inbox]}
+    for p, o, raw in readers:
+        queues.setdefault(f"r{p}", []).append((p, o, raw))
+    found: list[Finding] = []
+    while any(queues.values()):
+        name = rng.choice([n for n, q in queues.items() if q])
+        p, o, raw = queues[name].pop(0)
+        if name == INBOX:
+            f.inbox(o, raw)
+            f.inbox_read_to(o + 1)
+        else:
+            f.readers(p, o, raw)
+        found += f.step()
+    return found
+
+
+def test_a_clean_run_followed_in_any_arrival_order_ends_as_the_batch_audit() -> None:
+    run = full_run()
+    batch = audit(run.inbox, run.readers)
+    assert batch.ok
+    for seed in range(5):
+        f = follower(Clock())
+        assert feed_shuffled(f, run.inbox, run.readers, seed) == []
+        assert f.applied == batch.summary.inbox_records + batch.summary.readers_records
+        assert (len(f.model.finished), len(f.model.owner)) == (
+            batch.summary.splits_finished,
+            batch.summary.splits_owned,
+        )
+        assert f.order.waiting == 0
+
+
+def test_a_dropped_release_is_found_where_the_batch_audit_finds_it() -> None:
+    run: Run = full_run()
+    i = find(
+        run.readers,
+        lambda e: isinstance(e.body, SplitsReleased) and e.body.reason == "departed" and bool(e.body.split_ids),
+    )
+    tampered = [r for k, r in enumerate(run.readers) if k != i]
+    batch = {(v.kind, v.location) for v in audit(run.inbox, tampered).violations}
+    clock = Clock()
+    f = follower(clock, gap_timeout_ms=1_000)
+    found = feed_shuffled(f, run.inbox, tampered, seed=1)
+    assert found == [], "the records after the missing one wait for it"
+    clock.now += 1.0
+    found = f.step()
+    assert found[0].violation.kind is ViolationKind.CSEQ_GAP
+    assert {(x.violation.kind, x.violation.location) for x in found} == batch
+
+
+def test_a_record_waits_for_the_inbox_records_it_was_decided_on() -> None:
+    h = Hand()
+    h.register(0, 1)
+    order = FollowOrder(10_000, Clock())
+    records = [
+        ReplayRecord(Location(INBOX, 0, o), Direction.TO_COORDINATOR, decode(raw, Direction.TO_COORDINATOR))
+        for o, raw in h.inbox
+    ]
+    registered = [
+        ReplayRecord(Location(READERS, p, o), Direction.TO_READER, decode(raw, Direction.TO_READER))
+        for p, o, raw in h.readers
+    ]
+    order.add_readers(registered[0])
+    assert order.ready() == []
+    order.add_inbox(records[0])
+    assert order.ready() == [], "the inbox is not known to be read past offset 0 yet"
+    order.inbox_read_to(1)
+    assert order.ready() == [records[0], registered[0]]
+
+
+def test_a_cseq_used_twice_is_reported_and_not_applied() -> None:
+    h = Hand()
+    h.register(0, 1)
+    h.r(0, 1, AddSplits(1, [split("a")]))
+    h.cseq -= 1
+    h.r(0, 1, AddSplits(2, [split("b")]))
+    f = follower(Clock())
+    found = feed_shuffled(f, h.inbox, h.readers, seed=0)
+    assert [x.violation.kind for x in found] == [ViolationKind.CSEQ_ORDER]
+    assert "cseq 2 was already used" in found[0].violation.message
+    assert set(f.model.owner) == {"a"}
+
+
+def test_v1_records_without_cseq_are_applied_as_they_come() -> None:
+    f = follower(Clock())
+    env = envelope(Heartbeat(5, False), source=SOURCE, subtask=0, attempt=None, epoch=1, ts=1)
+    order = f.order
+    record = ReplayRecord(Location(READERS, 0, 0), Direction.TO_READER, env)
+    order.add_readers(record)
+    assert order.ready() == [record]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--fail-fast"], "--fail-fast and --metrics-port go with --follow"),
+        (["--metrics-port", "9100"], "--fail-fast and --metrics-port go with --follow"),
+        (["--follow", "--split", "seq-1"], "--follow prints as it goes"),
+    ],
+)
+def test_follow_options_that_do_not_go_together_fail_at_start(args: list[str], named: str) -> None:
+    result = CliRunner().invoke(app, ["audit", "--source", "s", "-b", "127.0.0.1:1", *args])
+    assert result.exit_code == 2
+    assert named in " ".join(result.output.split())
