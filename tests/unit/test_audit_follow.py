@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import orjson
 import pytest
 from test_audit import READERS, SOURCE, Hand, Run, audit, find, full_run, split
 from typer.testing import CliRunner
@@ -15,7 +16,8 @@ from sluicegate.audit.follow import AuditFollower, Finding
 from sluicegate.audit.follow_order import FollowOrder
 from sluicegate.audit.replay import Location, ReplayRecord
 from sluicegate.cli import app
-from sluicegate.protocol import AddSplits, Direction, Heartbeat, SplitsReleased, decode, envelope
+from sluicegate.protocol import AddSplits, Direction, Heartbeat, SplitsFinished, SplitsReleased, decode, envelope
+from sluicegate.protocol.state_records import state_key
 
 INBOX = "coordinator"
 
@@ -141,3 +143,41 @@ def test_follow_options_that_do_not_go_together_fail_at_start(args: list[str], n
     result = CliRunner().invoke(app, ["audit", "--source", "s", "-b", "127.0.0.1:1", *args])
     assert result.exit_code == 2
     assert named in " ".join(result.output.split())
+
+
+def test_inbox_records_that_made_the_coordinator_send_nothing_wait_for_its_committed_progress() -> None:
+    """A SplitsFinished leads to no coordinator record: it is applied once the coordinator's
+    ``meta`` state part says it processed that inbox offset, after all it had sent then."""
+    h = Hand()
+    h.register(0, 1)
+    h.r(0, 1, AddSplits(1, [split("a")]))
+    finished_at = h.i(0, 1, SplitsFinished(["a"]))
+    f = follower(Clock())
+    assert feed_shuffled(f, h.inbox, h.readers, seed=0) == []
+    assert not f.model.finished and f.order.waiting == 1
+    f.coordinator_state(state_key(SOURCE, "other"), orjson.dumps({"cseq": h.cseq, "inbox_offset": finished_at}))
+    f.coordinator_state(state_key(SOURCE, "meta"), b"\x00sluicegate-chunked\x00{}")
+    assert f.step() == [] and not f.model.finished, "only the meta part, in JSON, says how far it got"
+    f.coordinator_state(state_key(SOURCE, "meta"), orjson.dumps({"cseq": h.cseq, "inbox_offset": finished_at}))
+    assert f.step() == []
+    assert f.model.finished == {"a"} and f.order.waiting == 0
+
+
+def test_committed_progress_releases_inbox_records_only_after_every_record_sent_by_then() -> None:
+    h = Hand()
+    h.register(0, 1)  # inbox 0: the registration; cseq 1: ReaderRegistered naming it
+    heartbeat_at = h.i(0, 1, Heartbeat(5, False))
+    inbox = [
+        ReplayRecord(Location(INBOX, 0, o), Direction.TO_COORDINATOR, decode(raw, Direction.TO_COORDINATOR))
+        for o, raw in h.inbox
+    ]
+    (p, o, raw) = h.readers[0]
+    registered = ReplayRecord(Location(READERS, p, o), Direction.TO_READER, decode(raw, Direction.TO_READER))
+    order = FollowOrder(10_000, Clock())
+    for record in inbox:
+        order.add_inbox(record)
+    order.inbox_read_to(heartbeat_at + 1)
+    order.progress(1, heartbeat_at)
+    assert order.ready() == [], "cseq 1 was sent before the heartbeat was processed, and has not come"
+    order.add_readers(registered)
+    assert order.ready() == [inbox[0], registered, inbox[1]]

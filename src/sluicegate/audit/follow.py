@@ -13,10 +13,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import orjson
+
 from sluicegate.audit.follow_order import Duplicate, FollowOrder, Gap, Ready
 from sluicegate.audit.invariants import OwnershipModel
 from sluicegate.audit.replay import Location, ReplayRecord, Violation, ViolationKind, numbered
 from sluicegate.protocol import DecodeError, Direction, decode
+from sluicegate.protocol.state_records import MANIFEST_MAGIC, state_key
 
 GAP_TIMEOUT_MS = 10_000
 """How long a missing cseq may stay missing while later ones wait: a committed step's
@@ -44,6 +47,7 @@ class AuditFollower:
         self.model = OwnershipModel(source=source, max_parallelism=max_parallelism)
         self.order = FollowOrder(gap_timeout_ms, clock)
         self.inbox_topic, self.readers_topic = inbox_topic, readers_topic
+        self._meta_key = state_key(source, "meta")
         self.applied = 0
         self.received: Counter[str] = Counter()
         """Records received, by topic."""
@@ -67,6 +71,19 @@ class AuditFollower:
             self.order.add_readers(record)
         elif (cseq := numbered(raw).cseq) is not None:
             self.order.skip(cseq)
+
+    def coordinator_state(self, key: bytes | None, value: bytes | None) -> None:
+        """A record of the coordinator's state topic: its ``meta`` part says how far the
+        coordinator had got at that commit (the other parts are not needed here)."""
+        if key != self._meta_key or not value or value.startswith(MANIFEST_MAGIC):
+            return
+        try:
+            meta = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return
+        cseq, inbox_offset = meta.get("cseq"), meta.get("inbox_offset")
+        if isinstance(cseq, int) and isinstance(inbox_offset, int):
+            self.order.progress(cseq, inbox_offset)
 
     def step(self) -> list[Finding]:
         """Apply what is ready; the violations it showed, in order."""

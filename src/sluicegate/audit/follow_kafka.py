@@ -22,6 +22,7 @@ from sluicegate.audit.follow import AuditFollower, Finding, FollowSnapshot
 from sluicegate.audit.kafka_source import control_partitions
 from sluicegate.audit.replay import topic_names
 from sluicegate.kafka.clients import control_consumer
+from sluicegate.protocol.topics import ControlTopics
 
 _BATCH = 10_000
 LAG_INTERVAL_S = 1.0
@@ -90,16 +91,19 @@ async def follow_control_topics(
 ) -> None:
     """Follow ``source`` until ``stop`` is set or ``on_findings`` returns False."""
     inbox_topic, readers_topic = topic_names(source, ns)
+    state_topic = ControlTopics.for_source(source, ns).coordinator_state
     consumer = control_consumer(bootstrap, f"sluicegate-audit-follow-{source}")
     try:
         await consumer.start()
-        partitions = await control_partitions(consumer, bootstrap, (inbox_topic, readers_topic))
+        partitions = await control_partitions(consumer, bootstrap, (inbox_topic, readers_topic, state_topic))
         tps = [TopicPartition(t, p) for t, ps in partitions.items() for p in ps]
         inbox_tp = TopicPartition(inbox_topic, 0)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         follower = AuditFollower(source, len(partitions[readers_topic]), inbox_topic, readers_topic, clock)
         lag: dict[str, int] = {}
+        # the state topic is read for the coordinator's progress, and not counted as lag
+        checked = [tp for tp in tps if tp.topic != state_topic]
         lag_at = progress_at = clock()
         while stop is None or not stop.is_set():
             batches = await consumer.getmany(timeout_ms=200, max_records=_BATCH)
@@ -107,12 +111,14 @@ async def follow_control_topics(
                 for m in messages:
                     if tp.topic == inbox_topic:
                         follower.inbox(m.offset, m.value)
+                    elif tp.topic == state_topic:
+                        follower.coordinator_state(m.key, m.value)
                     else:
                         follower.readers(tp.partition, m.offset, m.value)
             follower.inbox_read_to(await consumer.position(inbox_tp))
             findings = follower.step()
             if clock() - lag_at >= LAG_INTERVAL_S:
-                lag, lag_at = await _lag(consumer, tps), clock()
+                lag, lag_at = await _lag(consumer, checked), clock()
             snapshot = FollowSnapshot.of(follower, lag)
             if collector is not None:
                 collector.snapshot = snapshot

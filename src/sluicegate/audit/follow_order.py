@@ -9,8 +9,11 @@ the offset it names. Because the coordinator numbers its records without gaps, t
 next one is always known; a cseq that does not come while later ones wait for
 ``gap_timeout_ms`` is a gap (reported, and the order moves on to the next present).
 
-Inbox records wait until a readers-topic record names them: what the coordinator has
-not processed yet cannot change a verdict. Memory is the records waiting, no more.
+Inbox records wait until the coordinator is known to have processed them: a
+readers-topic record names them, or its committed progress does (``progress``: the
+``meta`` state part, written in every commit, says it had sent cseq C when it had
+processed inbox offset I). Applying an inbox record earlier could put it before a
+coordinator record decided without it. Memory is the records waiting, no more.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class FollowOrder:
         self._skipped: set[int] = set()
         self._gap_since: float | None = None
         self._ready: list[Ready] = []
+        self._progress: tuple[int, int] | None = None
+        """(cseq, inbox offset) of the coordinator's latest commit seen."""
 
     @property
     def waiting(self) -> int:
@@ -77,6 +82,12 @@ class FollowOrder:
         else:
             self._waiting[cseq] = record
 
+    def progress(self, cseq: int, inbox_offset: int) -> None:
+        """The coordinator committed having sent up to ``cseq`` and processed the inbox up to
+        ``inbox_offset``."""
+        if self._progress is None or (cseq, inbox_offset) > self._progress:
+            self._progress = (cseq, inbox_offset)
+
     def skip(self, cseq: int) -> None:
         """A readers-topic record that does not decode but shows its cseq: its place is taken."""
         if cseq >= self.next_cseq:
@@ -86,6 +97,7 @@ class FollowOrder:
         """Everything that can be applied now, in order."""
         out, self._ready = self._ready, []
         while True:
+            self._release_processed_inbox(out)
             cseq = self.next_cseq
             if cseq in self._skipped:
                 self._skipped.discard(cseq)
@@ -108,6 +120,15 @@ class FollowOrder:
             out.append(record)
             self.next_cseq += 1
             self._gap_since = None
+
+    def _release_processed_inbox(self, out: list[Ready]) -> None:
+        """Inbox records the coordinator processed without sending anything after them
+        (a SplitsFinished, a heartbeat): due once every record it had sent then is applied."""
+        if self._progress is None or self._progress[0] >= self.next_cseq:
+            return
+        processed = self._progress[1]
+        while self._inbox and self._inbox[0].location.offset <= processed:
+            out.append(self._inbox.popleft())
 
     def _gap(self) -> Gap | None:
         """The gap before the lowest waiting record, once it has waited ``gap_timeout_s``."""

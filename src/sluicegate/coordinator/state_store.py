@@ -30,6 +30,7 @@ import orjson
 from pyfastcdc import FastCDC
 
 from sluicegate.kafka.compacted import read_all
+from sluicegate.protocol.state_records import MANIFEST_MAGIC, chunk_key, state_key
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -43,8 +44,6 @@ re-registration of 6,250 splits writes a 70 KB state part instead of 484 KB)."""
 CHUNK_MIN_BYTES = 128 * 1024
 CHUNK_AVG_BYTES = 256 * 1024
 CHUNK_MAX_BYTES = 768 * 1024
-MANIFEST_MAGIC = b"\x00sluicegate-chunked\x00"
-"""A manifest's value starts with this; a JSON part never starts with a NUL byte."""
 CHUNK_ZLIB_LEVEL = 1
 """Chunks are compressed (JSON of splits shrinks ~7x at ~60 MB/s): a successor reads a
 seventh of the bytes. The digest is of the uncompressed chunk."""
@@ -57,14 +56,6 @@ class StateTooLargeError(RuntimeError):
 
 class MissingChunkError(RuntimeError):
     """A manifest names a chunk the topic does not hold: the state topic is damaged."""
-
-
-def state_key(source: str, part: str) -> bytes:
-    return f"{source}/{part}".encode()
-
-
-def chunk_key(source: str, part: str, digest: str) -> bytes:
-    return f"{source}/{part}#{digest}".encode()
 
 
 def chunk_digest(chunk: bytes) -> str:
