@@ -1,13 +1,14 @@
 """The audit of a running source judges only states that existed (issue 22 item 1).
 
 A bounded ``sequence`` source whose splits are released over time, read by 4 reader
-processes, is audited in a tight loop from a thread for ~30 s while the coordinator
-is SIGKILLed and started again 3 times and readers 4 times. A coordinator step
-commits records on several partitions of the readers topic in one transaction, and
-the transaction's markers reach them one by one: a read taken at an instant can see
-half a step. Every live audit must judge a consistent cut (audit/cut.py) and report
-no violation. Then a forged AddSplits is written into the readers topic while
-everything runs: every audit after it reports a violation at that record.
+processes, is audited in a tight loop from a thread, and followed by ``audit --follow``,
+for ~30 s while the coordinator is SIGKILLed and started again 3 times and readers 4
+times. A coordinator step commits records on several partitions of the readers topic
+in one transaction, and the transaction's markers reach them one by one: a read taken
+at an instant can see half a step. Every live audit must judge a consistent cut (audit/cut.py) and report
+no violation, and the follower none. Then a forged AddSplits is written into the
+readers topic while everything runs: every audit after it, and the follower, report a
+violation at that record.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -104,9 +104,26 @@ def forge(bootstrap: str, source: str, last: AuditResult) -> tuple[str, int, int
     return readers_topic, *where[0]
 
 
-def test_audits_of_a_live_source_under_kills_judge_only_states_that_existed(
+def scrape(port: int, source: str) -> dict[str, float]:
+    """The ``sluicegate_audit_*`` samples of ``source`` served on ``port`` (empty if none)."""
+    status, _, body = http_get(port, "/metrics")
+    if status != 200:
+        return {}
+    return {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in body.decode().splitlines()
+        if line.startswith("sluicegate_audit_") and f'source="{source}"' in line
+    }
+
+
+def test_audits_of_a_live_source_under_kills_report_only_what_happened(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
 ) -> None:
+    """One-shot audits back to back and ``sluicegate audit --follow --fail-fast
+    --metrics-port P`` beside them, through the kills: no audit reports a violation, and
+    the follower keeps running, its metrics counting the records it checked. Then a
+    forged AddSplits: every audit after it names it, and the follower prints it with the
+    record and exits 1."""
     source = unique_source
     coordinator = procs.coordinator(source, READERS, OPTIONS, *SHORT_SESSION)
     readers: dict[int, Proc] = {
@@ -114,6 +131,11 @@ def test_audits_of_a_live_source_under_kills_judge_only_states_that_existed(
     }
     for reader in readers.values():
         reader.wait_for_log("registered as attempt", timeout_s=90)
+    port = free_port()
+    follow = procs.start(
+        "audit-follow", ["audit", "--source", source, "--follow", "--fail-fast", "--metrics-port", str(port)]
+    )
+    follow.wait_for_log("following", timeout_s=60)
     auditor = LiveAuditor(kafka_bootstrap, source)
     auditor.start()
     zero = time.monotonic()
@@ -136,6 +158,7 @@ def test_audits_of_a_live_source_under_kills_judge_only_states_that_existed(
                     readers[subtask].kill()
                     restarts.append((now + 1.0, subtask))
             assert auditor.error is None, repr(auditor.error)
+            assert follow.returncode is None, "audit --follow stopped during the kills:\n" + follow.tail()
             time.sleep(0.05)
         time.sleep(3.0)  # the last coordinator serves again
         live = list(auditor.results)
@@ -146,6 +169,11 @@ def test_audits_of_a_live_source_under_kills_judge_only_states_that_existed(
         cuts = [r.summary.cut for _, r in live if r.summary.cut is not None]
         assert len(cuts) == len(live) and all(not c.unresolved for c in cuts)
         assert len({r.summary.last_cseq for _, r in live}) > 1, "the source did not move while it was audited"
+        metrics = wait_until(lambda: scrape(port, source), 30, "the follower's metrics")
+        assert follow.returncode is None, follow.tail()
+        assert metrics[f'sluicegate_audit_violations_total{{kind="any",source="{source}"}}'] == 0
+        assert metrics[f'sluicegate_audit_records_checked_total{{source="{source}"}}'] > 0
+        assert metrics[f'sluicegate_audit_readers_live{{source="{source}"}}'] > 0
 
         location = forge(kafka_bootstrap, source, live[-1][1])
         forged_at = time.monotonic()
@@ -160,59 +188,12 @@ def test_audits_of_a_live_source_under_kills_judge_only_states_that_existed(
     for result in after:
         places = {(v.location.topic, v.location.partition, v.location.offset) for v in result.violations}
         assert location in places, "the forged record went unnoticed: " + audit_failure(result)
-    print(
-        f"{len(live)} live audits, none with a violation; {sum(1 for c in cuts if c.rereads)} read on to complete "
-        f"a step, {sum(c.left_out for c in cuts)} later records left out; the forged record was caught "
-        f"by the {len(after)} audits after it"
-    )
-
-
-def test_audit_follow_checks_records_as_they_come_serves_metrics_and_stops_at_a_forged_record(
-    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
-) -> None:
-    """``sluicegate audit --follow --fail-fast --metrics-port P`` beside a running source
-    with 2 readers: its metrics count the records it checked and show both readers live
-    and no violation; a forged AddSplits makes it print the violation with the record and
-    exit 1."""
-    source = unique_source
-    procs.coordinator(source, 2, OPTIONS, *SHORT_SESSION)
-    readers = [procs.reader(source, k, OPTIONS, tmp_path / f"out-{k}.jsonl", *READER_TIMING) for k in range(2)]
-    for reader in readers:
-        reader.wait_for_log("registered as attempt", timeout_s=90)
-    port = free_port()
-    follow = procs.start(
-        "audit-follow", ["audit", "--source", source, "--follow", "--fail-fast", "--metrics-port", str(port)]
-    )
-    follow.wait_for_log("following", timeout_s=60)
-
-    def scraped() -> dict[str, float]:
-        status, _, body = http_get(port, "/metrics")
-        if status != 200:
-            return {}
-        return {
-            line.split(" ")[0]: float(line.split(" ")[1])
-            for line in body.decode().splitlines()
-            if line.startswith("sluicegate_audit_") and f'source="{source}"' in line
-        }
-
-    def metrics_when(ok: Callable[[dict[str, float]], bool], what: str) -> dict[str, float]:
-        def probe() -> dict[str, float] | None:
-            metrics = scraped()
-            return metrics if metrics and ok(metrics) else None
-
-        found = wait_until(probe, 60, what)
-        assert found is not None
-        return found
-
-    checked = f'sluicegate_audit_records_checked_total{{source="{source}"}}'
-    live = f'sluicegate_audit_readers_live{{source="{source}"}}'
-    first = metrics_when(lambda m: m.get(checked, 0) > 0 and m.get(live) == 2, "records checked, 2 readers live")
-    later = metrics_when(lambda m: m.get(checked, 0) > first[checked], "more records checked")
-    assert later[f'sluicegate_audit_violations_total{{kind="any",source="{source}"}}'] == 0
-    assert follow.returncode is None, follow.tail()
-
-    location = forge(kafka_bootstrap, source, asyncio.run(run_audit(kafka_bootstrap, source)))
     assert follow.wait(60) == 1, follow.tail()
     printed = follow.lines_with("VIOLATION")
     assert printed and f"{location[0]} partition {location[1]} offset {location[2]}" in printed[0], follow.tail()
     assert "AddSplits for subtask 1" in printed[0]
+    print(
+        f"{len(live)} live audits, none with a violation; {sum(1 for c in cuts if c.rereads)} read on to complete "
+        f"a step, {sum(c.left_out for c in cuts)} later records left out; the forged record was caught "
+        f"by the {len(after)} audits after it and by audit --follow"
+    )
