@@ -15,8 +15,18 @@ from sluicegate.audit import ViolationKind
 from sluicegate.audit.follow import AuditFollower, Finding
 from sluicegate.audit.follow_order import FollowOrder
 from sluicegate.audit.replay import Location, ReplayRecord
+from sluicegate.audit.split_events import SplitEvents
 from sluicegate.cli import app
-from sluicegate.protocol import AddSplits, Direction, Heartbeat, SplitsFinished, SplitsReleased, decode, envelope
+from sluicegate.protocol import (
+    AddSplits,
+    CheckpointAck,
+    Direction,
+    Heartbeat,
+    SplitsFinished,
+    SplitsReleased,
+    decode,
+    envelope,
+)
 from sluicegate.protocol.state_records import state_key
 
 INBOX = "coordinator"
@@ -136,7 +146,7 @@ def test_v1_records_without_cseq_are_applied_as_they_come() -> None:
     [
         (["--fail-fast"], "--fail-fast and --metrics-port go with --follow"),
         (["--metrics-port", "9100"], "--fail-fast and --metrics-port go with --follow"),
-        (["--follow", "--split", "seq-1"], "--follow prints as it goes"),
+        (["--follow", "--timeline", "t.png"], "--follow prints as it goes"),
     ],
 )
 def test_follow_options_that_do_not_go_together_fail_at_start(args: list[str], named: str) -> None:
@@ -181,3 +191,29 @@ def test_committed_progress_releases_inbox_records_only_after_every_record_sent_
     assert order.ready() == [], "cseq 1 was sent before the heartbeat was processed, and has not come"
     order.add_readers(registered)
     assert order.ready() == [inbox[0], registered, inbox[1]]
+
+
+def test_a_split_history_grows_as_its_records_are_applied() -> None:
+    """``audit --split ID --follow``: every record that names the split, once, in order; an
+    acknowledgement only when the position moved."""
+    run = full_run()
+    f = AuditFollower(SOURCE, None, INBOX, READERS, Clock(), split_id="seq-00000")
+    assert feed_shuffled(f, run.inbox, run.readers, seed=3) == []
+    events = [event for _, event in f.events]
+    assert events[0].startswith("given to subtask 0 attempt 1 at position 0 (seq 1")
+    assert events[-1].startswith("finished by subtask")
+    acks = [e for e in events if "acknowledged position" in e]
+    assert len(acks) == len(set(acks)) > 0, "an unchanged position is printed once"
+
+
+def test_an_acknowledgement_is_told_only_when_the_position_moved() -> None:
+    events = SplitEvents("a")
+
+    def ack(checkpoint: int, position: int) -> str | None:
+        body = CheckpointAck(checkpoint, 1, [{**split("a"), "position": position}, split("b")])
+        env = envelope(body, source=SOURCE, subtask=0, attempt=1, epoch=1, ts=checkpoint)
+        return events.describe(ReplayRecord(Location(INBOX, 0, checkpoint), Direction.TO_COORDINATOR, env))
+
+    assert ack(1, 0) == "subtask 0 attempt 1 acknowledged position 0 (checkpoint 1)"
+    assert ack(2, 0) is None
+    assert ack(3, 4) == "subtask 0 attempt 1 acknowledged position 4 (checkpoint 3)"

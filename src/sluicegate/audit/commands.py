@@ -36,12 +36,13 @@ from sluicegate.audit.kafka_source import (
     ReadTimeoutError,
     read_control_topics_full,
 )
-from sluicegate.audit.replay import replay
+from sluicegate.audit.replay import ReplayRecord, replay
 from sluicegate.audit.report import (
     finding_line,
     ownership_at_table,
     print_report,
     progress_line,
+    split_event_line,
     split_history_tables,
     to_json_bytes,
 )
@@ -134,9 +135,9 @@ def audit_command(
     if (fail_fast or metrics_port is not None) and not follow:
         raise _fail("--fail-fast and --metrics-port go with --follow", json_output)
     if follow:
-        if json_output or timeline is not None or split is not None or at is not None:
-            raise _fail("--follow prints as it goes: not with --json, --timeline, --split or --at", json_output)
-        _follow(bootstrap, source, namespace, fail_fast, metrics_port)
+        if json_output or timeline is not None or at is not None:
+            raise _fail("--follow prints as it goes: not with --json, --timeline or --at", json_output)
+        _follow(bootstrap, source, namespace, fail_fast, metrics_port, split)
         return
     if timeline is not None or split is not None or at is not None:
         _explain(bootstrap, source, namespace, timeline, split, at)
@@ -161,10 +162,17 @@ def audit_command(
         raise typer.Exit(code=1)
 
 
-def _follow(bootstrap: str, source: str, namespace: str, fail_fast: bool, metrics_port: int | None) -> None:
-    """--follow: run until Ctrl-C or SIGTERM (or the first violation with --fail-fast)."""
+def _follow(
+    bootstrap: str, source: str, namespace: str, fail_fast: bool, metrics_port: int | None, split: str | None
+) -> None:
+    """--follow: run until Ctrl-C or SIGTERM (or the first violation with --fail-fast);
+    with --split, print that split's history as it grows too."""
     console = Console()
     found: list[Finding] = []
+
+    def split_events(events: list[tuple[ReplayRecord, str]]) -> None:
+        for _, event in events:
+            console.print(split_event_line(str(split), event), highlight=False, soft_wrap=True)
 
     def report(findings: list[Finding]) -> bool:
         for finding in findings:
@@ -184,7 +192,9 @@ def _follow(bootstrap: str, source: str, namespace: str, fail_fast: bool, metric
             + ("" if metrics_port is None else f"; metrics on :{metrics_port}/metrics"),
             highlight=False,
         )
-        asyncio.run(_follow_until_stopped(bootstrap, source, namespace, report, progress, collector))
+        asyncio.run(
+            _follow_until_stopped(bootstrap, source, namespace, report, progress, collector, split, split_events)
+        )
     except (ConfigError, MissingTopicsError, KafkaAccessError, OSError) as exc:
         raise _fail(str(exc), False) from None
     if found:
@@ -198,13 +208,23 @@ async def _follow_until_stopped(
     report: Callable[[list[Finding]], bool],
     progress: Callable[[FollowSnapshot], None],
     collector: FollowCollector | None,
+    split: str | None,
+    split_events: Callable[[list[tuple[ReplayRecord, str]]], None],
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await follow_control_topics(
-        bootstrap, source, namespace, report, collector=collector, on_progress=progress, stop=stop
+        bootstrap,
+        source,
+        namespace,
+        report,
+        collector=collector,
+        on_progress=progress,
+        split_id=split,
+        on_split_events=split_events,
+        stop=stop,
     )
 
 

@@ -18,6 +18,7 @@ import orjson
 from sluicegate.audit.follow_order import Duplicate, FollowOrder, Gap, Ready
 from sluicegate.audit.invariants import OwnershipModel
 from sluicegate.audit.replay import Location, ReplayRecord, Violation, ViolationKind, numbered
+from sluicegate.audit.split_events import SplitEvents
 from sluicegate.protocol import DecodeError, Direction, decode
 from sluicegate.protocol.state_records import MANIFEST_MAGIC, state_key
 
@@ -43,11 +44,16 @@ class AuditFollower:
         readers_topic: str,
         clock: Callable[[], float],
         gap_timeout_ms: int = GAP_TIMEOUT_MS,
+        split_id: str | None = None,
     ) -> None:
+        """``split_id``: also describe each applied record that names this split (``events``)."""
         self.model = OwnershipModel(source=source, max_parallelism=max_parallelism)
         self.order = FollowOrder(gap_timeout_ms, clock)
         self.inbox_topic, self.readers_topic = inbox_topic, readers_topic
         self._meta_key = state_key(source, "meta")
+        self._split = None if split_id is None else SplitEvents(split_id)
+        self.events: list[tuple[ReplayRecord, str]] = []
+        """What applied records did to ``split_id``, until the caller takes them."""
         self.applied = 0
         self.received: Counter[str] = Counter()
         """Records received, by topic."""
@@ -112,6 +118,8 @@ class AuditFollower:
         before = len(self.model.violations)
         self.model.apply(item, self.applied)
         self.applied += 1
+        if self._split is not None and (event := self._split.describe(item)) is not None:
+            self.events.append((item, event))
         return [Finding(v, item) for v in self.model.violations[before:]]
 
     def _decode(self, location: Location, raw: bytes | None, direction: Direction) -> ReplayRecord | None:

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from sluicegate.audit.follow import AuditFollower, Finding, FollowSnapshot
 from sluicegate.audit.kafka_source import control_partitions
-from sluicegate.audit.replay import topic_names
+from sluicegate.audit.replay import ReplayRecord, topic_names
 from sluicegate.kafka.clients import control_consumer
 from sluicegate.protocol.topics import ControlTopics
 
@@ -85,6 +85,8 @@ async def follow_control_topics(
     *,
     collector: FollowCollector | None = None,
     on_progress: Callable[[FollowSnapshot], None] | None = None,
+    split_id: str | None = None,
+    on_split_events: Callable[[list[tuple[ReplayRecord, str]]], None] | None = None,
     progress_interval_s: float = 30.0,
     stop: asyncio.Event | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -100,7 +102,9 @@ async def follow_control_topics(
         inbox_tp = TopicPartition(inbox_topic, 0)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        follower = AuditFollower(source, len(partitions[readers_topic]), inbox_topic, readers_topic, clock)
+        follower = AuditFollower(
+            source, len(partitions[readers_topic]), inbox_topic, readers_topic, clock, split_id=split_id
+        )
         lag: dict[str, int] = {}
         # the state topic is read for the coordinator's progress, and not counted as lag
         checked = [tp for tp in tps if tp.topic != state_topic]
@@ -117,6 +121,9 @@ async def follow_control_topics(
                         follower.readers(tp.partition, m.offset, m.value)
             follower.inbox_read_to(await consumer.position(inbox_tp))
             findings = follower.step()
+            if follower.events and on_split_events is not None:
+                on_split_events(follower.events)
+            follower.events = []
             if clock() - lag_at >= LAG_INTERVAL_S:
                 lag, lag_at = await _lag(consumer, checked), clock()
             snapshot = FollowSnapshot.of(follower, lag)

@@ -210,3 +210,8 @@ def progress_line(s: FollowSnapshot) -> str:
         f"finished {s.splits.get('finished', 0):,}; {s.readers_live} readers live; "
         + ("no violation" if not found else f"{found} violations")
     )
+
+
+def split_event_line(split_id: str, event: str) -> str:
+    """One line of ``audit --split ID --follow``: what a record did to the split."""
+    return f"{datetime.now(UTC).strftime('%H:%M:%S')} {split_id}: {event}"
