@@ -296,11 +296,26 @@ async def test_flink_40505_a_failed_readers_watermark_stops_counting_once_its_at
     readers[holder].kill()
     killed = time.monotonic()
 
-    low = await low_past(kafka_bootstrap, unique_source, START + offset, 15, "the low watermark past split 1's start")
+    low = await low_past(kafka_bootstrap, unique_source, START + offset, 60, "the low watermark past split 1's start")
     jumped_s = time.monotonic() - killed
-    # not before its attempt failed (the session timeout, 3 s after its last heartbeat),
-    # and at once then (a few announcement intervals and polls of slack)
-    assert 2.0 <= jumped_s <= 3.0 + 3.0, f"the low watermark moved {jumped_s:.1f} s after the kill"
+    # Not before its attempt failed, and without it coming back: in the coordinator's own
+    # order (cseq), the first announcement past split 1's start follows the release of
+    # the killed attempt (session timeout). The order, not the seconds: on a loaded machine
+    # the session timeout's 3 s and the announcements take what they take.
+    messages = await readers_messages(kafka_bootstrap, unique_source)
+    failed_at = [
+        m["cseq"]
+        for m in messages
+        if m["type"] == "SplitsReleased" and m["subtask"] == holder and m["body"]["reason"] == "session-timeout"
+    ]
+    passed_at = [
+        m["cseq"]
+        for m in messages
+        if m["type"] == "WatermarkAnnouncement" and (m["body"]["low_watermark"] or 0) > START + offset
+    ]
+    assert failed_at and passed_at, f"release {failed_at}, announcements past split 1's start {passed_at[:3]}"
+    assert failed_at[0] < passed_at[0], f"the low watermark moved (cseq {passed_at[0]}) before the attempt failed"
+    assert jumped_s >= 2.0, f"the low watermark moved {jumped_s:.1f} s after the kill, before any session timeout"
     assert readers[holder].returncode is not None
     other = readers[1 - holder]
     assert other.returncode is None, other.tail()
