@@ -29,7 +29,7 @@ markers take milliseconds, so this much means records are missing (or forged ahe
 
 @dataclass(frozen=True)
 class Finding:
-    """A violation and the record that showed it (None for a gap's own report)."""
+    """A violation and the record that showed it (for a gap: the first record after it)."""
 
     violation: Violation
     record: ReplayRecord
