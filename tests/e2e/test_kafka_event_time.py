@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import Proc, ProcessGroup
+from processes import Proc, ProcessGroup, support_pythonpath
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(360)]
 
@@ -229,7 +229,12 @@ def _run_spark(procs: ProcessGroup, tmp_path: Path, spec: dict[str, Any]) -> dic
             [sys.executable, *args],
             stdout=handle,
             stderr=subprocess.STDOUT,
-            env=dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=procs.bootstrap, PYTHONUNBUFFERED="1"),
+            env=dict(
+                os.environ,
+                KAFKA_BOOTSTRAP_SERVERS=procs.bootstrap,
+                PYTHONPATH=support_pythonpath(),
+                PYTHONUNBUFFERED="1",
+            ),
             start_new_session=True,
         )
     proc = Proc("spark", popen, log_path, args)

@@ -60,7 +60,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from kafka_data import OutputReader
-from processes import Proc, ProcessGroup, readers_messages
+from processes import Proc, ProcessGroup, readers_messages, support_pythonpath
 
 from sluicegate.audit.commands import run_audit
 
@@ -370,7 +370,13 @@ def start_job(procs: ProcessGroup, name: str, source: str, options: Mapping[str,
             stderr=subprocess.STDOUT,
             # the other read path than the in-process tests' default (native where it is built):
             # both run under Spark without a second Spark run
-            env=dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=procs.bootstrap, PYTHONUNBUFFERED="1", **PYTHON_READ_PATH),
+            env=dict(
+                os.environ,
+                KAFKA_BOOTSTRAP_SERVERS=procs.bootstrap,
+                PYTHONPATH=support_pythonpath(),
+                PYTHONUNBUFFERED="1",
+                **PYTHON_READ_PATH,
+            ),
             start_new_session=True,
         )
     proc = Proc(name, popen, log_path, args)

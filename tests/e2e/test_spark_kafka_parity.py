@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import ProcessGroup
+from processes import ProcessGroup, support_pythonpath
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(700)]
 
@@ -237,7 +237,12 @@ def parity(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> di
                 ],
                 stdout=handle,
                 stderr=subprocess.STDOUT,
-                env=dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, PYTHONUNBUFFERED="1"),
+                env=dict(
+                    os.environ,
+                    KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+                    PYTHONPATH=support_pythonpath(),
+                    PYTHONUNBUFFERED="1",
+                ),
                 timeout=560,
                 check=False,
             )

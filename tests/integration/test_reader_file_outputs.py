@@ -4,14 +4,13 @@ and none of its files pending."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from kafka_data import SUPPORT_DIR, audit_ok, coordinator_args, create_topic, kafka_options, option_args
-from processes import ProcessGroup
+from kafka_data import audit_ok, coordinator_args, create_topic, kafka_options, option_args
+from processes import ProcessGroup, support_pythonpath
 from test_reader_processing import PARTITIONS, produce_orders
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
@@ -32,7 +31,7 @@ def test_a_killed_reader_leaves_each_record_in_dir_once(
         *("--max-batch", "100", "--checkpoint-interval-ms", "200"),
         *option_args(options),
     ]
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(SUPPORT_DIR), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {"PYTHONPATH": support_pythonpath()}
     first = procs.start("reader-0", args, env=env)
     first.wait_for_log("checkpoint 3:", timeout_s=60)  # files published, more on the way
     first.kill()
@@ -66,7 +65,7 @@ def test_a_sink_of_the_users_own_gets_every_record(
         *("reader", "--source", unique_source, "--subtask", "0", "--connector", "kafka"),
         *("--output", "sink:record_functions:ValuesFile", *option_args(options)),
     ]
-    pythonpath = os.pathsep.join(p for p in (str(SUPPORT_DIR), os.environ.get("PYTHONPATH", "")) if p)
-    reader = procs.start("reader", args, env={"PYTHONPATH": pythonpath, "SLUICEGATE_TEST_SINK_DIR": str(tmp_path)})
+    env = {"PYTHONPATH": support_pythonpath(), "SLUICEGATE_TEST_SINK_DIR": str(tmp_path)}
+    reader = procs.start("reader", args, env=env)
     assert reader.wait(120) == 0, reader.tail()
     assert Counter((tmp_path / "values-0.txt").read_bytes().splitlines()) == Counter(v for _, v, _, _ in rows)

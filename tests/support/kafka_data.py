@@ -5,7 +5,6 @@ the OUT reader and the exactly-once check, coordinator and reader processes."""
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 import zlib
@@ -19,14 +18,11 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from processes import Proc, ProcessGroup
+from processes import Proc, ProcessGroup, support_pythonpath
 from sluicegate_connectors.kafka.split import partition_owner_key
 
 from sluicegate.audit import AuditSummary
 from sluicegate.audit.commands import run_audit
-
-SUPPORT_DIR = Path(__file__).resolve().parent
-"""On the PYTHONPATH of reader processes: record_functions.py is there."""
 
 COORDINATOR_TIMEOUTS = ("--session-timeout-ms", "3000", "--reader-departure-timeout-ms", "30000")
 FAST_CHECKPOINTS = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300")
@@ -373,8 +369,7 @@ def start_reader(
     process: str | None = None,
 ) -> Proc:
     args = reader_args(source, subtask, options, out_topic, *(extra or READER_TIMING), process=process)
-    pythonpath = os.pathsep.join(p for p in (str(SUPPORT_DIR), os.environ.get("PYTHONPATH", "")) if p)
-    return procs.start(f"reader-{subtask}-{len(procs.procs)}", args, env={"PYTHONPATH": pythonpath})
+    return procs.start(f"reader-{subtask}-{len(procs.procs)}", args, env={"PYTHONPATH": support_pythonpath()})
 
 
 def hash_owner(topic: str, partition: int, parallelism: int) -> int:

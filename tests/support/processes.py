@@ -1,4 +1,16 @@
 """The process helpers moved to the connector test kit (``sluicegate.testing.processes``);
-the tests keep importing them from here."""
+the tests keep importing them from here. ``support_pythonpath`` is this folder's own."""
+
+import os
+from pathlib import Path
 
 from sluicegate.testing.processes import *  # noqa: F403
+
+SUPPORT_DIR = Path(__file__).resolve().parent
+
+
+def support_pythonpath() -> str:
+    """PYTHONPATH for a process that imports the helpers of tests/support: a test file run
+    as a script (a Spark query in a process of its own), a reader with record functions.
+    pytest finds them through pyproject's ``pythonpath``; other processes need this."""
+    return os.pathsep.join(p for p in (str(SUPPORT_DIR), os.environ.get("PYTHONPATH", "")) if p)
