@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from sluicegate.audit.cut import CutPlan, split_at_cut
+from sluicegate.audit.cut import CutPlan
 from sluicegate.audit.replay import Numbered, ReadersRecord, numbered
 
 
@@ -34,8 +34,7 @@ def test_a_step_seen_on_one_partition_only_waits_for_the_other() -> None:
     assert plan is not None and plan.missing == {4}
     assert not plan.complete(inbox_end=3)
     later = [record(1, 1, 4, 2), record(1, 2, 6, 3)]
-    kept, left_out = split_at_cut(plan, later)
-    plan.add(numbered(raw) for _, _, raw in kept)
+    kept, left_out = plan.take(later)
     assert kept == later[:1] and left_out == 1
     assert plan.complete(inbox_end=3)
     assert plan.cut(3, left_out).describe() == (

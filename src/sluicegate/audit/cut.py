@@ -81,11 +81,17 @@ class CutPlan:
         plan._name_inbox(seen)
         return plan
 
-    def add(self, values: Iterable[Numbered]) -> None:
-        """Records read later: those up to the cut fill what was missing."""
-        below = [v for v in values if v.cseq is not None and v.cseq <= self.cseq]
-        self.missing -= {v.cseq for v in below if v.cseq is not None}
-        self._name_inbox(below)
+    def take(self, later: Sequence[ReadersRecord]) -> tuple[list[ReadersRecord], int]:
+        """Records read after the first read: those up to the cut fill what was missing and
+        are kept; returned: (kept, how many were left out)."""
+        kept: list[ReadersRecord] = []
+        for record in later:
+            value = numbered(record[2])
+            if value.cseq is not None and value.cseq <= self.cseq:
+                kept.append(record)
+                self.missing.discard(value.cseq)
+                self._name_inbox([value])
+        return kept, len(later) - len(kept)
 
     def _name_inbox(self, values: Iterable[Numbered]) -> None:
         named = [v.inbox_offset for v in values if v.inbox_offset is not None]
@@ -94,15 +100,5 @@ class CutPlan:
     def complete(self, inbox_end: int) -> bool:
         return not self.missing and inbox_end >= self.inbox_needed
 
-    def keeps(self, value: Numbered) -> bool:
-        """Whether a record read after the first read is inside the cut."""
-        return value.cseq is not None and value.cseq <= self.cseq
-
     def cut(self, inbox_end: int, left_out: int, rereads: int = 0) -> Cut:
         return Cut(self.cseq, inbox_end, left_out, tuple(sorted(self.missing)), rereads)
-
-
-def split_at_cut(plan: CutPlan, later: Sequence[ReadersRecord]) -> tuple[list[ReadersRecord], int]:
-    """Of the records read after the first read: (those inside the cut, how many were left out)."""
-    kept = [record for record in later if plan.keeps(numbered(record[2]))]
-    return kept, len(later) - len(kept)

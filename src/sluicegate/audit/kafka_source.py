@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from sluicegate.audit.cut import Cut, CutPlan, split_at_cut
+from sluicegate.audit.cut import Cut, CutPlan
 from sluicegate.audit.replay import InboxRecord, ReadersRecord, numbered, topic_names
 from sluicegate.kafka.clients import control_consumer
 
@@ -104,8 +104,7 @@ async def read_control_topics_full(
                 later: list[ReadersRecord] = []
                 ends = await _read_to_ends(consumer, tps, inbox_topic, inbox, later, stall_timeout_s)
                 inbox_end = ends[TopicPartition(inbox_topic, 0)]
-                kept, past = split_at_cut(plan, later)
-                plan.add(numbered(raw) for _, _, raw in kept)
+                kept, past = plan.take(later)
                 readers += kept
                 left_out += past
                 rereads += 1
