@@ -114,8 +114,8 @@ class FollowOrder:
             named = record.env.inbox_offset
             if named is not None and named >= self._inbox_end:
                 return out  # the inbox records it was decided on are not read yet
-            while self._inbox and named is not None and self._inbox[0].location.offset <= named:
-                out.append(self._inbox.popleft())
+            if named is not None:
+                self._release_inbox_through(named, out)
             del self._waiting[cseq]
             out.append(record)
             self.next_cseq += 1
@@ -124,10 +124,11 @@ class FollowOrder:
     def _release_processed_inbox(self, out: list[Ready]) -> None:
         """Inbox records the coordinator processed without sending anything after them
         (a SplitsFinished, a heartbeat): due once every record it had sent then is applied."""
-        if self._progress is None or self._progress[0] >= self.next_cseq:
-            return
-        processed = self._progress[1]
-        while self._inbox and self._inbox[0].location.offset <= processed:
+        if self._progress is not None and self._progress[0] < self.next_cseq:
+            self._release_inbox_through(self._progress[1], out)
+
+    def _release_inbox_through(self, offset: int, out: list[Ready]) -> None:
+        while self._inbox and self._inbox[0].location.offset <= offset:
             out.append(self._inbox.popleft())
 
     def _gap(self) -> Gap | None:
