@@ -34,38 +34,34 @@ class FollowCollector(Collector):
         self.snapshot = FollowSnapshot()
 
     def collect(self) -> Iterator[Any]:
-        s, source = self.snapshot, self.source
-        checked = CounterMetricFamily(
-            "sluicegate_audit_records_checked", "Records applied to the model.", labels=["source"]
-        )
-        checked.add_metric([source], s.applied)
-        received = CounterMetricFamily("sluicegate_audit_records_received", "Records read.", labels=["source", "topic"])
-        for topic, n in s.received.items():
-            received.add_metric([source, topic], n)
-        undecodable = CounterMetricFamily(
-            "sluicegate_audit_undecodable_records", "Records that do not decode.", labels=["source", "topic"]
-        )
-        for topic, n in s.undecodable.items():
-            undecodable.add_metric([source, topic], n)
-        violations = CounterMetricFamily("sluicegate_audit_violations", "Violations found.", labels=["source", "kind"])
-        violations.add_metric([source, "any"], sum(s.violations.values()))
-        for kind, n in s.violations.items():
-            violations.add_metric([source, kind], n)
-        lag = GaugeMetricFamily(
-            "sluicegate_audit_lag_records", "Records behind the last stable offset.", labels=["source", "topic"]
-        )
-        for topic, n in s.lag.items():
-            lag.add_metric([source, topic], n)
-        splits = GaugeMetricFamily("sluicegate_audit_splits", "Splits by state.", labels=["source", "state"])
-        for state, n in s.splits.items():
-            splits.add_metric([source, state], n)
-        live = GaugeMetricFamily("sluicegate_audit_readers_live", "Subtasks with a live attempt.", labels=["source"])
-        live.add_metric([source], s.readers_live)
-        waiting = GaugeMetricFamily(
-            "sluicegate_audit_waiting_records", "Records held until they are next in order.", labels=["source"]
-        )
-        waiting.add_metric([source], s.waiting)
-        yield from (checked, received, undecodable, violations, lag, splits, live, waiting)
+        s = self.snapshot
+        counter, gauge = CounterMetricFamily, GaugeMetricFamily
+        yield self._family(counter, "records_checked", "Records applied to the model.", s.applied)
+        yield self._family(counter, "records_received", "Records read.", s.received, "topic")
+        yield self._family(counter, "undecodable_records", "Records that do not decode.", s.undecodable, "topic")
+        violations = {"any": sum(s.violations.values()), **s.violations}
+        yield self._family(counter, "violations", "Violations found.", violations, "kind")
+        yield self._family(gauge, "lag_records", "Records behind the last stable offset.", s.lag, "topic")
+        yield self._family(gauge, "splits", "Splits by state.", s.splits, "state")
+        yield self._family(gauge, "readers_live", "Subtasks with a live attempt.", s.readers_live)
+        yield self._family(gauge, "waiting_records", "Records held until they are next in order.", s.waiting)
+
+    def _family(
+        self,
+        kind: type[CounterMetricFamily] | type[GaugeMetricFamily],
+        name: str,
+        doc: str,
+        values: int | dict[str, int],
+        label: str | None = None,
+    ) -> CounterMetricFamily | GaugeMetricFamily:
+        """``sluicegate_audit_<name>`` of this source: one value, or one per ``label`` value."""
+        family = kind(f"sluicegate_audit_{name}", doc, labels=["source"] if label is None else ["source", label])
+        if isinstance(values, int):
+            family.add_metric([self.source], values)
+        else:
+            for key, n in values.items():
+                family.add_metric([self.source, key], n)
+        return family
 
 
 def serve_metrics(source: str, port: int) -> FollowCollector:
