@@ -15,10 +15,11 @@ missing, a topic does not exist, the broker is unreachable).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -29,7 +30,7 @@ from rich.markup import escape
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.audit.follow import Finding, FollowSnapshot
-from sluicegate.audit.follow_kafka import FollowCollector, follow_control_topics, serve_metrics
+from sluicegate.audit.follow_kafka import follow_control_topics, serve_metrics
 from sluicegate.audit.invariants import AuditResult, audit_records
 from sluicegate.audit.kafka_source import (
     MissingTopicsError,
@@ -192,40 +193,31 @@ def _follow(
             + ("" if metrics_port is None else f"; metrics on :{metrics_port}/metrics"),
             highlight=False,
         )
-        asyncio.run(
-            _follow_until_stopped(bootstrap, source, namespace, report, progress, collector, split, split_events)
+        follow_source = functools.partial(
+            follow_control_topics,
+            bootstrap,
+            source,
+            namespace,
+            report,
+            collector=collector,
+            on_progress=progress,
+            split_id=split,
+            on_split_events=split_events,
         )
+        asyncio.run(_until_signalled(follow_source))
     except (ConfigError, MissingTopicsError, KafkaAccessError, OSError) as exc:
         raise _fail(str(exc), False) from None
     if found:
         raise typer.Exit(code=1)
 
 
-async def _follow_until_stopped(
-    bootstrap: str,
-    source: str,
-    namespace: str,
-    report: Callable[[list[Finding]], bool],
-    progress: Callable[[FollowSnapshot], None],
-    collector: FollowCollector | None,
-    split: str | None,
-    split_events: Callable[[list[tuple[ReplayRecord, str]]], None],
-) -> None:
+async def _until_signalled(run: Callable[..., Awaitable[None]]) -> None:
+    """``run(stop=event)``, the event set by Ctrl-C or SIGTERM."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await follow_control_topics(
-        bootstrap,
-        source,
-        namespace,
-        report,
-        collector=collector,
-        on_progress=progress,
-        split_id=split,
-        on_split_events=split_events,
-        stop=stop,
-    )
+    await run(stop=stop)
 
 
 def _explain(bootstrap: str, source: str, namespace: str, path: Path | None, split: str | None, at: str | None) -> None:

@@ -193,20 +193,18 @@ def ownership_at_table(owned: dict[int, list[str]], when: str, ts_ms: int, timel
 def finding_line(finding: Finding) -> str:
     """One line per violation found by ``audit --follow``: when, what, where, and the record."""
     v, env = finding.violation, finding.record.env
-    now = datetime.now(UTC).strftime("%H:%M:%S")
     record = f"{env.type} for subtask {env.subtask} attempt {env.attempt}" + (
         "" if env.cseq is None else f", cseq {env.cseq}, epoch {env.epoch}"
     )
-    return f"{now} VIOLATION {v.kind.value} at {v.location}: {v.message} [{record}]"
+    return f"{_now()} VIOLATION {v.kind.value} at {v.location}: {v.message} [{record}]"
 
 
 def progress_line(s: FollowSnapshot) -> str:
     """The periodic status of ``audit --follow``."""
-    now = datetime.now(UTC).strftime("%H:%M:%S")
     lag = sum(s.lag.values())
     found = sum(s.violations.values())
     return (
-        f"{now} checked {s.applied:,} records, {lag:,} behind; splits owned {s.splits.get('owned', 0):,}, "
+        f"{_now()} checked {s.applied:,} records, {lag:,} behind; splits owned {s.splits.get('owned', 0):,}, "
         f"finished {s.splits.get('finished', 0):,}; {s.readers_live} readers live; "
         + ("no violation" if not found else f"{found} violations")
     )
@@ -214,4 +212,9 @@ def progress_line(s: FollowSnapshot) -> str:
 
 def split_event_line(split_id: str, event: str) -> str:
     """One line of ``audit --split ID --follow``: what a record did to the split."""
-    return f"{datetime.now(UTC).strftime('%H:%M:%S')} {split_id}: {event}"
+    return f"{_now()} {split_id}: {event}"
+
+
+def _now() -> str:
+    """The time a ``--follow`` line is printed (UTC)."""
+    return datetime.now(UTC).strftime("%H:%M:%S")
