@@ -15,65 +15,32 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 import pytest
+from local_http import free_port, http_get, wait_until
 from processes import Proc, ProcessGroup
 
 from sluicegate.audit.commands import run_audit
 from sluicegate.audit.invariants import AuditResult
 from sluicegate.audit.kafka_source import read_control_topics
 
-T = TypeVar("T")
-
 ACTIVE_LINE = "is now the active coordinator"
 MOVED_LINE = "moved to another worker"
 
 
-# -- helpers (also used by test_multi_source.py and test_chaos.py) ------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def http_get(port: int, path: str, timeout_s: float = 5.0) -> tuple[int, str, bytes]:
-    """(status, content type, body) of GET http://127.0.0.1:port/path; status 0 if nothing answers."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout_s) as response:
-            return response.status, response.headers.get("Content-Type", ""), response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers.get("Content-Type", ""), exc.read()
-    except (urllib.error.URLError, OSError):
-        return 0, "", b""
+# -- helpers (also used by test_multi_source.py and test_chaos.py); free_port, http_get and
+# wait_until come from tests/support/local_http.py and are imported from here by older tests
 
 
 def health(port: int) -> dict[str, Any] | None:
     status, _, body = http_get(port, "/health")
     return orjson.loads(body) if status in (200, 503) else None
-
-
-def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.2) -> T:
-    """Poll ``predicate`` until it returns something truthy; AssertionError naming ``what`` otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def coordinator_args(source: str, max_parallelism: int, options: Mapping[str, str], *extra: str) -> list[str]:

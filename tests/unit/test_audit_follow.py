@@ -12,7 +12,8 @@ from test_audit import READERS, SOURCE, Hand, Run, audit, find, full_run, split
 from typer.testing import CliRunner
 
 from sluicegate.audit import ViolationKind
-from sluicegate.audit.follow import AuditFollower, Finding
+from sluicegate.audit.follow import AuditFollower, Finding, FollowSnapshot
+from sluicegate.audit.follow_kafka import FollowCollector
 from sluicegate.audit.follow_order import FollowOrder
 from sluicegate.audit.replay import Location, ReplayRecord
 from sluicegate.audit.split_events import SplitEvents
@@ -217,3 +218,40 @@ def test_an_acknowledgement_is_told_only_when_the_position_moved() -> None:
     assert ack(1, 0) == "subtask 0 attempt 1 acknowledged position 0 (checkpoint 1)"
     assert ack(2, 0) is None
     assert ack(3, 4) == "subtask 0 attempt 1 acknowledged position 4 (checkpoint 3)"
+
+
+def test_a_released_split_counts_as_unowned_from_its_release_until_it_is_assigned_again() -> None:
+    """What the "split unowned past the grace" alert reads: splits taken from a subtask
+    and not given to another, each with the ``ts`` of the record that took it."""
+    run = full_run()
+    f = follower(Clock())
+    releases: dict[str, int] = {}
+    seen_unowned: set[str] = set()
+    for offset, inbox_raw in run.inbox:  # the inbox ahead: each coordinator record applies as it comes
+        f.inbox(offset, inbox_raw)
+    f.inbox_read_to(len(run.inbox))
+    for p, o, raw in sorted(run.readers, key=lambda r: decode(r[2], Direction.TO_READER).cseq or 0):
+        f.readers(p, o, raw)
+        assert f.step() == []
+        env = decode(raw, Direction.TO_READER)
+        if isinstance(env.body, SplitsReleased):
+            releases.update(dict.fromkeys(env.body.split_ids, env.ts))
+        unowned = f.model.unowned_since
+        assert not unowned.keys() & f.model.owner.keys() and not unowned.keys() & f.model.finished
+        assert all(unowned[sid] == releases[sid] for sid in unowned)
+        assert list(unowned.values()) == sorted(unowned.values()), "the first one is the oldest"
+        assert f.splits_by_state()["unowned"] == len(unowned)
+        seen_unowned |= unowned.keys()
+    assert seen_unowned, "the run releases splits (a fence, a session timeout, a departure)"
+    assert f.model.unowned_since == {} and f.oldest_unowned_ms() is None, "every split is finished in the end"
+
+
+def test_the_follower_serves_how_long_the_oldest_unowned_split_has_waited() -> None:
+    collector = FollowCollector(SOURCE, clock=lambda: 1_000.0)
+    collector.snapshot = FollowSnapshot(oldest_unowned_ms=958_500, splits={"unowned": 3})
+    served = {m.name: m for m in collector.collect()}
+    assert served["sluicegate_audit_oldest_unowned_split_seconds"].samples[0].value == 41.5
+    assert [s.value for s in served["sluicegate_audit_splits"].samples] == [3]
+    collector.snapshot = FollowSnapshot()
+    served = {m.name: m for m in collector.collect()}
+    assert served["sluicegate_audit_oldest_unowned_split_seconds"].samples[0].value == 0

@@ -25,7 +25,9 @@ def test_every_dashboard_query_names_an_exported_metric() -> None:
     for name in sorted(names):
         base = next((name.removesuffix(s) for s in SUFFIXES if name.endswith(s)), name)
         # collectors name their families either whole or after a prefix (f"sluicegate_reader_{name}")
-        short = base.removeprefix("sluicegate_reader_").removeprefix("sluicegate_spark_")
+        short = base
+        for prefix in ("sluicegate_reader_", "sluicegate_spark_", "sluicegate_audit_"):
+            short = short.removeprefix(prefix)
         if f'"{base}"' not in source and f'"{short}"' not in source:
             missing.append(name)
     assert not missing, f"the dashboard queries series nothing exports: {missing}"

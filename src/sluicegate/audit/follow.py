@@ -132,7 +132,15 @@ class AuditFollower:
     # -- what the metrics show ------------------------------------------------------------
 
     def splits_by_state(self) -> dict[str, int]:
-        return {"owned": len(self.model.owner), "finished": len(self.model.finished)}
+        return {
+            "owned": len(self.model.owner),
+            "finished": len(self.model.finished),
+            "unowned": len(self.model.unowned_since),
+        }
+
+    def oldest_unowned_ms(self) -> int | None:
+        """When the split unowned longest was released (its record's ``ts``), if any is."""
+        return next(iter(self.model.unowned_since.values()), None)
 
     def readers_live(self) -> int:
         return sum(1 for slot in self.model.subtasks.values() if slot.live)
@@ -151,6 +159,7 @@ class FollowSnapshot:
     splits: dict[str, int] = field(default_factory=dict)
     readers_live: int = 0
     waiting: int = 0
+    oldest_unowned_ms: int | None = None
 
     @classmethod
     def of(cls, follower: AuditFollower, lag: dict[str, int]) -> FollowSnapshot:
@@ -163,4 +172,5 @@ class FollowSnapshot:
             splits=follower.splits_by_state(),
             readers_live=follower.readers_live(),
             waiting=follower.order.waiting,
+            oldest_unowned_ms=follower.oldest_unowned_ms(),
         )

@@ -29,9 +29,11 @@ LAG_INTERVAL_S = 1.0
 
 
 class FollowCollector(Collector):
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, clock: Callable[[], float] = time.time) -> None:
         self.source = source
         self.snapshot = FollowSnapshot()
+        self._clock = clock
+        """Wall time in seconds: a release's age is taken against the ``ts`` of its record."""
 
     def collect(self) -> Iterator[Any]:
         s = self.snapshot
@@ -45,18 +47,27 @@ class FollowCollector(Collector):
         yield self._family(gauge, "splits", "Splits by state.", s.splits, "state")
         yield self._family(gauge, "readers_live", "Subtasks with a live attempt.", s.readers_live)
         yield self._family(gauge, "waiting_records", "Records held until they are next in order.", s.waiting)
+        yield self._family(
+            gauge,
+            "oldest_unowned_split_seconds",
+            "How long the split released longest ago has had no owner (0: every released split has one).",
+            self._unowned_for(s.oldest_unowned_ms),
+        )
+
+    def _unowned_for(self, released_ms: int | None) -> float:
+        return 0.0 if released_ms is None else max(0.0, self._clock() - released_ms / 1000)
 
     def _family(
         self,
         kind: type[CounterMetricFamily] | type[GaugeMetricFamily],
         name: str,
         doc: str,
-        values: int | dict[str, int],
+        values: float | dict[str, int],
         label: str | None = None,
     ) -> CounterMetricFamily | GaugeMetricFamily:
         """``sluicegate_audit_<name>`` of this source: one value, or one per ``label`` value."""
         family = kind(f"sluicegate_audit_{name}", doc, labels=["source"] if label is None else ["source", label])
-        if isinstance(values, int):
+        if not isinstance(values, dict):
             family.add_metric([self.source], values)
         else:
             for key, n in values.items():

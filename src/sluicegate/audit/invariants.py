@@ -245,6 +245,10 @@ class OwnershipModel:
         self.owner: dict[str, int] = {}
         self.finished: set[str] = set()
         self.ever_assigned: set[str] = set()
+        self.unowned_since: dict[str, int] = {}
+        """Splits taken from a subtask (SplitsReleased) and not assigned again: the ``ts`` of
+        the record that released each (ms). In release order, so the first is the oldest:
+        a split that stays here past the assignment grace waits for a reader that never comes."""
         self.assignments = 0
         self.released_by_reason: Counter[str] = Counter()
         self.fenced_messages = 0
@@ -263,6 +267,7 @@ class OwnershipModel:
         self.violations: list[Violation] = []
         self._position = -1
         self._location = Location("", 0, 0)
+        self._ts = 0
 
     # -- driving ------------------------------------------------------------
 
@@ -274,6 +279,7 @@ class OwnershipModel:
         self._position = position
         self._location = record.location
         env = record.env
+        self._ts = env.ts
         if record.from_reader:
             self.inbox_records += 1
             self.messages_by_type[f"inbox:{env.type}"] += 1
@@ -508,6 +514,7 @@ class OwnershipModel:
             self.owner[sid] = s
             slot.owned[sid] = body.seq
             self.ever_assigned.add(sid)
+            self.unowned_since.pop(sid, None)
             self.assignments += 1
 
     def _release_requested(self, slot: SubtaskState, body: ReleaseRequest) -> None:
@@ -614,6 +621,7 @@ class OwnershipModel:
             slot.releasing.pop(sid, None)
             if slot.owned.pop(sid, None) is not None:
                 del self.owner[sid]
+                self.unowned_since[sid] = self._ts
                 count += 1
         self.released_by_reason[reason] += count
 

@@ -80,6 +80,11 @@ class _RunnerCollector(Collector):
             "sluicegate_commit_latency_seconds", "Duration of the last transaction", labels=labels
         )
         active = GaugeMetricFamily("sluicegate_active_source", "1 if this worker coordinates the source", labels=labels)
+        low_watermark = GaugeMetricFamily(
+            "sluicegate_low_watermark_ms",
+            "The source's low watermark (event time, ms since the epoch) as the coordinator holds it",
+            labels=labels,
+        )
         counters = CounterMetricFamily(
             "sluicegate_coordinator_events",
             "Coordinator counters (fenced messages, dead letters ...)",
@@ -109,6 +114,8 @@ class _RunnerCollector(Collector):
                 [name], 0 if core.inbox_offset is None or committed is None else core.inbox_offset - committed
             )
             commit.add_metric([name], runner.stats.last_commit_ms / 1000)
+            if (low := core.watermarks.state.low_watermark) is not None:  # a source without event time has none
+                low_watermark.add_metric([name], low)
             for event, value in sorted(core.metrics.counters.items()):
                 counters.add_metric([name, event], value)
             group = core.enumerator_metrics
@@ -116,7 +123,8 @@ class _RunnerCollector(Collector):
                 enumerator_events.add_metric([name, event], count)
             for gauge, level in sorted(group.gauges.items()):
                 enumerator_gauges.add_metric([name, gauge], level)
-        yield from (readers, assigned, epoch, lag, commit, active, counters, enumerator_events, enumerator_gauges)
+        yield from (readers, assigned, epoch, lag, commit, active, low_watermark)
+        yield from (counters, enumerator_events, enumerator_gauges)
 
 
 class CoordinatorMetrics:
