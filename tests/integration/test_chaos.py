@@ -32,6 +32,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from local_http import free_port, http_get, wait_until
 from processes import Proc, ProcessGroup
 from test_takeover import (
     audit,
@@ -39,13 +40,10 @@ from test_takeover import (
     check_epochs_and_seqs,
     coordinator_args,
     expected_values,
-    free_port,
     health,
-    http_get,
     readers_topic,
     registrations,
     serving_epochs,
-    wait_until,
 )
 
 from sluicegate.audit.kafka_source import read_control_topics

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from local_http import free_port
 from processes import Proc, ProcessGroup
-from test_takeover import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 

@@ -17,8 +17,9 @@ import re
 from pathlib import Path
 
 import pytest
+from local_http import wait_until
 from processes import Proc, ProcessGroup
-from test_takeover import audit, audit_failure, expected_values, read_outputs, serving_epochs, wait_until
+from test_takeover import audit, audit_failure, expected_values, read_outputs, serving_epochs
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 

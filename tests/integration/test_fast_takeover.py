@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from local_http import free_port
 from processes import ProcessGroup
 from test_takeover import (
     audit,
@@ -31,7 +32,6 @@ from test_takeover import (
     check_epochs_and_seqs,
     coordinator_args,
     expected_values,
-    free_port,
     log_time,
     read_outputs,
     readers_topic,

@@ -8,17 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from local_http import free_port, wait_until
 from processes import ProcessGroup
-from test_takeover import (
-    audit,
-    audit_failure,
-    expected_values,
-    free_port,
-    health,
-    read_outputs,
-    serving_epochs,
-    wait_until,
-)
+from test_takeover import audit, audit_failure, expected_values, health, read_outputs, serving_epochs
 
 FAUST_WORKER = ["-A", "sluicegate.coordinator.app", "worker", "-l", "info"]
 OPTIONS = {"splits": "10", "records_per_split": "40", "rate": "400"}

@@ -49,8 +49,8 @@ from kafka_data import (
     start_coordinator,
     start_reader,
 )
+from local_http import free_port
 from processes import ProcessGroup
-from test_takeover import free_port
 
 from sluicegate.api.source import INPUT_WAIT_S
 

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from kafka_data import READER_TIMING, SHORT_SESSION
+from local_http import free_port, http_get, wait_until
 from processes import Proc, ProcessGroup
 from test_observability import sample
-from test_takeover import audit_failure, free_port, http_get, wait_until
+from test_takeover import audit_failure
 
 from sluicegate.audit.commands import run_audit
 from sluicegate.audit.invariants import AuditResult

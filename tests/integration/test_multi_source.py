@@ -12,19 +12,17 @@ import time
 from pathlib import Path
 
 import pytest
+from local_http import free_port, http_get, wait_until
 from processes import ProcessGroup
 from test_takeover import (
     audit,
     audit_failure,
     check_epochs_and_seqs,
     expected_values,
-    free_port,
     health,
-    http_get,
     read_outputs,
     readers_topic,
     serving_epochs,
-    wait_until,
 )
 
 # (name suffix, max_parallelism, connector options)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from local_http import free_port, http_get, wait_until
 from processes import ProcessGroup
-from test_takeover import free_port, http_get, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 

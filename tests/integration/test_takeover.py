@@ -34,8 +34,8 @@ ACTIVE_LINE = "is now the active coordinator"
 MOVED_LINE = "moved to another worker"
 
 
-# -- helpers (also used by test_multi_source.py and test_chaos.py); free_port, http_get and
-# wait_until come from tests/support/local_http.py and are imported from here by older tests
+# -- helpers (also used by test_multi_source.py and test_chaos.py; free_port, http_get and
+# wait_until are in tests/support/local_http.py) ------------------------------------------
 
 
 def health(port: int) -> dict[str, Any] | None:
