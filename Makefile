@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install native demo test unit flaky lint kafka clean
+.PHONY: install native demo test unit flaky lint kafka prometheus clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,7 +44,23 @@ lint: install  ## ruff, mypy --strict, and the import contracts of .importlinter
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint kafka
+# Prometheus' server and promtool (Debian's package) for the tests of the shipped alert rules
+# (tests/unit/test_alert_rules.py, tests/integration/test_alerting.py): installed with apt where
+# missing. Where that cannot be done, one line says so and those tests are skipped, naming it.
+APT_INSTALL := env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+prometheus:
+	@if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "prometheus: not installed and no apt-get here (the alert-rule tests will be skipped)"; \
+	else \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "prometheus: installing Debian's package (server and promtool) for the alert-rule tests"; \
+	  $$sudo $(APT_INSTALL) >/dev/null 2>&1 || \
+	    { $$sudo apt-get update -qq >/dev/null 2>&1 && $$sudo $(APT_INSTALL) >/dev/null 2>&1; } || \
+	    echo "prometheus: apt could not install it (the alert-rule tests will be skipped)"; \
+	fi
+
+test: lint kafka prometheus
 	$(BIN)/pytest -q --durations=10
 
 unit: install  ## the tests that need no Kafka, no JVM: seconds
