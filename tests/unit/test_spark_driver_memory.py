@@ -9,6 +9,7 @@ import dataclasses
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -39,6 +40,7 @@ from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.memory_channel import MemoryBroker, MemoryControlChannel
 from sluicegate.spark.driver import DriverSettings, PlanningState, SparkReaderDriver
 from sluicegate.spark.offsets import SourceOffset, plan_next, ranges_between
+from sluicegate.spark.read_reports import ReadReport, SplitRead, report_url
 
 SOURCE = "memdriver"
 TOPICS = ControlTopics.for_source(SOURCE)
@@ -445,6 +447,15 @@ def scrape(port: int) -> str:
         return text
 
 
+def post(url: str, body: bytes) -> int:
+    request = urllib.request.Request(url, data=body, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def series(text: str, line_start: str) -> float | None:
     found = [line for line in text.splitlines() if line.startswith(line_start)]
     return float(found[0].rsplit(" ", 1)[1]) if found else None
@@ -485,6 +496,19 @@ def test_the_driver_serves_its_metrics_splits_owned_and_acknowledged_rows() -> N
         assert series(text, "sluicegate_spark_records_acknowledged_total") == 300
         assert series(text, f'sluicegate_spark_checkpoint_ack_seconds_count{{source="{SOURCE}"}}') == 2
         assert series(text, "sluicegate_spark_splits_finished_total") == 3
+
+        # executors' reports (spark/read_reports.py) arrive on the same endpoint
+        report = ReadReport(SOURCE, 1, 0.5, (SplitRead(wire(2)["split_id"], 100, 4_000),))
+        assert post(report_url("127.0.0.1", port), report.to_json()) == 204
+        assert post(report_url("127.0.0.1", port), b"not a report") == 400
+        text = scrape(port)
+        labels = f'source="{SOURCE}",subtask="1"'
+        assert series(text, f"sluicegate_spark_rows_read_total{{{labels}}}") == 100
+        assert series(text, f"sluicegate_spark_bytes_read_total{{{labels}}}") == 4_000
+        assert series(text, f"sluicegate_spark_read_tasks_total{{{labels}}}") == 1
+        split = f'source="{SOURCE}",split="{wire(2)["split_id"]}",subtask="1"'  # served in name order
+        assert series(text, f"sluicegate_spark_split_rows_read_total{{{split}}}") == 100
+        assert series(text, "sluicegate_spark_read_reports_refused_total") == 1
     finally:
         driver.close()
     with pytest.raises(OSError):

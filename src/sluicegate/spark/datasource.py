@@ -79,6 +79,7 @@ from sluicegate.spark.offsets import (
 )
 from sluicegate.spark.options import SparkSourceOptions
 from sluicegate.spark.planner import NextOffsetPlanner
+from sluicegate.spark.read_reports import ReadReport, SplitRead, counted, send_report
 from sluicegate.spark.task_slots import capped_parallelism, task_slots
 from sluicegate.spark.trigger_limits import MinRowsPerTrigger, PlannedPart, cut_ranges
 
@@ -134,13 +135,20 @@ class SluicegatePartition(InputPartition):
     """Everything an executor needs to read one subtask's share of a micro-batch."""
 
     def __init__(
-        self, subtask: int, attempt: int | None, checkpoint_id: int, ranges: list[tuple[dict[str, Any], int, int]]
+        self,
+        subtask: int,
+        attempt: int | None,
+        checkpoint_id: int,
+        ranges: list[tuple[dict[str, Any], int, int]],
+        report_to: str | None = None,
     ) -> None:
         super().__init__(subtask)
         self.subtask = subtask
         self.attempt = attempt
         self.checkpoint_id = checkpoint_id
         self.ranges = ranges
+        self.report_to = report_to
+        """The driver's ``/reads`` URL (read_reports.py), None without ``metricsPort``."""
 
     def __repr__(self) -> str:
         rows = sum(b - a for _, a, b in self.ranges)
@@ -205,6 +213,11 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     @property
     def _source(self) -> Source[Any]:
         return range_source(self.config.connector, self.config.connector_options)
+
+    @functools.cached_property
+    def _report_to(self) -> str | None:
+        """The driver's endpoint for the executors' read figures (None: no metricsPort)."""
+        return self.config.report_url()
 
     def _ensure_driver(self, restored: SourceOffset | None) -> SparkReaderDriver:
         if self._driver is None:
@@ -325,7 +338,11 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         ]
         return [
             SluicegatePartition(
-                part.subtask, end_offset.subtasks[part.subtask].attempt, end_offset.checkpoint_id, list(part.ranges)
+                part.subtask,
+                end_offset.subtasks[part.subtask].attempt,
+                end_offset.checkpoint_id,
+                list(part.ranges),
+                self._report_to,
             )
             for part in cut_ranges(parts, self.config.min_partitions)
         ]
@@ -346,20 +363,38 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SluicegatePartition)
-        return read_ranges(self.config, partition.ranges)
+        if partition.report_to is None:
+            return read_ranges(self.config, partition.ranges)
+        return self._read_and_report(partition, partition.report_to)
+
+    def _read_and_report(self, partition: SluicegatePartition, url: str) -> Iterator[Any]:
+        """The reads, then one report of them to the driver (not for a task stopped early)."""
+        reads: list[SplitRead] = []
+        started = time.monotonic()
+        yield from read_ranges(self.config, partition.ranges, reads)
+        report = ReadReport(self.config.source, partition.subtask, time.monotonic() - started, tuple(reads))
+        send_report(url, report)
 
 
-def read_ranges(config: SparkSourceOptions, planned: list[tuple[dict[str, Any], int, int]]) -> Iterator[Any]:
+def read_ranges(
+    config: SparkSourceOptions, planned: list[tuple[dict[str, Any], int, int]], reads: list[SplitRead] | None = None
+) -> Iterator[Any]:
     """Arrow record batches of the ranges ``(split wire form, start, end)``, in order: the
     connector's own batches (``read_arrow``), or ``split_id, value, event_time`` built from
-    ``read_range``. What an executor runs, for a micro-batch and for a batch query alike."""
+    ``read_range``. What an executor runs, for a micro-batch and for a batch query alike.
+    ``reads``: each range read to its end adds its rows and bytes there."""
     import pyarrow as pa
 
     source = range_source(config.connector, config.connector_options)
     ranges = _ranges(source)
+
+    def tallied(batches: Iterator[Any], wire: dict[str, Any]) -> Iterator[Any]:
+        return batches if reads is None else counted(batches, reads, str(wire["split_id"]))
+
     if ranges.arrow_schema() is not None:
         for wire, start, end in planned:
-            yield from ranges.read_arrow(source.split_codec.from_wire(wire), start, end, config.arrow_batch_rows)
+            split = source.split_codec.from_wire(wire)
+            yield from tallied(ranges.read_arrow(split, start, end, config.arrow_batch_rows), wire)
         return
     value_type = value_type_of(config.connector, config.connector_options)
     arrow_type = getattr(pa, _SQL_TYPES[value_type][1])()
@@ -373,8 +408,8 @@ def read_ranges(config: SparkSourceOptions, planned: list[tuple[dict[str, Any], 
     for wire, start, end in planned:
         split = source.split_codec.from_wire(wire)
         split_id = pa.scalar(wire["split_id"], pa.string())
-        for chunk in ranges.read_range(split, start, end, config.arrow_batch_rows):
-            yield _record_batch(chunk, split_id, arrow_type, schema)
+        chunks = ranges.read_range(split, start, end, config.arrow_batch_rows)
+        yield from tallied((_record_batch(chunk, split_id, arrow_type, schema) for chunk in chunks), wire)
 
 
 def _record_batch(chunk: RangeChunk, split_id: Any, arrow_type: Any, schema: Any) -> Any:

@@ -200,7 +200,10 @@ class SparkReaderDriver:
         self._last_low_watermark: int | None = None
         self._fatal: SourceError | None = None
         """Set on the loop when the query cannot go on; raised to Spark by the next call."""
-        self.metrics = DriverMetrics(self)
+        self.metrics = DriverMetrics(self, settings.source)
+        self.split_lag: dict[str, tuple[int, int]] = {}
+        """Split id -> (subtask, records available and not planned), replaced whole by each
+        planning (on Spark's thread; a scrape on the loop reads one whole dict or the next)."""
         self._rows_acknowledged = 0
         self._ack_turn = asyncio.Lock()
 
@@ -647,6 +650,7 @@ class SparkReaderDriver:
             acks=self._stats["acks"],
             splits_finished=self._stats["splits_finished"],
             dead_letters=self.channel.dead_letters,
+            split_lag=self.split_lag,
         )
 
     async def _acknowledge_subtasks(self, offset: SourceOffset) -> bool:

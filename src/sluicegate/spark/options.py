@@ -40,6 +40,7 @@ from sluicegate.spark.kafka_options import (
     names_a_subscription,
     read_spark_kafka_options,
 )
+from sluicegate.spark.read_reports import driver_host, report_url
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 CONNECTOR_PREFIX = "option."
@@ -57,6 +58,7 @@ STREAM_ONLY = (
     "alignmentMaxDriftMs",
     "splitIdleTimeoutMs",
     "metricsPort",
+    "metricsHost",
     "coordinator",
 )
 """Options of a stream's coordination and trigger, which a batch query (one read, no
@@ -94,7 +96,9 @@ class SparkSourceOptions:
     ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``,
     ``kafka.ssl.truststore.location`` ... as Spark's Kafka source names them
     (docs/deploy.md, "Security"; default: the driver's SLUICEGATE_KAFKA_* environment).
-    ``metricsPort`` (Prometheus metrics served from the driver; 0, the default: off).
+    ``metricsPort`` (Prometheus metrics served from the driver, executors' reads included;
+    0, the default: off) and ``metricsHost`` (the driver's address executors send their
+    read figures to; default: its address towards the Kafka bootstrap servers).
     ``coordinator``: ``auto`` (the default: the driver coordinates the source when nobody
     else does), ``embedded`` (at once) or ``external`` (a deployed coordinator must).
     """
@@ -132,6 +136,8 @@ class SparkSourceOptions:
     """kafka.security.protocol, kafka.sasl.*, kafka.ssl.* as Spark's Kafka source names them
     (security.KafkaSecurity.from_spark_options)."""
     metrics_port: int = 0
+    metrics_host: str | None = None
+    """Where executors reach the driver's metrics endpoint (None: found, read_reports.py)."""
     coordinator: CoordinatorMode = CoordinatorMode.AUTO
     """Whether the driver coordinates the source itself when nobody does
     (coordinator/embedded.py): ``auto``, ``embedded`` or ``external``."""
@@ -209,6 +215,7 @@ class SparkSourceOptions:
             split_idle_timeout_ms=int_option(opts, "splitidletimeoutms", 0, 0),
             security=KafkaSecurity.from_spark_options(opts),
             metrics_port=_port_option(opts, "metricsport"),
+            metrics_host=_host_option(opts, "metricshost"),
             coordinator=CoordinatorMode.parse(opts.get("coordinator", "auto"), "coordinator"),
             notes=tuple(notes),
         )
@@ -235,6 +242,12 @@ class SparkSourceOptions:
             session_timeout_ms=self.session_timeout_ms,
             security=self.security,
         )
+
+    def report_url(self) -> str | None:
+        """Where executors send what they read (the driver's metrics endpoint), if it serves."""
+        if not self.metrics_port:
+            return None
+        return report_url(self.metrics_host or driver_host(self.bootstrap_servers), self.metrics_port)
 
     def driver_settings(self) -> DriverSettings:
         if self.parallelism is None:
@@ -328,3 +341,12 @@ def check_known(opts: Mapping[str, str], connector: str) -> None:
 
 def _port_option(opts: Mapping[str, str], key: str) -> int:
     return checked_port("metricsPort", int_option(opts, key, 0, 0))
+
+
+def _host_option(opts: Mapping[str, str], key: str) -> str | None:
+    if key not in opts:
+        return None
+    host = opts[key].strip()
+    if not host or any(c in host for c in "/ ") or host.count(":") == 1:
+        raise ConfigError("metricsHost", f"must be a host name or address (no port, no scheme), got {opts[key]!r}")
+    return host

@@ -50,11 +50,27 @@ class NextOffsetPlanner:
         self.max_splits = max_splits
         """Spark's ``maxFilesPerTrigger``: at most this many splits read in a batch."""
         self._available_now_ms: int | None = None
+        self._available: dict[str, int] = {}
+        """Each split's available end, as planning asked for it."""
 
     _last_prepare_warning = float("-inf")
     """A planner lives for one latestOffset call; the warning's rate limit is the query's."""
 
     def next_offset(self, start: SourceOffset, max_rows: int | None, available_now_ms: int | None) -> SourceOffset:
+        end = self._next_offset(start, max_rows, available_now_ms)
+        self.driver.split_lag = self.lag_after(end)
+        return end
+
+    def lag_after(self, offset: SourceOffset) -> dict[str, tuple[int, int]]:
+        """Each split's records available at this planning beyond ``offset`` (what Spark's
+        Kafka source calls offsets behind latest), by the subtask that owns it."""
+        return {
+            split_id: (where.subtask, max(0, self._available[split_id] - where.entry.pos))
+            for split_id, where in offset.index().items()
+            if split_id in self._available and where.subtask >= 0
+        }
+
+    def _next_offset(self, start: SourceOffset, max_rows: int | None, available_now_ms: int | None) -> SourceOffset:
         driver = self.driver
         self._available_now_ms = available_now_ms
         available_now = available_now_ms is not None
@@ -72,7 +88,7 @@ class NextOffsetPlanner:
                 start,
                 planning.views,
                 max_rows,
-                self._available,
+                self._available_end,
                 planning.reported_finished,
                 self._event_time_before,
                 self._event_time_bound(),
@@ -164,12 +180,14 @@ class NextOffsetPlanner:
     def _split(self, owned: OwnedSplit) -> Any:
         return self.source.split_codec.from_wire(owned.split)
 
-    def _available(self, owned: OwnedSplit, base: int) -> int:
+    def _available_end(self, owned: OwnedSplit, base: int) -> int:
         split = self.ranges.with_position(self._split(owned), base)
         now_ms = int(time.time() * 1000)
         if self._available_now_ms is not None and self.source.boundedness is not Boundedness.BOUNDED:
             now_ms = self._available_now_ms
-        return self.ranges.available_end(split, now_ms)
+        end = self.ranges.available_end(split, now_ms)
+        self._available[owned.split_id] = end
+        return end
 
     def _event_time_before(self, owned: OwnedSplit, base: int) -> int | None:
         return self.ranges.event_time_before(self._split(owned), base)
