@@ -60,6 +60,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from kafka_data import OutputReader
+from local_http import free_port, http_get, wait_until
 from processes import Proc, ProcessGroup, readers_messages, support_pythonpath
 
 from sluicegate.audit.commands import run_audit
@@ -481,6 +482,66 @@ def test_a_bounded_topic_is_read_exactly_once_into_parquet(
     assert max(sizes) <= MAX_RECORDS_PER_TRIGGER, sizes
     check_parquet(tmp_path / "out", data_topic)
     assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
+
+
+METRICS_PER_PARTITION = 3_000
+
+
+def test_the_driver_serves_what_its_executors_read_and_each_partition_s_lag(
+    spark: Any, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    """``metricsPort``: every task's executor reports its reads to the driver's endpoint
+    (spark/read_reports.py), so the driver serves each partition's rows as exactly what
+    was written, with bytes, and each partition's lag, 0 once everything was read. The
+    driver coordinates the source itself: nothing else runs."""
+    topic = f"kmetrics-{secrets.token_hex(4)}"
+    _create_topic(kafka_bootstrap, topic, PARTITIONS)
+    _produce(kafka_bootstrap, topic, {p: (0, METRICS_PER_PARTITION) for p in range(PARTITIONS)})
+    port = free_port()
+    frame = (
+        spark.readStream.format("sluicegate")
+        .option("subscribe", topic)
+        .option("source", unique_source)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(PARTITIONS * METRICS_PER_PARTITION // 4))
+        .option("kafka.bootstrap.servers", kafka_bootstrap)
+        .option("metricsPort", str(port))
+        .load()
+    )
+    query = (
+        frame.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+
+    def read_all() -> dict[str, dict[str, float]] | None:
+        assert query.exception() is None, f"the query failed: {query.exception()}"
+        if sum(p["numInputRows"] for p in query.recentProgress) < PARTITIONS * METRICS_PER_PARTITION:
+            return None
+        families = served_by_split(http_get(port, "/metrics")[2])
+        lags = families.get("sluicegate_spark_split_lag_records", {})
+        return families if len(lags) == PARTITIONS and not any(lags.values()) else None
+
+    try:
+        families = wait_until(read_all, 240, "every record read and no lag left", interval_s=0.5)
+    finally:
+        query.stop()
+    assert families is not None
+    want = {f"{topic}-{p}": float(METRICS_PER_PARTITION) for p in range(PARTITIONS)}
+    assert families["sluicegate_spark_split_rows_read_total"] == want
+    sizes = families["sluicegate_spark_split_bytes_read_total"]
+    assert sizes.keys() == want.keys() and all(size > 10 * METRICS_PER_PARTITION for size in sizes.values())
+
+
+def served_by_split(text: bytes) -> dict[str, dict[str, float]]:
+    """Per-split series of a Prometheus exposition: family -> split label -> value."""
+    out: dict[str, dict[str, float]] = {}
+    for line in text.decode().splitlines():
+        m = re.match(r'^(sluicegate_spark_split_\w+)\{.*split="([^"]+)".*\} (\S+)$', line)
+        if m:
+            out.setdefault(m.group(1), {})[m.group(2)] = float(m.group(3))
+    return out
 
 
 def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(

@@ -5,12 +5,16 @@ series bounded, and refuses what is not a report of its query."""
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import pyarrow as pa
 import pytest
+from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SplitEntry, SubtaskOffset
 from sluicegate.spark.options import SparkSourceOptions
+from sluicegate.spark.planner import NextOffsetPlanner
 from sluicegate.spark.read_reports import (
     ReadReport,
     ReadTally,
@@ -81,3 +85,25 @@ def test_a_report_nobody_takes_is_dropped_without_failing_the_task(caplog: pytes
     send_report(report_url("127.0.0.1", port), ReadReport("s", 0, 0.1, ()))
     warned = [r for r in caplog.records if "could not send read figures" in r.getMessage()]
     assert len(warned) <= 1
+
+
+def test_a_split_s_lag_is_what_planning_found_available_beyond_the_planned_position() -> None:
+    """``sluicegate_spark_split_lag_records``: records available at the last planning and
+    not planned yet (Spark's "offsets behind latest"), by the subtask owning the split."""
+    source = SequenceSource.from_options({"splits": "2", "records_per_split": "100"})
+    planner = NextOffsetPlanner("s", source, driver=None)  # type: ignore[arg-type]  # lag needs no driver
+    wires: list[dict[str, Any]] = [
+        {"split_id": f"seq-{k:05d}", "start": k * 100, "end": (k + 1) * 100, "position": k * 100} for k in (0, 1)
+    ]
+    for wire in wires:
+        owned = OwnedSplit(wire["split_id"], wire, 1, wire["start"], wire["end"])
+        assert planner._available_end(owned, wire["start"]) == wire["end"]  # bounded: all of it
+    offset = SourceOffset(
+        checkpoint_id=2,
+        rows=130,
+        subtasks={
+            0: SubtaskOffset(1, splits={"seq-00000": SplitEntry(wires[0], 1, 60, 100)}),
+            1: SubtaskOffset(1, splits={"seq-00001": SplitEntry(wires[1], 1, 170, 200)}),
+        },
+    )
+    assert planner.lag_after(offset) == {"seq-00000": (0, 40), "seq-00001": (1, 30)}

@@ -68,6 +68,10 @@ class JobSettings:
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     """Control-plane Kafka security as Spark's Kafka source names it (kafka.security.protocol,
     kafka.sasl.jaas.config ...; KafkaSecurity.spark_options). Empty: the SLUICEGATE_KAFKA_* env."""
+    metrics_port: int = 0
+    """The source's ``metricsPort`` (the driver serves its and its executors' figures); 0: off."""
+    metrics_host: str | None = None
+    """The source's ``metricsHost``: where executors reach the driver (None: found)."""
 
     def __post_init__(self) -> None:
         if self.alignment_max_drift_ms is not None and self.alignment_max_drift_ms < 0:
@@ -87,6 +91,10 @@ class JobSettings:
             opts["maxRecordsPerTrigger"] = str(self.max_records_per_trigger)
         if self.alignment_max_drift_ms is not None:
             opts["alignmentMaxDriftMs"] = str(self.alignment_max_drift_ms)
+        if self.metrics_port:
+            opts["metricsPort"] = str(self.metrics_port)
+        if self.metrics_host:
+            opts["metricsHost"] = self.metrics_host
         opts.update(self.kafka_options)
         return opts
 
@@ -331,6 +339,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="the Spark master; default: spark-submit's --master when submitted, local[2] otherwise",
     )
+    parser.add_argument(
+        "--metrics-port", type=int, default=0, help="serve the query's metrics from the driver here (0: off)"
+    )
+    parser.add_argument("--metrics-host", default=None, help="where executors reach the driver's metrics port")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--progress-interval", type=float, default=1.0)
     parser.add_argument("--check", action="store_true", help="compare with the table a sequence source must give")
@@ -352,6 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             namespace=args.namespace,
             max_records_per_trigger=args.max_records_per_trigger,
             alignment_max_drift_ms=args.alignment_max_drift_ms,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
         )
         expected = expected_sequence_windows(options) if args.check else None
     except ConfigError as exc:
