@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from test_audit import SOURCE, Run, full_run
+from typer.testing import CliRunner
 
 from sluicegate.audit import OwnershipModel, replay
 from sluicegate.audit.timeline import (
@@ -21,7 +22,8 @@ from sluicegate.audit.timeline import (
     position_at,
     split_history,
 )
-from sluicegate.audit.timeline_plot import UnsupportedFormat, draw_timeline, owned_counts
+from sluicegate.audit.timeline_plot import UnsupportedFormat, clipped, draw_timeline, owned_counts
+from sluicegate.cli import app
 from sluicegate.protocol import ReaderRegistered
 
 
@@ -115,3 +117,37 @@ def test_many_splits_are_drawn_as_counts_per_lane(tmp_path: Path) -> None:
     path = tmp_path / "many.png"
     draw_timeline(timeline, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_last_minutes_keep_what_was_live_then_and_drop_what_had_ended(timeline: Timeline, tmp_path: Path) -> None:
+    """``audit --timeline FILE --last 10m``: the picture starts at the window's start."""
+    since = (timeline.start_ms + timeline.end_ms) // 2
+    window = clipped(timeline, since)
+    assert all(o.start_ms >= since for o in window.ownerships)
+    assert all(o.end_ms is None or o.end_ms > since for o in window.ownerships)
+    live_then = {
+        (o.split_id, o.subtask)
+        for o in timeline.ownerships
+        if o.start_ms <= since and (o.end_ms is None or o.end_ms > since)
+    }
+    assert live_then <= {(o.split_id, o.subtask) for o in window.ownerships if o.start_ms == since}
+    later = [m for m in timeline.marks if m.ts_ms >= since]
+    assert window.marks[len(window.marks) - len(later) :] == later, "every event of the window, in order"
+    carried = window.marks[: len(window.marks) - len(later)]
+    assert all(m.kind is MarkKind.REGISTERED and m.ts_ms == since for m in carried)
+    path = tmp_path / "last.png"
+    draw_timeline(timeline, path, since_ms=since)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--last", "10m"], "--last goes with --timeline"),
+        (["--timeline", "t.png", "--last", "ten minutes"], "must be a duration"),
+        (["--timeline", "t.png", "--last", "0s"], "must be a duration"),
+    ],
+)
+def test_last_is_checked_before_anything_is_read(args: list[str], said: str) -> None:
+    result = CliRunner().invoke(app, ["audit", "--source", "s", "-b", "127.0.0.1:1", *args])
+    assert result.exit_code == 2 and said in result.output, result.output

@@ -5,6 +5,7 @@ the user wrote it)."""
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 
 from sluicegate.api.errors import ConfigError
@@ -49,6 +50,26 @@ def checked_port(setting: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 65535:
         raise ConfigError(setting, f"must be a TCP port (1..65535) or 0 for off, got {value!r}")
     return value
+
+
+def checked_host(setting: str, value: str) -> str:
+    """A host name or address to connect to: no scheme, no path, no port."""
+    host = value.strip()
+    if not host or any(c in host for c in "/ ") or host.count(":") == 1:
+        raise ConfigError(setting, f"must be a host name or address (no port, no scheme), got {value!r}")
+    return host
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(setting: str, value: str) -> int:
+    """A duration written with its unit (``500ms``, ``90s``, ``10m``, ``2h``, ``1d``) in ms, > 0."""
+    match = _DURATION.match(value)
+    if match is None or float(match.group(1)) <= 0:
+        raise ConfigError(setting, f"must be a duration such as 90s, 10m or 2h, got {value!r}")
+    return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
 
 
 def unknown_option(key: str, known: Iterable[str], owner: str, also: str = "") -> ConfigError:

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.api.options import duration_ms
 from sluicegate.audit.follow import Finding, FollowSnapshot
 from sluicegate.audit.follow_kafka import follow_control_topics, serve_metrics
 from sluicegate.audit.invariants import AuditResult, audit_records
@@ -100,6 +101,10 @@ def audit_command(
         Path | None,
         typer.Option("--timeline", help="Draw the history to FILE (.png, .svg or .pdf): one lane per subtask."),
     ] = None,
+    last: Annotated[
+        str | None,
+        typer.Option("--last", help="With --timeline: draw only the last DURATION of the history (90s, 10m, 2h ...)."),
+    ] = None,
     split: Annotated[
         str | None, typer.Option("--split", help="Print one split's history: owners over time, acknowledged positions.")
     ] = None,
@@ -135,13 +140,19 @@ def audit_command(
         )
     if (fail_fast or metrics_port is not None) and not follow:
         raise _fail("--fail-fast and --metrics-port go with --follow", json_output)
+    if last is not None and timeline is None:
+        raise _fail("--last goes with --timeline", json_output)
+    try:
+        window_ms = None if last is None else duration_ms("--last", last)
+    except ConfigError as exc:
+        raise _fail(str(exc), json_output) from None
     if follow:
         if json_output or timeline is not None or at is not None:
             raise _fail("--follow prints as it goes: not with --json, --timeline or --at", json_output)
         _follow(bootstrap, source, namespace, fail_fast, metrics_port, split)
         return
     if timeline is not None or split is not None or at is not None:
-        _explain(bootstrap, source, namespace, timeline, split, at)
+        _explain(bootstrap, source, namespace, timeline, split, at, window_ms)
         return
     try:
         validate_source(source, "--source")
@@ -220,8 +231,17 @@ async def _until_signalled(run: Callable[..., Awaitable[None]]) -> None:
     await run(stop=stop)
 
 
-def _explain(bootstrap: str, source: str, namespace: str, path: Path | None, split: str | None, at: str | None) -> None:
-    """--timeline / --split / --at: questions over the rebuilt history, not the invariant check."""
+def _explain(
+    bootstrap: str,
+    source: str,
+    namespace: str,
+    path: Path | None,
+    split: str | None,
+    at: str | None,
+    window_ms: int | None = None,
+) -> None:
+    """--timeline (of the last ``window_ms`` if given) / --split / --at: questions over the
+    rebuilt history, not the invariant check."""
     console = Console()
     try:
         validate_source(source, "--source")
@@ -234,9 +254,11 @@ def _explain(bootstrap: str, source: str, namespace: str, path: Path | None, spl
     except Exception as exc:
         raise _fail(f"could not read the control topics of {source!r} from {bootstrap}: {exc!r}", False) from None
     if path is not None:
-        draw_timeline(history, path, title=f"source {source}")
+        since_ms = None if window_ms is None else history.end_ms - window_ms
+        draw_timeline(history, path, title=f"source {source}", since_ms=since_ms)
+        span = "" if window_ms is None else f" (its last {window_ms / 1000:g} s)"
         console.print(
-            f"timeline of {source}: {len(history.subtasks)} subtasks, {len(history.split_ids)} splits, "
+            f"timeline of {source}{span}: {len(history.subtasks)} subtasks, {len(history.split_ids)} splits, "
             f"{len(history.marks)} events -> {escape(str(path))}",
             highlight=False,
             soft_wrap=True,

@@ -5,13 +5,17 @@ that splits held at once never overlap, coloured by split (the same split keeps 
 colour when it moves to another subtask). Markers show registrations, fenced
 messages, failed attempts, releases and leaves; dashed verticals new coordinator
 epochs; the low watermark is a step line on a second axis. The format follows the
-file's extension (.png, .svg, .pdf).
+file's extension (.png, .svg, .pdf). ``since_ms`` draws only the time from then on (the
+last minutes of a long history): what ended before is left out, what began before
+starts at the left edge.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +64,36 @@ def _colour(split_id: str, palette: Any) -> Any:
     return palette(zlib.crc32(split_id.encode()) % palette.N)
 
 
-def draw_timeline(timeline: Timeline, path: Path, *, title: str = "") -> None:
+def clipped(timeline: Timeline, since_ms: int) -> Timeline:
+    """What to draw of ``timeline`` from ``since_ms`` on: ownerships that ended before are
+    left out and the others start at ``since_ms`` at the earliest; events before it are
+    left out, but an attempt still live then keeps its registration (its lane's shading
+    starts at the left edge); the low watermark starts at the value it had then."""
+    ownerships = [
+        dataclasses.replace(o, start_ms=max(o.start_ms, since_ms))
+        for o in timeline.ownerships
+        if o.end_ms is None or o.end_ms > since_ms
+    ]
+    live: dict[int, Mark] = {}
+    for mark in timeline.marks:
+        if mark.ts_ms >= since_ms or mark.subtask is None:
+            continue
+        if mark.kind is MarkKind.REGISTERED:
+            live[mark.subtask] = dataclasses.replace(mark, ts_ms=since_ms)
+        elif mark.kind in (MarkKind.FAILED, MarkKind.LEFT):
+            live.pop(mark.subtask, None)
+    before = [w for t, w in timeline.low_watermarks if t < since_ms]
+    low = ([(since_ms, before[-1])] if before else []) + [(t, w) for t, w in timeline.low_watermarks if t >= since_ms]
+    return dataclasses.replace(
+        timeline,
+        ownerships=ownerships,
+        marks=[*live.values(), *(m for m in timeline.marks if m.ts_ms >= since_ms)],
+        low_watermarks=low,
+        acks=[a for a in timeline.acks if a.ts_ms >= since_ms],
+    )
+
+
+def draw_timeline(timeline: Timeline, path: Path, *, title: str = "", since_ms: int | None = None) -> None:
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED:
         raise UnsupportedFormat(f"--timeline {path}: the file must end in {', '.join(SUPPORTED)}")
@@ -72,6 +105,8 @@ def draw_timeline(timeline: Timeline, path: Path, *, title: str = "") -> None:
 
     lanes = timeline.subtasks or [0]
     t0 = timeline.start_ms
+    if since_ms is not None and since_ms > t0:
+        timeline, t0 = clipped(timeline, since_ms), since_ms
     end_ms = max(timeline.end_ms, t0 + 1)
 
     def x(ms: int) -> float:
@@ -109,7 +144,11 @@ def draw_timeline(timeline: Timeline, path: Path, *, title: str = "") -> None:
     ax.set_ylim(min(lanes) - 0.6, max(lanes) + 0.75)
     ax.invert_yaxis()
     ax.set_xlim(0, span * 1.01)
-    ax.set_xlabel("seconds since the first control record (as the coordinator processed them)")
+    ax.set_xlabel(
+        "seconds since the first control record (as the coordinator processed them)"
+        if since_ms is None or t0 != since_ms
+        else f"seconds since {datetime.fromtimestamp(t0 / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC"
+    )
     ax.grid(axis="x", color="0.9")
     handles: list[Any] = [
         Line2D([], [], marker=m, color=c, linestyle="none", markersize=8, label=kind.value)

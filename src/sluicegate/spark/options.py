@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from sluicegate.api.errors import ConfigError
-from sluicegate.api.options import checked_port, int_option, unknown_option
+from sluicegate.api.options import checked_host, checked_port, int_option, unknown_option
 from sluicegate.coordinator.embedded import CoordinatorMode, EmbeddedCoordinator
 from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity
 from sluicegate.protocol.definition import SourceDefinition
@@ -344,9 +344,4 @@ def _port_option(opts: Mapping[str, str], key: str) -> int:
 
 
 def _host_option(opts: Mapping[str, str], key: str) -> str | None:
-    if key not in opts:
-        return None
-    host = opts[key].strip()
-    if not host or any(c in host for c in "/ ") or host.count(":") == 1:
-        raise ConfigError("metricsHost", f"must be a host name or address (no port, no scheme), got {opts[key]!r}")
-    return host
+    return checked_host("metricsHost", opts[key]) if key in opts else None
