@@ -58,7 +58,8 @@ class NextOffsetPlanner:
 
     def next_offset(self, start: SourceOffset, max_rows: int | None, available_now_ms: int | None) -> SourceOffset:
         end = self._next_offset(start, max_rows, available_now_ms)
-        self.driver.split_lag = self.lag_after(end)
+        if self._available:  # a call that planned nothing (no ack yet, data cluster down) knows no lag
+            self.driver.split_lag = self.lag_after(end)
         return end
 
     def lag_after(self, offset: SourceOffset) -> dict[str, tuple[int, int]]:
