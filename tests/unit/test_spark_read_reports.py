@@ -107,3 +107,4 @@ def test_a_split_s_lag_is_what_planning_found_available_beyond_the_planned_posit
         },
     )
     assert planner.lag_after(offset) == {"seq-00000": (0, 40), "seq-00001": (1, 30)}
+    assert planner.lag_after(offset, most=1) == {"seq-00000": (0, 40)}, "the split furthest behind"

@@ -12,6 +12,7 @@ ends the query's reading once everything available was read.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from sluicegate.api.ranges import SupportsPositionRanges
 from sluicegate.api.source import Boundedness, Source
 from sluicegate.spark.driver import SparkReaderDriver
 from sluicegate.spark.offsets import EventTimeBound, OwnedSplit, SourceOffset, SubtaskView, plan_next
+from sluicegate.spark.read_reports import MAX_SPLIT_SERIES
 
 log = logging.getLogger("sluicegate.spark")
 
@@ -62,14 +64,18 @@ class NextOffsetPlanner:
             self.driver.split_lag = self.lag_after(end)
         return end
 
-    def lag_after(self, offset: SourceOffset) -> dict[str, tuple[int, int]]:
+    def lag_after(self, offset: SourceOffset, most: int = MAX_SPLIT_SERIES) -> dict[str, tuple[int, int]]:
         """Each split's records available at this planning beyond ``offset`` (what Spark's
-        Kafka source calls offsets behind latest), by the subtask that owns it."""
-        return {
+        Kafka source calls offsets behind latest), by the subtask that owns it: the ``most``
+        splits furthest behind (each is a series; a ``files`` source owns a split per file)."""
+        lag = {
             split_id: (where.subtask, max(0, self._available[split_id] - where.entry.pos))
             for split_id, where in offset.index().items()
             if split_id in self._available and where.subtask >= 0
         }
+        if len(lag) <= most:
+            return lag
+        return dict(heapq.nlargest(most, lag.items(), key=lambda item: item[1][1]))
 
     def _next_offset(self, start: SourceOffset, max_rows: int | None, available_now_ms: int | None) -> SourceOffset:
         driver = self.driver
