@@ -21,6 +21,7 @@ from local_http import free_port, wait_until
 from processes import ProcessGroup
 from prometheus_server import DASHBOARD, Prometheus, prometheus_server
 from test_live_audit import forge
+from test_observability import readers_with_metrics
 
 from sluicegate.audit.commands import run_audit
 
@@ -62,19 +63,7 @@ def test_the_alert_rules_and_the_dashboard_on_a_real_prometheus(
     web_port, audit_port = free_port(), free_port()
     reader_ports = [free_port() for _ in range(READERS)]
     procs.coordinator(source, READERS, OPTIONS, "--web-port", str(web_port))
-    readers = [
-        procs.reader(
-            source,
-            k,
-            OPTIONS,
-            tmp_path / f"out-{k}.jsonl",
-            "--checkpoint-interval-ms",
-            "300",
-            "--metrics-port",
-            str(reader_ports[k]),
-        )
-        for k in range(READERS)
-    ]
+    readers = readers_with_metrics(procs, source, OPTIONS, reader_ports, tmp_path)
     follow = procs.start("audit-follow", ["audit", "--source", source, "--follow", "--metrics-port", str(audit_port)])
     for reader in readers:
         reader.wait_for_log("registered as attempt 1", timeout_s=90)

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 from local_http import free_port, http_get, wait_until
-from processes import ProcessGroup
+from processes import Proc, ProcessGroup
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -34,6 +34,26 @@ def sample(text: str, metric: str, /, **labels: str) -> float | None:
     return None
 
 
+def readers_with_metrics(
+    group: ProcessGroup, source: str, options: dict[str, str], ports: list[int], out_dir: Path
+) -> list[Proc]:
+    """One reader process per port, subtask k serving /metrics on ``ports[k]``, checkpointing
+    every 300 ms, writing to ``out_dir/out-k.jsonl``."""
+    return [
+        group.reader(
+            source,
+            k,
+            options,
+            out_dir / f"out-{k}.jsonl",
+            "--checkpoint-interval-ms",
+            "300",
+            "--metrics-port",
+            str(port),
+        )
+        for k, port in enumerate(ports)
+    ]
+
+
 def scrape(port: int) -> str:
     status, ctype, body = http_get(port, "/metrics")
     assert status == 200 and ctype.startswith("text/plain"), (status, ctype)
@@ -49,19 +69,7 @@ def test_reader_and_coordinator_metrics_then_the_audit_timeline(
     metric_ports = [free_port() for _ in range(READERS)]
     try:
         group.coordinator(source, READERS, OPTIONS, "--web-port", str(web_port))
-        readers = [
-            group.reader(
-                source,
-                k,
-                OPTIONS,
-                tmp_path / f"out-{k}.jsonl",
-                "--checkpoint-interval-ms",
-                "300",
-                "--metrics-port",
-                str(metric_ports[k]),
-            )
-            for k in range(READERS)
-        ]
+        readers = readers_with_metrics(group, source, OPTIONS, metric_ports, tmp_path)
         for reader in readers:
             reader.wait_for_log("registered as attempt 1", timeout_s=60)
         started = time.monotonic()
