@@ -45,7 +45,7 @@ from sluicegate.protocol.topics import TopicSpec
 
 log = logging.getLogger("sluicegate.tests.outage")
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420), pytest.mark.spark]
 
 READERS = 3
 READER_OPTIONS = {"splits": "6", "records_per_split": "1000", "rate": "50"}

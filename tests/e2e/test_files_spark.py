@@ -24,7 +24,7 @@ from processes import Proc, ProcessGroup
 
 from sluicegate.audit.commands import run_audit
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300), pytest.mark.spark]
 
 PARALLELISM = 2
 ROWS = 5_000

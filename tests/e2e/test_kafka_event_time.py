@@ -57,7 +57,7 @@ from typing import Any
 import pytest
 from processes import Proc, ProcessGroup, support_pythonpath
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(360)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(360), pytest.mark.spark]
 
 PARTITIONS = 4
 STEP_MS = 50

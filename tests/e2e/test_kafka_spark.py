@@ -65,7 +65,7 @@ from processes import Proc, ProcessGroup, readers_messages, support_pythonpath
 
 from sluicegate.audit.commands import run_audit
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(480), pytest.mark.spark]
 
 PARTITIONS = 8
 PER_PARTITION = 250_000

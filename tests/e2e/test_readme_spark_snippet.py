@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.spark
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 

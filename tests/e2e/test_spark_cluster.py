@@ -27,7 +27,7 @@ from sluicegate.audit.commands import run_audit
 
 __all__ = ["spark_cluster"]
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420), pytest.mark.spark]
 
 PARALLELISM = 2
 SPLITS = 8

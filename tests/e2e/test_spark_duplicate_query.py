@@ -17,7 +17,7 @@ from pyspark.errors import StreamingQueryException
 
 from sluicegate.spark.job import spark_session
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240), pytest.mark.spark]
 
 OPTIONS = {"splits": "4", "records_per_split": "10000000"}
 """Far more than the test reads: maxRecordsPerTrigger keeps the first query busy throughout."""

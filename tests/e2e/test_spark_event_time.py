@@ -23,7 +23,7 @@ from processes import ProcessGroup
 
 from sluicegate.spark.job import JobSettings, expected_sequence_windows, read_windows, spark_session, start_query
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300), pytest.mark.spark]
 
 DRIFT_MS = 20_000
 OPTIONS = {"splits": "4", "records_per_split": "unbounded", "split_time_offset_ms": "90000"}

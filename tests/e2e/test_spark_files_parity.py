@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420), pytest.mark.spark]
 
 SCHEMA = "id BIGINT, name STRING, amount DOUBLE"
 FILES = 5

@@ -43,7 +43,7 @@ from sluicegate.spark.job import (
     totals,
 )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(480), pytest.mark.spark]
 
 PARALLELISM = 4
 SPLITS = 64

@@ -42,7 +42,7 @@ from typing import Any
 import pytest
 from processes import ProcessGroup, support_pythonpath
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(700)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(700), pytest.mark.spark]
 
 PARTITIONS = 3
 

@@ -16,6 +16,8 @@ from pyspark.errors import StreamingQueryException
 from sluicegate.spark.datasource import register
 from sluicegate.spark.job import spark_session
 
+pytestmark = pytest.mark.spark
+
 WAIT_S = 3
 
 

@@ -389,6 +389,7 @@ def _paused_window(samples: list[tuple[float, int, int]]) -> tuple[int, int] | N
 # -- Spark: FLINK-32414 and FLINK-35157 with the Spark host --------------------------------
 
 
+@pytest.mark.spark
 def test_spark_flink_32414_35157_a_subtask_without_a_split_and_finished_subtasks_do_not_hold_alignment_back(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
 ) -> None:
@@ -439,6 +440,7 @@ def test_spark_flink_32414_35157_a_subtask_without_a_split_and_finished_subtasks
 # -- Spark: FLINK-32496 with the Spark host ------------------------------------------------
 
 
+@pytest.mark.spark
 def test_spark_flink_32496_alignment_with_an_idle_split_goes_on_and_the_split_resumes(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
 ) -> None:

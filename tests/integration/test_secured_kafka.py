@@ -28,6 +28,7 @@ from sluicegate.kafka.security import Secret
 pytestmark = [
     pytest.mark.kafka,
     pytest.mark.timeout(240),
+    pytest.mark.spark,  # one test runs a query; the module shares one secured broker
     pytest.mark.skipif(
         shutil.which("java") is None or shutil.which("openssl") is None, reason="needs java and openssl"
     ),
