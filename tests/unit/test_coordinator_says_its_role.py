@@ -64,7 +64,7 @@ def test_a_finished_bounded_source_is_announced_once_with_why_the_coordinator_st
     finished = {"a": False}
     for name in ("a", "b"):
         core = SimpleNamespace(is_finished=lambda name=name: finished.get(name, False))
-        runners.runners[name] = cast(Any, SimpleNamespace(core=core))
+        runners.runners[name] = cast(Any, SimpleNamespace(core_at_rest=core))
     caplog.set_level(logging.INFO, logger="sluicegate.coordinator")
     runners.say_finished()
     assert not [r for r in caplog.records if "finished" in r.getMessage()]

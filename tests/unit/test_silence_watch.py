@@ -14,7 +14,7 @@ import pytest
 from sluicegate.api.errors import ConfigError
 from sluicegate.coordinator.faust_app import SourceRunners
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings
-from sluicegate.coordinator.silence import SilenceWatch, Verdict, liveness_interval_ms
+from sluicegate.coordinator.silence import LONGEST_STEP_S, SilenceWatch, Verdict, liveness_interval_ms, reaffirm_due
 from sluicegate.coordinator.source_runner import RunnerState, commit_due
 from sluicegate.coordinator.takeover import poll_interval_s
 
@@ -187,3 +187,11 @@ def test_a_worker_takes_over_only_what_it_does_not_run_and_not_right_after_a_fai
     runners._on_runner_stopped(fenced)
     runners.take_over("users", 2.0)
     assert started == ["orders", "users"]
+
+
+def test_a_running_step_recommits_once_a_liveness_interval_passed_and_not_past_the_longest_step() -> None:
+    assert not reaffirm_due(0.0, 5.0, 0.5), "no step running: the loop commits itself"
+    assert not reaffirm_due(3.0, 0.4, 0.5), "committed within the interval"
+    assert reaffirm_due(3.0, 0.5, 0.5)
+    assert reaffirm_due(LONGEST_STEP_S, 0.5, 0.5)
+    assert not reaffirm_due(LONGEST_STEP_S + 0.1, 9.0, 0.5), "a step that long is a stall: silence"

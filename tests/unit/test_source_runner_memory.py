@@ -9,6 +9,9 @@ import asyncio
 import time
 from collections.abc import Callable
 
+import pytest
+
+from sluicegate.coordinator import silence
 from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 from sluicegate.protocol.codec import decode, encode, encode_key
@@ -135,3 +138,77 @@ async def test_a_coordinator_of_another_definition_is_refused_before_it_commits_
     await until(lambda: other.state is RunnerState.REFUSED)
     assert other.failure is not None and "splits" in other.failure
     assert broker.commits == commits
+
+
+# -- a step longer than the silence (coordinator/step_thread.py, silence.py) ----------------
+
+META = f"{SOURCE}/meta".encode()
+LIVENESS_MS = 100
+
+
+def start_slow(broker: MemoryLogBroker, add_reader_s: float) -> SourceRunner:
+    """A runner whose every registration is a step of ``add_reader_s`` s of CPU, watched by
+    standbys (it commits at least every LIVENESS_MS)."""
+    options = {"splits": "4", "records_per_split": "10", "add_reader_s": str(add_reader_s)}
+    settings = SourceSettings(SOURCE, "slow_steps:SlowRegistrationSource", 2, options)
+    runner = SourceRunner(
+        settings,
+        "memory",
+        "sluicegate",
+        tick_interval_ms=20,
+        log=MemoryCoordinatorLog(broker),
+        liveness_interval_ms=LIVENESS_MS,
+    )
+    runner.start()
+    return runner
+
+
+def metas(broker: MemoryLogBroker) -> list[bytes | None]:
+    return [value for key, value in broker.state if key == META]
+
+
+async def test_a_long_step_leaves_the_loop_free_and_recommits_the_last_state_for_the_standbys() -> None:
+    broker = MemoryLogBroker()
+    runner = start_slow(broker, add_reader_s=1.5)
+    try:
+        await until(lambda: runner.state is RunnerState.ACTIVE)
+        await asyncio.sleep(0.3)  # the liveness commits of an idle source
+        before = len(metas(broker))
+        last_committed = metas(broker)[-1]
+        register(broker, 0, "a")
+        await until(lambda: runner.step_running_s() > 0)
+        assert runner.core_at_rest is None, "nothing on the loop reads the core while a step changes it"
+        assert "a step running for" in runner.describe()
+        # the event loop is not held by the step: short sleeps still take about their time
+        started = time.monotonic()
+        for _ in range(10):
+            await asyncio.sleep(0.02)
+        assert time.monotonic() - started < 1.0, "the loop was blocked by the step"
+        await until(lambda: len(assigned(broker)) == 2)  # subtask 0's share: the step ended
+        during = metas(broker)[before:-1]  # the last one is the step's own commit
+        assert len(during) >= 5, f"{len(during)} commits in a 1.5 s step with a {LIVENESS_MS} ms liveness interval"
+        assert set(during) == {last_committed}, "what is committed during the step is the last commit, unchanged"
+        assert runner.stats.reaffirmed >= len(during) - 1
+        assert runner.core_at_rest is runner.core
+    finally:
+        await runner.stop()
+
+
+async def test_a_step_longer_than_the_longest_is_a_stall_and_no_longer_recommitted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(silence, "LONGEST_STEP_S", 0.5)
+    broker = MemoryLogBroker()
+    runner = start_slow(broker, add_reader_s=2.0)
+    try:
+        await until(lambda: runner.state is RunnerState.ACTIVE)
+        register(broker, 0, "a")
+        await until(lambda: runner.step_running_s() > 0)
+        await until(lambda: runner.step_running_s() > 0.8)
+        recommitted = runner.stats.reaffirmed
+        assert recommitted >= 2, "recommitted while the step was young"
+        await until(lambda: runner.step_running_s() > 1.6)
+        assert runner.stats.reaffirmed == recommitted, "a step past the longest is taken for a stall: silence"
+        await until(lambda: len(assigned(broker)) == 2)
+    finally:
+        await runner.stop()

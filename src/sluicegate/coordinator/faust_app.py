@@ -119,7 +119,7 @@ class SourceRunners:
         """Once per source: a bounded source whose splits are all read is finished, and
         why its coordinator stays up anyway (otherwise it looks like a hang)."""
         for name, runner in sorted(self.runners.items()):
-            core = runner.core
+            core = runner.core_at_rest
             if name in self._said_finished or core is None or not core.is_finished():
                 continue
             self._said_finished.add(name)

@@ -31,8 +31,13 @@ class SourceRunners(Protocol):
 
 
 def source_snapshot(runner: SourceRunner) -> dict[str, Any]:
-    core = runner.core
-    out: dict[str, Any] = {"source": runner.source, "state": runner.state.value, "stats": vars(runner.stats)}
+    core = runner.core_at_rest  # None while a step changes it: the next request sees it
+    out: dict[str, Any] = {
+        "source": runner.source,
+        "state": runner.state.value,
+        "stats": vars(runner.stats),
+        "step_running_s": round(runner.step_running_s(), 3),
+    }
     if core is None:
         return out
     out.update(
@@ -100,12 +105,21 @@ class _RunnerCollector(Collector):
             "The enumerator's own gauges (its context's metrics group), by name",
             labels=["source", "name"],
         )
+        step = GaugeMetricFamily(
+            "sluicegate_step_running_seconds",
+            "How long the core's running step has run (0 between steps); the core's own series "
+            "are left out of a scrape while a step changes it",
+            labels=labels,
+        )
         for name in sorted(s.source for s in self._runners.settings.sources):
             runner = self._runners.runners.get(name)
             active.add_metric([name], 1.0 if runner is not None and runner.state is RunnerState.ACTIVE else 0.0)
-            if runner is None or runner.core is None:
+            if runner is None:
                 continue
-            core = runner.core
+            step.add_metric([name], runner.step_running_s())
+            core = runner.core_at_rest
+            if core is None:
+                continue
             readers.add_metric([name], len(core.live_subtasks()))
             assigned.add_metric([name], core.tracker.total_owned())
             epoch.add_metric([name], core.epoch)
@@ -123,7 +137,7 @@ class _RunnerCollector(Collector):
                 enumerator_events.add_metric([name, event], count)
             for gauge, level in sorted(group.gauges.items()):
                 enumerator_gauges.add_metric([name, gauge], level)
-        yield from (readers, assigned, epoch, lag, commit, active, low_watermark)
+        yield from (readers, assigned, epoch, lag, commit, active, low_watermark, step)
         yield from (counters, enumerator_events, enumerator_gauges)
 
 

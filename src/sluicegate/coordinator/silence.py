@@ -14,6 +14,10 @@ nobody ran while this worker watched (a cold start, a fresh standby) is left to 
 Faust assignment. A coordinator that starts itself where the source is read
 (embedded.py) has no Faust assignment to wait for: its watch counts from its first
 sample (``from_first_sample``), so a source nobody commits to is taken over too.
+
+A step of the core can take longer than the silence (a million splits: seconds). It runs
+off the event loop (step_thread.py), and meanwhile the runner re-commits the state it last
+committed every liveness interval (``reaffirm_due``): the offset moves, standbys wait.
 """
 
 from __future__ import annotations
@@ -28,10 +32,25 @@ LIVENESS_FRACTION = 4
 three or four commits missing, not one, before it takes over."""
 
 
+LONGEST_STEP_S = 120.0
+"""A core step that has run this long is taken for a stall (a loop in an enumerator, say):
+the active coordinator stops re-affirming its state, and a standby takes over after the
+silence. A million splits make steps of seconds, not minutes."""
+
+
 def liveness_interval_ms(silence_ms: int) -> int:
     """The longest an active coordinator may go without a commit when standbys watch
     with ``silence_ms``."""
     return max(1, silence_ms // LIVENESS_FRACTION)
+
+
+def reaffirm_due(step_running_s: float, since_commit_s: float, liveness_interval_s: float) -> bool:
+    """Whether an active coordinator in the middle of a step re-commits its last committed
+    state now, so that standbys see its state topic move while the step keeps it from
+    committing: a step is running, no commit for a liveness interval, and the step is not
+    yet taken for a stall (LONGEST_STEP_S). SIGSTOP stops the re-affirming with the rest
+    of the process, so a frozen coordinator is still taken over after the silence."""
+    return 0 < step_running_s <= LONGEST_STEP_S and since_commit_s >= liveness_interval_s
 
 
 class Verdict(enum.Enum):

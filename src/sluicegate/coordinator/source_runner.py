@@ -9,7 +9,10 @@
 
 The loop is the only place that knows this order; the log it runs over (log.py:
 Kafka in the product, kafka_log.py; a memory double in the unit tests) carries each
-step out, and the clock it is given says what time it is.
+step out, and the clock it is given says what time it is. The core's steps run on a
+thread of their own (step_thread.py), so that a step of seconds stops nothing else on
+the event loop; while one runs longer than the liveness interval, the last commit's
+``meta`` is committed again (silence.py ``reaffirm_due``) for the standbys watching.
 
 Nothing leaves this process outside a transaction, so a coordinator killed at any
 instant leaves either all of a step's effects visible or none, and its successor
@@ -25,7 +28,7 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,15 +36,25 @@ from sluicegate.connectors import load_source
 from sluicegate.coordinator.clock import SYSTEM_CLOCK, Clock
 from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects, StepFailedError
 from sluicegate.coordinator.kafka_log import KafkaCoordinatorLog
-from sluicegate.coordinator.log import CommitFailedError, CoordinatorLog, LogFencedError, OutgoingRecord
+from sluicegate.coordinator.log import (
+    CommitFailedError,
+    CoordinatorLog,
+    InboxRecord,
+    LogFencedError,
+    OutgoingRecord,
+    StateRecord,
+)
 from sluicegate.coordinator.settings import SourceSettings
+from sluicegate.coordinator.silence import reaffirm_due
 from sluicegate.coordinator.state_store import StateTooLargeError, StateWriter, restored_state
+from sluicegate.coordinator.step_thread import StepThread
 from sluicegate.coordinator.tick_gate import TickGate
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
 from sluicegate.protocol.messages import Direction
 from sluicegate.protocol.names import coordinator_transactional_id
+from sluicegate.protocol.state_records import state_key
 from sluicegate.protocol.topics import ControlTopics
 
 log = logging.getLogger("sluicegate.coordinator")
@@ -89,6 +102,8 @@ class RunnerStats:
     records_out: int = 0
     dead_letters: int = 0
     commits: int = 0
+    reaffirmed: int = 0
+    """Commits of the last committed ``meta`` again, made while a long step ran."""
     last_commit_ms: float = 0.0
     """Duration of the last transaction, ms."""
     inbox_lag: int = 0
@@ -128,6 +143,14 @@ class SourceRunner:
         self._clock = clock
         self._pending: list[OutgoingRecord] = []
         self._pending_bytes = 0
+        self._calls_due: list[Effects] = []
+        """Effects whose async calls are still to be started or cancelled (on the loop)."""
+        self._steps = StepThread(settings.source, clock.monotonic)
+        self._commit_lock = asyncio.Lock()
+        """One transaction at a time: the loop's commits and the re-affirming ones."""
+        self._last_meta: StateRecord | None = None
+        """The ``meta`` record of the last commit (or of the restored state): what is
+        committed again while a long step runs."""
         self._async_results: asyncio.Queue[tuple[int, Any, BaseException | None]] = asyncio.Queue()
         self._async_tasks: dict[int, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -139,6 +162,7 @@ class SourceRunner:
         """The clock's monotonic() when it started serving."""
         self._last_commit = 0.0
         self._next_tick = 0.0
+        self._reaffirming: asyncio.Task[None] | None = None
         self._tick_gate = TickGate()
 
     @property
@@ -148,6 +172,16 @@ class SourceRunner:
     def served_s(self) -> float:
         """How long it has served (0 if it never started serving)."""
         return self._clock.monotonic() - self.active_since if self.active_since is not None else 0.0
+
+    @property
+    def core_at_rest(self) -> CoordinatorCore[Any] | None:
+        """The core when no step is changing it; None while one runs (or before the
+        start). What readers on the event loop (the endpoints, the logs) may look at."""
+        return None if self._steps.busy_since is not None else self.core
+
+    def step_running_s(self) -> float:
+        """How long the running step has run; 0 between steps."""
+        return self._steps.busy_for_s()
 
     @property
     def committed_offset(self) -> int | None:
@@ -168,6 +202,9 @@ class SourceRunner:
             self.state = RunnerState.STOPPED
 
     async def _run(self) -> None:
+        if self.liveness_interval_ms is not None:
+            interval_s = self.liveness_interval_ms / 1000
+            self._reaffirming = asyncio.get_running_loop().create_task(self._reaffirm_while_stepping(interval_s))
         try:
             await self._start_up()
             await self._loop()
@@ -202,18 +239,13 @@ class SourceRunner:
     async def _start_up(self) -> None:
         source = load_source(self.settings.connector, self.settings.options)
         await self._log.fence()
-        stored = restored_state(self.source, await self._log.restore())
-        parts = stored.parts if stored is not None else None
-        # Before anything is committed: a coordinator of another definition (a standby
-        # started with other options) must not serve this source's state, even once.
-        check_definition(self.source, parts, self.settings.definition(), "this coordinator")
-        self._state_writer = StateWriter.restored(self.source, stored)
-        epoch = parts["meta"]["epoch"] + 1 if parts else 1
-        core: CoordinatorCore[Any] = CoordinatorCore(source, self.settings.core_config(), epoch, snapshot=parts)
+        records = await self._log.restore()
+        self._last_meta = _last_meta(self.source, records)
+        core = await self._steps.run(functools.partial(self._restored_core, source, records))
         self.core = core
         await self._log.read_from(core.inbox_offset)
         self._committed_offset = core.inbox_offset
-        self._queue(core.start(self._clock.wall_ms()))
+        await self._step(functools.partial(core.start, self._clock.wall_ms()))
         await self._commit(force=True)  # the new epoch is durable before anything else happens
         gc.freeze()  # the restored state is long-lived: keep the collector from rescanning it
         self.state = RunnerState.ACTIVE
@@ -223,12 +255,26 @@ class SourceRunner:
             self.source,
             self.settings.connector,
             self.settings.max_parallelism,
-            epoch,
+            core.epoch,
             self.topics.coordinator,
             "its beginning" if core.inbox_offset is None else f"offset {core.inbox_offset + 1}",
         )
 
+    def _restored_core(self, source: Any, records: list[tuple[bytes | None, bytes | None]]) -> CoordinatorCore[Any]:
+        """The core from the committed state (a step: a million splits take seconds)."""
+        stored = restored_state(self.source, records)
+        parts = stored.parts if stored is not None else None
+        # Before anything is committed: a coordinator of another definition (a standby
+        # started with other options) must not serve this source's state, even once.
+        check_definition(self.source, parts, self.settings.definition(), "this coordinator")
+        self._state_writer = StateWriter.restored(self.source, stored)
+        epoch = parts["meta"]["epoch"] + 1 if parts else 1
+        return CoordinatorCore(source, self.settings.core_config(), epoch, snapshot=parts)
+
     async def _close(self) -> None:
+        if self._reaffirming is not None:
+            self._reaffirming.cancel()
+        self._steps.close()
         if self.core is not None:
             self.core.close()  # periodic calls stop with the enumerator
         for task in list(self._async_tasks.values()):
@@ -242,18 +288,49 @@ class SourceRunner:
         assert self.core is not None
         core, clock = self.core, self._clock
         while True:
-            for record in await self._log.fetch(self.tick_interval_ms, INBOX_BATCH):
-                self._on_record(record.partition, record.offset, record.key, record.value)
+            records = await self._log.fetch(self.tick_interval_ms, INBOX_BATCH)
+            done = 0
+            while done < len(records):
+                done = await self._steps.run(functools.partial(self._apply, records, done))
+                self._schedule_calls()
                 if self._pending_bytes >= COMMIT_BYTES:
                     await self._commit()
+            results = []
             while not self._async_results.empty():
-                call_id, result, error = self._async_results.get_nowait()
-                self._queue(core.on_async_result(call_id, result, error, clock.wall_ms()))
+                results.append(self._async_results.get_nowait())
+            if results:
+                await self._step(functools.partial(self._on_async_results, core, results, clock.wall_ms()))
             if clock.monotonic() >= self._next_tick:
                 self._next_tick = clock.monotonic() + self.tick_interval_ms / 1000
                 if await self._may_tick():
-                    self._queue(core.tick(clock.wall_ms()))
+                    await self._step(functools.partial(core.tick, clock.wall_ms()))
             await self._commit()
+
+    async def _step(self, step: Callable[[], Effects]) -> None:
+        """One step of the core on the step thread, its effects queued."""
+        self._queue(await self._steps.run(step))
+        self._schedule_calls()
+
+    def _apply(self, records: list[InboxRecord], start: int) -> int:
+        """Feed ``records[start:]`` to the core (on the step thread) until that much waits
+        to go out that it is time to commit; the index to go on from."""
+        for i in range(start, len(records)):
+            record = records[i]
+            self._on_record(record.partition, record.offset, record.key, record.value)
+            if self._pending_bytes >= COMMIT_BYTES:
+                return i + 1
+        return len(records)
+
+    def _on_async_results(
+        self, core: CoordinatorCore[Any], results: list[tuple[int, Any, BaseException | None]], now_ms: int
+    ) -> Effects:
+        effects = Effects()
+        for call_id, result, error in results:
+            step = core.on_async_result(call_id, result, error, now_ms)
+            effects.messages += step.messages
+            effects.async_calls += step.async_calls
+            effects.cancelled_calls += step.cancelled_calls
+        return effects
 
     async def _may_tick(self) -> bool:
         """Whether to let time pass in the core now (tick_gate.py says when not)."""
@@ -292,18 +369,27 @@ class SourceRunner:
         self._pending.append(OutgoingRecord(self.topics.dead_letter, 0, letter.key, letter.value, letter.headers()))
 
     def _queue(self, effects: Effects) -> None:
+        """A step's messages to go out with the next commit; its async calls to start on
+        the loop (``_schedule_calls``: this may run on the step thread)."""
         for env in effects.messages:
             value = encode(env)
             self._pending_bytes += len(value)
             self._pending.append(OutgoingRecord(self.topics.readers, env.subtask, encode_key(env.subtask), value))
-        for call in effects.async_calls:
-            task = asyncio.get_running_loop().create_task(self._run_async_call(call))
-            self._async_tasks[call.call_id] = task
-            task.add_done_callback(functools.partial(self._forget_async_task, call.call_id))
-        for call_id in effects.cancelled_calls:
-            cancelled = self._async_tasks.pop(call_id, None)
-            if cancelled is not None:
-                cancelled.cancel()
+        if effects.async_calls or effects.cancelled_calls:
+            self._calls_due.append(effects)
+
+    def _schedule_calls(self) -> None:
+        """Start and cancel the async calls of the steps so far, in their order."""
+        due, self._calls_due = self._calls_due, []
+        for effects in due:
+            for call in effects.async_calls:
+                task = asyncio.get_running_loop().create_task(self._run_async_call(call))
+                self._async_tasks[call.call_id] = task
+                task.add_done_callback(functools.partial(self._forget_async_task, call.call_id))
+            for call_id in effects.cancelled_calls:
+                cancelled = self._async_tasks.pop(call_id, None)
+                if cancelled is not None:
+                    cancelled.cancel()
 
     def _forget_async_task(self, call_id: int, task: asyncio.Task[None]) -> None:
         if self._async_tasks.get(call_id) is task:
@@ -325,19 +411,44 @@ class SourceRunner:
         records, self._pending = self._pending, []
         self._pending_bytes = 0
         try:
-            parts = self._state_writer.encode(core.state_parts(only_changed=True))
+            parts = await self._steps.run(lambda: self._state_writer.encode(core.state_parts(only_changed=True)))
         except StateTooLargeError as exc:
             raise CommitFailedError(f"cannot commit: {exc}") from exc
         started = time.perf_counter()
         # A failed transaction was aborted: nothing of it is visible. Failing the runner
         # (CommitFailedError) makes the host restart it from the last commit, which is
         # exactly where readers are.
-        await self._log.commit(records, parts)
+        async with self._commit_lock:
+            await self._log.commit(records, parts)
+        self._last_meta = _last_meta(self.source, parts) or self._last_meta
         self._committed_offset = core.inbox_offset
         self._last_commit = self._clock.monotonic()
         self.stats.commits += 1
         self.stats.records_out += len(records)
         self.stats.last_commit_ms = (time.perf_counter() - started) * 1000
+
+    async def _reaffirm_while_stepping(self, interval_s: float) -> None:
+        """While a step keeps the loop from committing for a liveness interval, commit the
+        last commit's ``meta`` again: the state stays what it was, and the standbys see
+        the state topic move (silence.py). Fenced meanwhile, it stops; the loop finds the
+        fence at its next commit and steps down."""
+        while True:
+            await asyncio.sleep(interval_s / 4)
+            since_commit_s = self._clock.monotonic() - self._last_commit
+            meta = self._last_meta
+            if meta is None or not reaffirm_due(self._steps.busy_for_s(), since_commit_s, interval_s):
+                continue
+            try:
+                async with self._commit_lock:
+                    await self._log.commit([], [meta])
+            except LogFencedError:
+                log.info("source %s: fenced while a step of %.0f s ran", self.source, self._steps.busy_for_s())
+                return
+            except CommitFailedError as exc:
+                log.warning("source %s: could not commit during a long step (%s); trying again", self.source, exc)
+                continue
+            self._last_commit = self._clock.monotonic()
+            self.stats.reaffirmed += 1
 
     async def _run_async_call(self, call: AsyncCall) -> None:
         """call_async: the callable runs in a worker thread, its handler on the loop."""
@@ -359,9 +470,12 @@ class SourceRunner:
     # -- for humans -----------------------------------------------------------
 
     def describe(self) -> str:
-        core = self.core
+        core = self.core_at_rest
         if core is None:
-            return f"source {self.source}: {self.state.value}"
+            running = self.step_running_s()
+            return f"source {self.source}: {self.state.value}" + (
+                f", a step running for {running:.0f} s" if running else ""
+            )
         counters = core.metrics.counters
         return (
             f"source {self.source} epoch {core.epoch}: {len(core.live_subtasks())}/{core.config.max_parallelism} "
@@ -370,3 +484,12 @@ class SourceRunner:
             f"{counters['fenced_messages']} fenced, {self.stats.dead_letters} dead-lettered"
             + (", finished" if core.is_finished() else "")
         )
+
+
+def _last_meta(source: str, records: Sequence[tuple[bytes | None, bytes | None]]) -> StateRecord | None:
+    """The last ``meta`` record of ``source`` among ``records`` (in the order written)."""
+    key = state_key(source, "meta")
+    for k, value in reversed(records):
+        if k == key:
+            return None if value is None else (key, value)
+    return None
