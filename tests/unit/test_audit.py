@@ -564,6 +564,33 @@ def test_hand_stream_fence_releases_exactly_the_unacknowledged_splits() -> None:
     assert result.summary.subtasks[0].acked_seq == 1
 
 
+def test_hand_stream_a_release_in_parts_fails_the_attempt_at_its_last_part_and_is_checked_whole() -> None:
+    h = Hand()
+    h.register(0, 1)
+    h.r(0, 1, AddSplits(1, [split("a"), split("b"), split("c")]))
+    h.r(0, 1, SplitsReleased("session-timeout", 1, ["a"], more=True))
+    h.r(0, 1, SplitsReleased("session-timeout", 1, ["b", "c"]))
+    h.i(0, None, ReaderRegistration("inc-2", "h", [], None))
+    h.r(0, 2, ReaderRegistered("inc-2", 2))
+    h.r(0, 2, AddSplits(2, [split("a"), split("b"), split("c")]))
+    h.i(0, 2, SplitsFinished(["a", "b", "c"]))
+    result = h.audit()
+    assert result.ok, [str(v) for v in result.violations]
+    assert result.summary.released_by_reason == {"session-timeout": 3}
+
+
+def test_hand_stream_a_release_in_parts_that_leaves_a_split_out_is_imprecise_at_its_last_part() -> None:
+    h = Hand()
+    h.register(0, 1)
+    h.r(0, 1, AddSplits(1, [split("a"), split("b"), split("c")]))
+    h.r(0, 1, SplitsReleased("session-timeout", 1, ["a"], more=True))
+    last = h.r(0, 1, SplitsReleased("session-timeout", 1, ["b"]))
+    result = h.audit()
+    assert [v.kind for v in result.violations] == [ViolationKind.RELEASE_IMPRECISE]
+    assert "leaves out c" in result.violations[0].message
+    assert (result.violations[0].location.partition, result.violations[0].location.offset) == last
+
+
 def test_hand_stream_fence_releasing_acknowledged_split_is_imprecise() -> None:
     h = Hand()
     h.register(0, 1)

@@ -710,6 +710,35 @@ def test_add_splits_is_chunked_below_max_message_bytes(max_message_bytes: int) -
     assert h.core.tracker.uncheckpointed_count(0) == 0
 
 
+def test_a_release_too_large_for_one_record_goes_in_parts_and_the_attempt_fails_at_the_last() -> None:
+    h = CoreHarness(
+        sequence_source(splits=200), max_parallelism=1, max_message_bytes=1024, session_timeout_ms=1_000
+    )
+    reader = h.register(0)
+    msgs = h.pass_time(1_200)
+    assert reader.failed
+    parts = h.of_type(SplitsReleased, messages=msgs)
+    assert len(parts) > 1
+    assert all(len(encode(e)) <= 1024 for e in parts)
+    assert [e.body.more for e in parts] == [True] * (len(parts) - 1) + [False]  # type: ignore[attr-defined]
+    assert {(e.body.reason, e.body.failed_attempt, e.attempt) for e in parts} == {("session-timeout", 1, 1)}  # type: ignore[attr-defined]
+    released = [sid for e in parts for sid in e.body.split_ids]  # type: ignore[attr-defined]
+    assert sorted(released) == [f"seq-{k:05d}" for k in range(200)], "every split once, across the parts"
+
+
+def test_a_release_request_too_large_for_one_record_goes_as_several_requests_each_its_own_seq() -> None:
+    h = scripted(max_message_bytes=1024)
+    names = [f"split-{k:04d}" for k in range(150)]
+    _owning(h, {"0": names, "1": ["d"]})
+    msgs = run(h, 0, ["release", 0, names])
+    requests = [m for m in msgs if isinstance(m.body, ReleaseRequest)]
+    assert len(requests) > 1 and all(len(encode(e)) <= 1024 for e in requests)
+    seqs = [e.body.seq for e in requests]  # type: ignore[attr-defined]
+    assert seqs == list(range(seqs[0], seqs[0] + len(requests)))
+    assert [sid for e in requests for sid in e.body.split_ids] == names  # type: ignore[attr-defined]
+    assert h.core.tracker.releasing_ids(0) == set(names)
+
+
 def test_one_small_assignment_is_one_record() -> None:
     h = CoreHarness(sequence_source(splits=3), max_parallelism=1)
     h.register(0)

@@ -13,9 +13,10 @@ import pytest
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.coordinator.faust_app import SourceRunners
+from sluicegate.coordinator.log import OutgoingRecord
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings
 from sluicegate.coordinator.silence import LONGEST_STEP_S, SilenceWatch, Verdict, liveness_interval_ms, reaffirm_due
-from sluicegate.coordinator.source_runner import RunnerState, commit_due
+from sluicegate.coordinator.source_runner import RunnerState, commit_due, with_keepalives
 from sluicegate.coordinator.takeover import poll_interval_s
 
 
@@ -195,3 +196,12 @@ def test_a_running_step_recommits_once_a_liveness_interval_passed_and_not_past_t
     assert reaffirm_due(3.0, 0.5, 0.5)
     assert reaffirm_due(LONGEST_STEP_S, 0.5, 0.5)
     assert not reaffirm_due(LONGEST_STEP_S + 0.1, 9.0, 0.5), "a step that long is a stall: silence"
+
+
+def test_a_large_transaction_carries_the_keepalive_after_every_so_many_bytes_and_keeps_its_order() -> None:
+    records = [OutgoingRecord("readers", i % 2, None, b"x" * 400) for i in range(10)]
+    keepalive = OutgoingRecord("state", 0, b"orders/meta", b"{}")
+    out = with_keepalives(records, keepalive, every_bytes=1000)
+    assert [r for r in out if r is not keepalive] == records, "the records, in their order"
+    assert [i for i, r in enumerate(out) if r is keepalive] == [3, 7, 11], "after 1,200 bytes, each time"
+    assert with_keepalives(records[:2], keepalive, every_bytes=1000) == records[:2]

@@ -82,6 +82,16 @@ def _ids(ids: Iterable[str]) -> str:
 
 
 @dataclass
+class ReleaseInParts:
+    """What the first record of a release in several records decided the whole release
+    must name, and what its records named so far."""
+
+    expected: set[str] | None
+    rule: str
+    named: set[str] = field(default_factory=set)
+
+
+@dataclass
 class SubtaskState:
     subtask: int
     attempts: int = 0
@@ -107,6 +117,8 @@ class SubtaskState:
     """split_id -> the ReleaseRequest seq that asked the current attempt for it."""
     returned: set[str] = field(default_factory=set)
     """Given back by accepted CheckpointAcks and not yet released (SplitsReleased returned)."""
+    release_in_parts: ReleaseInParts | None = None
+    """A release sent in several records (``more``) whose last record is still to come."""
 
     def describe_attempt(self) -> str:
         if self.attempt is None:
@@ -587,18 +599,13 @@ class OwnershipModel:
                 ViolationKind.RELEASE_NOT_OWNED,
                 f"{what} releases {len(not_owned)} split(s) that subtask {s} does not own: {detail}{more}",
             )
-        expected: set[str] | None = None
-        rule = ""
-        if failing and body.failed_attempt == slot.attempt:
-            expected = {sid for sid, seq in slot.owned.items() if seq > slot.applied_seq}
-            rule = f"the splits it owns with seq above its acknowledged seq {slot.applied_seq}"
-        elif reason in (ReleaseReason.DEPARTED.value, ReleaseReason.LEFT.value):
-            expected = set(slot.owned)
-            rule = "every split it owns"
-        if expected is not None:
-            listed_owned = {sid for sid in listed if sid in slot.owned}
-            missing = expected - listed_owned
-            extra = listed_owned - expected
+        whole = slot.release_in_parts or self._release_rule(slot, body)
+        whole.named.update(sid for sid in listed if sid in slot.owned)
+        slot.release_in_parts = whole if body.more else None
+        if whole.expected is not None and not body.more:  # the release is complete: check all its parts
+            expected, rule = whole.expected, whole.rule
+            missing = expected - whole.named
+            extra = whole.named - expected
             if missing or extra:
                 parts = []
                 if missing:
@@ -610,10 +617,22 @@ class OwnershipModel:
                     f"{what} of subtask {s} must name exactly {rule}, but {' and '.join(parts)}",
                 )
         self._release(slot, listed, reason)
+        if body.more:
+            return  # the attempt fails, or leaves, with the release's last record
         if (failing and body.failed_attempt == slot.attempt) or reason == ReleaseReason.LEFT.value:
             slot.live = False
             slot.releasing.clear()
             slot.returned.clear()
+
+    @staticmethod
+    def _release_rule(slot: SubtaskState, body: SplitsReleased) -> ReleaseInParts:
+        """What a release must name, decided at its first record."""
+        if body.failed_attempt is not None and body.failed_attempt == slot.attempt:
+            expected = {sid for sid, seq in slot.owned.items() if seq > slot.applied_seq}
+            return ReleaseInParts(expected, f"the splits it owns with seq above its acknowledged seq {slot.applied_seq}")
+        if body.reason in (ReleaseReason.DEPARTED.value, ReleaseReason.LEFT.value):
+            return ReleaseInParts(set(slot.owned), "every split it owns")
+        return ReleaseInParts(None, "")
 
     def _release(self, slot: SubtaskState, split_ids: Iterable[str], reason: str) -> None:
         count = 0

@@ -20,7 +20,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from typing import Any, Generic, TypeVar
 
 import orjson
 from sortedcontainers import SortedList
@@ -71,6 +71,7 @@ from sluicegate.protocol.messages import (
 log = logging.getLogger("sluicegate.coordinator")
 
 _ENVELOPE_OVERHEAD_BYTES = 512
+_Item = TypeVar("_Item")
 _SPLITS_SHOWN = 5
 """How many split ids a warning about odd splits names."""
 
@@ -730,14 +731,17 @@ class CoordinatorCore(Generic[SplitT]):
         """Tell the topics (for the audit and the reader) and then the enumerator."""
         if not released and not always:
             return
-        body = SplitsReleased(
-            reason=reason.value,
-            failed_attempt=failed_attempt,
-            split_ids=[s["split_id"] for s in released],
-            successor_incarnation=successor.incarnation if successor else None,
-            successor_location=successor.location if successor else None,
-        )
-        self._send(slot.subtask, slot.attempt, body)
+        parts = self._chunks([s["split_id"] for s in released])
+        for i, split_ids in enumerate(parts):
+            body = SplitsReleased(
+                reason=reason.value,
+                failed_attempt=failed_attempt,
+                split_ids=split_ids,
+                successor_incarnation=successor.incarnation if successor else None,
+                successor_location=successor.location if successor else None,
+                more=i < len(parts) - 1,
+            )
+            self._send(slot.subtask, slot.attempt, body)
         self._touch(slot.subtask)
         if released:
             self._enumerator_dirty = True
@@ -807,14 +811,16 @@ class CoordinatorCore(Generic[SplitT]):
                 self._send(s, slot.attempt, AddSplits(seq=slot.seq, splits=chunk))
             self.metrics.counter("splits_assigned", len(splits))
 
-    def _chunks(self, splits: list[WireSplit]) -> list[list[WireSplit]]:
-        """Cut an assignment so that no AddSplits record exceeds max_message_bytes."""
+    def _chunks(self, items: list[_Item]) -> list[list[_Item]]:
+        """Cut a list (splits of an AddSplits, split ids of a release) so that no record
+        carrying one piece exceeds max_message_bytes: a million splits are a hundred
+        megabytes, and a broker refuses a record over its max.message.bytes (1 MB)."""
         limit = self.config.max_message_bytes - _ENVELOPE_OVERHEAD_BYTES
-        if len(orjson.dumps(splits)) <= limit:  # the common case: one record, one encoding pass
-            return [splits]
-        chunks: list[list[WireSplit]] = [[]]
+        if len(orjson.dumps(items)) <= limit:  # the common case: one record, one encoding pass
+            return [items]
+        chunks: list[list[_Item]] = [[]]
         size = 0
-        for split in splits:
+        for split in items:
             n = len(orjson.dumps(split)) + 1
             if chunks[-1] and size + n > limit:
                 chunks.append([])
@@ -840,19 +846,22 @@ class CoordinatorCore(Generic[SplitT]):
         slot = self.slots[subtask] if 0 <= subtask < len(self.slots) else None
         if slot is None or not slot.live:
             raise NoLiveReaderError(subtask)
-        outcome = self.tracker.request_release(subtask, slot.seq + 1, split_ids)
+        not_owned: list[str] = []
+        for part in self._chunks(list(split_ids)):  # one request per part, each its own seq
+            outcome = self.tracker.request_release(subtask, slot.seq + 1, part)
+            not_owned += outcome.not_owned
+            if not outcome.requested:
+                continue
+            self._touch(subtask)
+            slot.seq += 1
+            self._send(subtask, slot.attempt, ReleaseRequest(seq=slot.seq, split_ids=outcome.requested))
+            self.metrics.counter("splits_release_requested", len(outcome.requested))
         self._odd_splits(
             "release_requests_not_owned",
             "asked subtask %d for %d splits it does not own (skipped)",
             subtask,
-            outcome.not_owned,
+            not_owned,
         )
-        if not outcome.requested:
-            return
-        self._touch(subtask)
-        slot.seq += 1
-        self._send(subtask, slot.attempt, ReleaseRequest(seq=slot.seq, split_ids=outcome.requested))
-        self.metrics.counter("splits_release_requested", len(outcome.requested))
 
     def _send_event(self, subtask: int, event: Any, attempt: int | None) -> None:
         slot = self.slots[subtask] if 0 <= subtask < len(self.slots) else None

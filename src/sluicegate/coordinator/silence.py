@@ -2,8 +2,9 @@
 
 The active coordinator of a source commits at least every ``liveness_interval_ms``
 (a heartbeat commit when it has nothing else to commit), and every commit writes
-the source's ``meta`` state record, so the last stable offset of its state topic
-moves. A standby samples that offset; once it has seen it move (someone is
+the source's ``meta`` state record, so the end offset of its state topic moves (the
+log end offset: records of a transaction still being written count, so a commit of
+seconds is not silence). A standby samples that offset; once it has seen it move (someone is
 active) and then seen it stand still for ``silence_ms``, the active coordinator is
 taken for dead and the standby takes over by starting the source's transactional
 producer, which fences the silent one. Safety does not rest on this guess: a
@@ -17,7 +18,9 @@ sample (``from_first_sample``), so a source nobody commits to is taken over too.
 
 A step of the core can take longer than the silence (a million splits: seconds). It runs
 off the event loop (step_thread.py), and meanwhile the runner re-commits the state it last
-committed every liveness interval (``reaffirm_due``): the offset moves, standbys wait.
+committed every liveness interval (``reaffirm_due``); the commit of what such a step
+sends (a hundred megabytes of AddSplits) carries that ``meta`` again every megabyte
+(source_runner.py ``with_keepalives``). Either way the offset moves, and standbys wait.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ class SilenceWatch:
     standby that cannot reach the broker, or was itself paused, sees no silence."""
 
     def observe(self, offset: int, now_s: float) -> None:
-        """The state topic's last stable offset, sampled at ``now_s``. After a gap in the
+        """The state topic's end offset, sampled at ``now_s``. After a gap in the
         samples longer than the silence (the broker was down, or this process stood still)
         the silence starts again: an active coordinator cut off from the broker as long was
         silent too, and gets a whole silence to commit again before anyone takes over."""

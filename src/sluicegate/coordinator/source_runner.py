@@ -64,6 +64,9 @@ COMMIT_BYTES = 8 * 1024 * 1024
 """Commit within a batch of inbox records once this much is waiting to go out: 64
 registrations that hand out 1,000,000 splits were one transaction of 160 MB, and
 the loop did not yield long enough for the Faust group to drop this worker."""
+KEEPALIVE_BYTES = 1024 * 1024
+"""In a transaction this large or larger, the last commit's ``meta`` goes again after
+every this many bytes (``with_keepalives``)."""
 
 
 def commit_due(
@@ -75,6 +78,26 @@ def commit_due(
     if changed or (offset_moved and since_ms >= commit_interval_ms):
         return True
     return liveness_interval_ms is not None and since_ms >= liveness_interval_ms
+
+
+def with_keepalives(
+    records: list[OutgoingRecord], keepalive: OutgoingRecord, every_bytes: int = KEEPALIVE_BYTES
+) -> list[OutgoingRecord]:
+    """``records`` with ``keepalive`` after every ``every_bytes`` of them. One step can
+    send a hundred megabytes (a registration handed a million splits), and its
+    transaction takes seconds to write: the keepalive (the last commit's ``meta``, to the
+    state topic) moves the state topic's end offset meanwhile, which is what standbys
+    watch (silence.py). Inside the transaction it changes nothing: the commit's own
+    ``meta`` comes after it, and a reader of committed records sees both at once."""
+    out: list[OutgoingRecord] = []
+    written = 0
+    for record in records:
+        out.append(record)
+        written += len(record.value or b"")
+        if written >= every_bytes:
+            out.append(keepalive)
+            written = 0
+    return out
 
 
 def check_definition(source: str, parts: Mapping[str, Any] | None, given: SourceDefinition, who: str) -> None:
@@ -409,6 +432,10 @@ class SourceRunner:
         ):
             return
         records, self._pending = self._pending, []
+        if self.liveness_interval_ms is not None and self._last_meta is not None:
+            key, value = self._last_meta
+            keepalive = OutgoingRecord(self.topics.coordinator_state, 0, key, value)
+            records = with_keepalives(records, keepalive) if self._pending_bytes >= KEEPALIVE_BYTES else records
         self._pending_bytes = 0
         try:
             parts = await self._steps.run(lambda: self._state_writer.encode(core.state_parts(only_changed=True)))

@@ -2,9 +2,11 @@
 worker does not run, and take a source over once its active coordinator has been
 silent for ``takeover_silence_ms`` (silence.py has the rule).
 
-One read_committed consumer per worker samples the last stable offset of every
-watched ``NS.S.coordinator-state`` partition (a ListOffsets request; no record is
-fetched). Every standby watches, and every one of them may take over: the
+One read_uncommitted consumer per worker samples the log end offset of every watched
+``NS.S.coordinator-state`` partition (a ListOffsets request; no record is fetched): it
+moves with every state record written, inside a transaction too, so a commit of a
+hundred megabytes that takes seconds shows as progress while it is written (the runner
+puts its last ``meta`` into a long transaction every megabyte). Every standby watches, and every one of them may take over: the
 transactional id decides. If two start at once, the later ``init_transactions``
 fences the earlier, whose open transaction is aborted and whose runner steps down;
 the survivor read the state after its own fencing, so it resumes from the last
@@ -67,7 +69,9 @@ class TakeoverWatch:
         """Until cancelled. A broker that cannot be reached only delays the watch: no
         sample is no evidence of silence."""
         while True:
-            consumer = control_consumer(self.bootstrap, "sluicegate-takeover-watch", self.security)
+            consumer = control_consumer(
+                self.bootstrap, "sluicegate-takeover-watch", self.security, isolation_level="read_uncommitted"
+            )
             try:
                 await consumer.start()
                 while True:

@@ -24,16 +24,16 @@ def control_consumer(
     bootstrap_servers: str, client_id: str, security: KafkaSecurity | None = None, **settings: Any
 ) -> AIOKafkaConsumer:
     """A read_committed consumer without a group: the caller assigns and seeks.
-    ``settings`` add aiokafka settings (e.g. larger fetches for big state records)."""
+    ``settings`` add aiokafka settings or override these (larger fetches for big state
+    records; ``isolation_level="read_uncommitted"`` for the log end offsets)."""
+    chosen: dict[str, Any] = {"isolation_level": "read_committed", "auto_offset_reset": "earliest", **settings}
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers,
         client_id=client_id,
         group_id=None,
         enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
         **security_settings(security),
-        **settings,
+        **chosen,
     )
 
 

@@ -256,6 +256,11 @@ class SplitsReleased(Body):
     """v3, reason ``fenced``: the incarnation whose registration fenced the attempt. A reader
     that sees another incarnation here is a duplicate and stops for good."""
     successor_location: str | None = None
+    more: bool = False
+    """v5: the same release goes on in the next record. One release of more split ids than
+    one record holds (a reader that held a million splits) is sent as several records,
+    all alike but for their ids, the last with ``more`` false; an attempt fails at that
+    last one."""
 
 
 BODY_TYPES: dict[tuple[Direction, str], type[Body]] = {

@@ -1,0 +1,113 @@
+"""A coordinator step longer than the takeover silence, over real Kafka and two real
+coordinator workers with ``--takeover-silence-ms 2000`` (issue 21 item 5):
+
+1. A registration that hands out a million splits is one step of seconds. The core runs it
+   on its step thread while the event loop goes on: ``/metrics`` answers during the step
+   (``sluicegate_step_running_seconds`` shows it running past the silence), and the
+   active coordinator re-commits its last commit every liveness interval, so the standby
+   sees the state topic move and does not take over: one coordinator, at epoch 1.
+2. SIGSTOP of the active worker stops the step thread with everything else: the standby
+   takes over once, at epoch 2, and the resumed worker steps down.
+
+The registration is written into the inbox as a reader would write it; no reader reads the
+million splits (the one-million-split benchmark does that).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from local_http import free_port, http_get, wait_until
+from processes import ProcessGroup
+from test_takeover import coordinator_args, serving_epochs, stable_active
+
+from sluicegate.protocol.codec import encode, encode_key
+from sluicegate.protocol.messages import ReaderRegistration, envelope
+from sluicegate.protocol.topics import ControlTopics
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+SPLITS = 1_000_000
+SILENCE_MS = 2000
+TAKEOVER_LINE = "no commit seen for"
+OPTIONS = {"splits": str(SPLITS), "records_per_split": "10"}
+
+
+def metric(port: int, name: str, source: str, **labels: str) -> float | None:
+    """The value of one series on a worker's /metrics (None: not served now)."""
+    status, _, body = http_get(port, "/metrics")
+    if status != 200:
+        return None
+    wanted = {"source": source, **labels}
+    for line in body.decode().splitlines():
+        match = re.match(rf"{name}\{{(.*)\}} (\S+)$", line)
+        if match and dict(re.findall(r'(\w+)="([^"]*)"', match.group(1))) == wanted:
+            return float(match.group(2))
+    return None
+
+
+def register_subtask_0(bootstrap: str, source: str) -> None:
+    """A ReaderRegistration of subtask 0 in the source's inbox, as a reader writes it."""
+    body = ReaderRegistration(incarnation="long-step", location="test", reported_splits=[], restored_checkpoint_id=None)
+    env = envelope(body, source=source, subtask=0, attempt=None, epoch=0, ts=int(time.time() * 1000))
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(ControlTopics.for_source(source, "sluicegate").coordinator, encode(env), key=encode_key(0))
+    assert producer.flush(30) == 0, "the registration was not delivered"
+
+
+def test_a_step_longer_than_the_silence_keeps_one_coordinator_and_a_stopped_one_is_taken_over_once(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    source = unique_source
+    group = ProcessGroup(tmp_path, kafka_bootstrap)
+    ports = [free_port(), free_port()]
+    silence = ["--takeover-silence-ms", str(SILENCE_MS)]
+    try:
+        workers = [
+            group.start(f"worker-{i}", coordinator_args(source, 2, OPTIONS, "--web-port", str(port), *silence))
+            for i, port in enumerate(ports)
+        ]
+        first_index = stable_active(ports, source, timeout_s=90)
+        active, standby = workers[first_index], workers[1 - first_index]
+        port = ports[first_index]
+
+        # -- 1. one registration, one step of a million splits: the standby waits
+        register_subtask_0(kafka_bootstrap, source)
+        longest = 0.0
+        deadline = time.monotonic() + 180
+        while (metric(port, "sluicegate_coordinator_events_total", source, event="splits_assigned") or 0) == 0:
+            assert time.monotonic() < deadline, f"no split assigned within 180 s:\n{active.tail()}"
+            longest = max(longest, metric(port, "sluicegate_step_running_seconds", source) or 0.0)
+            time.sleep(0.2)
+        assigned = metric(port, "sluicegate_coordinator_events_total", source, event="splits_assigned")
+        print(f"a step of at least {longest:.1f} s assigned {assigned:,.0f} splits; silence {SILENCE_MS} ms")
+        assert longest * 1000 > SILENCE_MS, f"the step ({longest:.1f} s) was not longer than the silence"
+        time.sleep(SILENCE_MS / 1000 + 2)  # a takeover decided during the step would show by now
+        assert TAKEOVER_LINE not in standby.log(), standby.tail()
+        assert serving_epochs(active, source) == [1], active.tail()
+        assert serving_epochs(standby, source) == [], standby.tail()
+
+        # -- 2. the active worker stops (its step thread too): one takeover
+        os.kill(active.popen.pid, signal.SIGSTOP)
+        try:
+            standby.wait_for_log("epoch 2) is serving", timeout_s=90)
+        finally:
+            os.kill(active.popen.pid, signal.SIGCONT)
+        assert TAKEOVER_LINE in standby.log(), standby.tail()
+        active.wait_for_log("stepping down", timeout_s=60)
+        wait_until(lambda: metric(ports[1 - first_index], "sluicegate_active_source", source) == 1.0, 30, "serving")
+        time.sleep(SILENCE_MS / 1000 + 2)
+        assert serving_epochs(standby, source) == [2], standby.tail()
+        assert serving_epochs(active, source) == [1], active.tail()
+        assert standby.log().count(TAKEOVER_LINE) == 1, standby.tail()
+    finally:
+        for proc in group.procs:
+            if proc.popen.poll() is None:
+                os.kill(proc.popen.pid, signal.SIGCONT)  # a stopped process ignores SIGTERM until resumed
+        group.stop_all()
