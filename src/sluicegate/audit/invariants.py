@@ -629,7 +629,8 @@ class OwnershipModel:
         """What a release must name, decided at its first record."""
         if body.failed_attempt is not None and body.failed_attempt == slot.attempt:
             expected = {sid for sid, seq in slot.owned.items() if seq > slot.applied_seq}
-            return ReleaseInParts(expected, f"the splits it owns with seq above its acknowledged seq {slot.applied_seq}")
+            rule = f"the splits it owns with seq above its acknowledged seq {slot.applied_seq}"
+            return ReleaseInParts(expected, rule)
         if body.reason in (ReleaseReason.DEPARTED.value, ReleaseReason.LEFT.value):
             return ReleaseInParts(set(slot.owned), "every split it owns")
         return ReleaseInParts(None, "")
