@@ -330,8 +330,9 @@ class SourceRunner:
             await self._commit()
 
     async def _step(self, step: Callable[[], Effects]) -> None:
-        """One step of the core on the step thread, its effects queued."""
-        self._queue(await self._steps.run(step))
+        """One step of the core on the step thread, its effects queued there too (the
+        encoding of a hundred megabytes of AddSplits is part of the step)."""
+        await self._steps.run(lambda: self._queue(step()))
         self._schedule_calls()
 
     def _apply(self, records: list[InboxRecord], start: int) -> int:
