@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pytest
 from sluicegate_connectors.sequence import SequenceOptions, SequenceSource
 
@@ -39,6 +40,8 @@ from sluicegate.protocol import (
     envelope,
 )
 from sluicegate.protocol.messages import Body, Direction
+from sluicegate.protocol.pieces import MAX_RECORD_BYTES
+from sluicegate.reader.protocol import CheckpointPlan
 from sluicegate.reader.session import Disposition, Phase, ReaderSession
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
 from sluicegate.reader.watermark import SplitWatermarks
@@ -414,8 +417,7 @@ def test_checkpoint_carries_positions_applied_seq_and_finished_splits() -> None:
     assert plan.finished_split_ids == ["a"] and plan.records_since_last == 2
     ack = plan.ack()
     assert (ack.checkpoint_id, ack.applied_seq, ack.splits) == (5, 1, [split("b", 1, 5)])
-    finished = plan.splits_finished()
-    assert finished is not None and finished.split_ids == ["a"]
+    assert [f.split_ids for f in plan.splits_finished()] == [["a"]]
     # not committed yet: the next attempt would still carry "a" as finished-pending
     session.read(1)
     session.checkpoint_committed(plan)
@@ -423,7 +425,17 @@ def test_checkpoint_carries_positions_applied_seq_and_finished_splits() -> None:
     assert session.last_checkpoint == plan.checkpoint
     assert source.readers[0].completed == [5]
     nxt = session.prepare_checkpoint()
-    assert nxt.checkpoint_id == 6 and nxt.splits_finished() is None and nxt.records_since_last == 1
+    assert nxt.checkpoint_id == 6 and nxt.splits_finished() == [] and nxt.records_since_last == 1
+
+
+def test_splits_finished_in_one_checkpoint_beyond_one_record_go_in_records_that_each_fit() -> None:
+    many = [f"split-{k:06d}" for k in range(80_000)]  # about 1.2 MB of ids
+    plan = CheckpointPlan(ReaderCheckpoint(SOURCE, SUBTASK, 1, 0, []), many)
+    records = plan.splits_finished()
+    assert len(records) > 1
+    assert all(len(orjson.dumps(r.split_ids)) < MAX_RECORD_BYTES for r in records)
+    assert [sid for r in records for sid in r.split_ids] == many
+    assert [type(b).__name__ for b in plan.messages()] == ["SplitsFinished"] * len(records) + ["CheckpointAck"]
 
 
 def test_uncommitted_finished_splits_stay_pending() -> None:

@@ -8,6 +8,7 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.api.options import checked_int
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_source
+from sluicegate.protocol.pieces import MAX_RECORD_BYTES
 from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
 
 
@@ -19,8 +20,8 @@ class CoordinatorConfig:
     reader_departure_timeout_ms: int = 60_000
     watermark_announce_interval_ms: int = 1_000
     max_watermark_drift_ms: int | None = None
-    max_message_bytes: int = 900_000
-    """Largest AddSplits record; bigger assignments are split over several seqs."""
+    max_message_bytes: int = MAX_RECORD_BYTES
+    """Largest record sent to readers; longer lists go in pieces (protocol/pieces.py)."""
     definition: SourceDefinition | None = None
     """What the source is. A restored state's own definition takes precedence (the host
     refuses to start when they differ); None: registrations are not compared."""

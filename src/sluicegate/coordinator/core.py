@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-import orjson
 from sortedcontainers import SortedList
 
 from sluicegate.api.enumerator import (
@@ -67,10 +66,10 @@ from sluicegate.protocol.messages import (
     SplitsReleased,
     WatermarkAnnouncement,
 )
+from sluicegate.protocol.pieces import in_pieces
 
 log = logging.getLogger("sluicegate.coordinator")
 
-_ENVELOPE_OVERHEAD_BYTES = 512
 _Item = TypeVar("_Item")
 _SPLITS_SHOWN = 5
 """How many split ids a warning about odd splits names."""
@@ -812,22 +811,9 @@ class CoordinatorCore(Generic[SplitT]):
             self.metrics.counter("splits_assigned", len(splits))
 
     def _chunks(self, items: list[_Item]) -> list[list[_Item]]:
-        """Cut a list (splits of an AddSplits, split ids of a release) so that no record
-        carrying one piece exceeds max_message_bytes: a million splits are a hundred
-        megabytes, and a broker refuses a record over its max.message.bytes (1 MB)."""
-        limit = self.config.max_message_bytes - _ENVELOPE_OVERHEAD_BYTES
-        if len(orjson.dumps(items)) <= limit:  # the common case: one record, one encoding pass
-            return [items]
-        chunks: list[list[_Item]] = [[]]
-        size = 0
-        for split in items:
-            n = len(orjson.dumps(split)) + 1
-            if chunks[-1] and size + n > limit:
-                chunks.append([])
-                size = 0
-            chunks[-1].append(split)
-            size += n
-        return chunks
+        """Cut a list (splits of an AddSplits, split ids of a release) into pieces that
+        each fit one record of max_message_bytes (protocol/pieces.py)."""
+        return in_pieces(items, self.config.max_message_bytes)
 
     def _signal_no_more_splits(self, subtask: int) -> None:
         slot = self.slots[subtask]

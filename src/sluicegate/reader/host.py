@@ -726,7 +726,6 @@ class ReaderHost:
         try:
             await output.flush()
             plan = session.prepare_checkpoint()
-            finished = plan.splits_finished()
             state_writes = (
                 self.split_states.plan([*plan.checkpoint.splits, *plan.returned], plan.finished_split_ids)
                 if self.split_states is not None
@@ -734,7 +733,7 @@ class ReaderHost:
             )
             await self._txn_.commit(
                 [
-                    *([self._control_record(finished)] if finished is not None else []),
+                    *(self._control_record(finished) for finished in plan.splits_finished()),
                     *(self._dead_letter_record(letter) for letter in self._failed_records),
                     # the states before the ack: a reader's transaction holds the split-state
                     # topic back for as short a time as can be (reader/kafka_split_state.py)

@@ -60,6 +60,7 @@ from sluicegate.protocol.messages import (
     WatermarkAnnouncement,
     envelope,
 )
+from sluicegate.protocol.pieces import in_pieces
 from sluicegate.reader.state import ReaderCheckpoint
 
 log = logging.getLogger("sluicegate.reader")
@@ -252,15 +253,16 @@ class CheckpointPlan:
             returned=list(self.returned),
         )
 
-    def splits_finished(self) -> SplitsFinished | None:
+    def splits_finished(self) -> list[SplitsFinished]:
+        """The splits finished since the last checkpoint, in records that each fit (none:
+        no split finished). Each record stands on its own: a split is finished once."""
         if not self.finished_split_ids:
-            return None
-        return SplitsFinished(split_ids=list(self.finished_split_ids))
+            return []
+        return [SplitsFinished(split_ids=piece) for piece in in_pieces(list(self.finished_split_ids))]
 
     def messages(self) -> list[Body]:
-        """What goes to the coordinator, in order: SplitsFinished (if any), then the ack."""
-        finished = self.splits_finished()
-        return [finished, self.ack()] if finished is not None else [self.ack()]
+        """What goes to the coordinator, in order: the SplitsFinished (if any), then the ack."""
+        return [*self.splits_finished(), self.ack()]
 
 
 class ReaderProtocol:
