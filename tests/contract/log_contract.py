@@ -74,6 +74,10 @@ class LogContract:
             await new.fence()
             with pytest.raises(LogFencedError):
                 await old.commit([to_reader(harness.topics, 0, b"stale")], [(b"orders/meta", b"stale")])
+            # and every later commit of it: the runner's loop and its re-affirming commits
+            # both commit, and whichever comes second must learn of the fence too
+            with pytest.raises(LogFencedError):
+                await old.commit([], [(b"orders/meta", b"stale again")])
             await new.commit([to_reader(harness.topics, 0, b"new")], [(b"orders/meta", b"new")])
             assert [v for _, v in await harness.visible(harness.topics.readers)] == [b"old", b"new"]
             assert [v for _, v in await new.restore()] == [b"old", b"new"]

@@ -42,6 +42,9 @@ class KafkaCoordinatorLog(CoordinatorLog):
         self._inbox = TopicPartition(topics.coordinator, 0)
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._fenced: LogFencedError | None = None
+        """Once fenced, always: aiokafka's producer is then in a fatal state in which a
+        next transaction fails with an AssertionError, not with the fence."""
 
     async def fence(self) -> None:
         quiet_fencing_leftovers()  # a fenced runner steps down and says so; aiokafka's leftovers need not
@@ -90,6 +93,8 @@ class KafkaCoordinatorLog(CoordinatorLog):
 
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
         assert self._producer is not None, "fence first"
+        if self._fenced is not None:
+            raise self._fenced
         producer = self._producer
         await self._know_partitions(records)
         futures: list[asyncio.Future[Any]] = []
@@ -105,7 +110,8 @@ class KafkaCoordinatorLog(CoordinatorLog):
         except KafkaError as exc:
             _retrieve(futures)  # the transaction's failure says it all: no "exception never retrieved" later
             if isinstance(exc, ProducerFenced):
-                raise LogFencedError(str(exc)) from exc
+                self._fenced = LogFencedError(str(exc))
+                raise self._fenced from exc
             size = sum(len(r.value or b"") for r in records) + sum(len(v or b"") for _, v in state)
             raise CommitFailedError(
                 f"the commit of {len(records)} records and {len(state)} state records ({size:,} bytes) failed: {exc!r}"
