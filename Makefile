@@ -60,20 +60,12 @@ prometheus:
 	    echo "prometheus: apt could not install it (the alert-rule tests will be skipped)"; \
 	fi
 
-# The suite runs in two lanes at once: the tests that start Spark (marked `spark`: a JVM and
-# its Python workers each, seconds of CPU) one after another in one pytest, everything else
-# in a second pytest beside it. The suite mostly waits (on brokers, processes, timeouts), so
-# on two cores it takes about as long as the longer lane; two Spark queries never run at
-# once (on a loaded machine Spark's Python workers missed their connect-back). Each lane
-# starts its own broker; the Spark lane's report is printed after the other's.
-SPARK_LANE_LOG := .pytest-spark-lane.log
+# One pytest, one test at a time. Two lanes at once (the tests marked `spark` beside the
+# others) took 31-37 min instead of ~53, but on 2 cores a Spark query beside the other lane
+# failed once with "Python worker failed to connect back" (issue 25): not until that is
+# understood.
 test: lint kafka prometheus
-	@echo "the tests marked spark run in a second pytest beside these; its report follows theirs ($(SPARK_LANE_LOG))"
-	@$(BIN)/pytest -q --durations=5 -m spark -o cache_dir=.pytest_cache/spark-lane > $(SPARK_LANE_LOG) 2>&1 & spark=$$!; \
-	$(BIN)/pytest -q --durations=10 -m "not spark"; others=$$?; \
-	wait $$spark; spark_lane=$$?; \
-	echo; echo "== the Spark lane (pytest -m spark) =="; cat $(SPARK_LANE_LOG); \
-	test $$others = 0 && test $$spark_lane = 0
+	$(BIN)/pytest -q --durations=10
 
 unit: install  ## the tests that need no Kafka, no JVM: seconds
 	$(BIN)/pytest -q -m "not kafka" tests/unit tests/contract/test_memory_channel.py tests/contract/test_memory_log.py
