@@ -24,20 +24,18 @@ import time
 from pathlib import Path
 
 import pytest
-from local_http import free_port
 from processes import ProcessGroup
 from test_takeover import (
     audit,
     audit_failure,
     check_epochs_and_seqs,
-    coordinator_args,
     expected_values,
     log_time,
     read_outputs,
     readers_topic,
     registrations,
     serving_epochs,
-    stable_active,
+    start_two_workers,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -65,14 +63,9 @@ def test_a_standby_takes_over_a_silent_coordinator_before_the_group_rebalances(
 ) -> None:
     source = unique_source
     group = ProcessGroup(tmp_path, kafka_bootstrap)
-    ports = [free_port(), free_port()]
     try:
-        workers = [
-            group.start(f"worker-{i}", coordinator_args(source, READERS, OPTIONS, "--web-port", str(port)))
-            for i, port in enumerate(ports)
-        ]
-        first_index = stable_active(ports, source, timeout_s=90)
-        first, second = workers[first_index], workers[1 - first_index]
+        pair = start_two_workers(group, source, READERS, OPTIONS)
+        first, second = pair.active, pair.standby
         outputs = [tmp_path / f"reader-{k}.jsonl" for k in range(READERS)]
         readers = [
             group.reader(source, k, OPTIONS, outputs[k], "--checkpoint-interval-ms", "500") for k in range(READERS)

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from local_http import free_port, http_get, wait_until
+from local_http import http_get, wait_until
 from processes import ProcessGroup
-from test_takeover import coordinator_args, serving_epochs, stable_active
+from test_takeover import serving_epochs, start_two_workers
 
 from sluicegate.protocol.codec import encode, encode_key
 from sluicegate.protocol.messages import ReaderRegistration, envelope
@@ -72,16 +72,9 @@ def test_a_step_longer_than_the_silence_keeps_one_coordinator_and_a_stopped_one_
 ) -> None:
     source = unique_source
     group = ProcessGroup(tmp_path, kafka_bootstrap)
-    ports = [free_port(), free_port()]
-    silence = ["--takeover-silence-ms", str(SILENCE_MS)]
     try:
-        workers = [
-            group.start(f"worker-{i}", coordinator_args(source, 2, OPTIONS, "--web-port", str(port), *silence))
-            for i, port in enumerate(ports)
-        ]
-        first_index = stable_active(ports, source, timeout_s=90)
-        active, standby = workers[first_index], workers[1 - first_index]
-        port = ports[first_index]
+        pair = start_two_workers(group, source, 2, OPTIONS, "--takeover-silence-ms", str(SILENCE_MS))
+        active, standby, port = pair.active, pair.standby, pair.active_port
 
         # -- 1. one registration, one step of a million splits; no heartbeat follows, so
         # the session timeout takes them back in a second long step: the standby waits

@@ -18,6 +18,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,30 @@ def stable_active(ports: Sequence[int], source: str, settle_s: float = 2.0, time
                 return first
         time.sleep(0.3)
     raise AssertionError(f"no single worker settled as the active coordinator of {source} within {timeout_s} s")
+
+
+@dataclass(frozen=True)
+class TwoWorkers:
+    """Two coordinator workers of one source, once the group settled on the active one."""
+
+    active: Proc
+    standby: Proc
+    active_port: int
+    standby_port: int
+
+
+def start_two_workers(
+    group: ProcessGroup, source: str, max_parallelism: int, options: Mapping[str, str], *extra: str
+) -> TwoWorkers:
+    """Start two coordinator workers of ``source`` with the same arguments (each its own
+    ``--web-port``) and wait until one of them is the settled active coordinator."""
+    ports = [free_port(), free_port()]
+    workers = [
+        group.start(f"worker-{i}", coordinator_args(source, max_parallelism, options, "--web-port", str(port), *extra))
+        for i, port in enumerate(ports)
+    ]
+    a = stable_active(ports, source, timeout_s=90)
+    return TwoWorkers(workers[a], workers[1 - a], ports[a], ports[1 - a])
 
 
 def read_outputs(paths: Iterable[Path]) -> Counter[tuple[str, int]]:
@@ -193,15 +218,9 @@ def test_the_standby_takes_over_when_the_active_coordinator_is_killed(
 ) -> None:
     source = unique_source
     group = ProcessGroup(tmp_path, kafka_bootstrap)
-    ports = [free_port(), free_port()]
     try:
-        workers = [
-            group.start(f"worker-{i}", coordinator_args(source, READERS, OPTIONS, "--web-port", str(port)))
-            for i, port in enumerate(ports)
-        ]
-        active_index = stable_active(ports, source, timeout_s=90)
-        active, standby = workers[active_index], workers[1 - active_index]
-        active_port, standby_port = ports[active_index], ports[1 - active_index]
+        pair = start_two_workers(group, source, READERS, OPTIONS)
+        active, standby, active_port, standby_port = pair.active, pair.standby, pair.active_port, pair.standby_port
         assert is_active_in_log(active, source), active.tail()
         assert not is_active_in_log(standby, source), standby.tail()
         assert serving_epochs(active, source) == [1]

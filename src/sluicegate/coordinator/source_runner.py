@@ -433,10 +433,9 @@ class SourceRunner:
         ):
             return
         records, self._pending = self._pending, []
-        if self.liveness_interval_ms is not None and self._last_meta is not None:
-            key, value = self._last_meta
-            keepalive = OutgoingRecord(self.topics.coordinator_state, 0, key, value)
-            records = with_keepalives(records, keepalive) if self._pending_bytes >= KEEPALIVE_BYTES else records
+        meta = self._last_meta
+        if self.liveness_interval_ms is not None and meta is not None and self._pending_bytes >= KEEPALIVE_BYTES:
+            records = with_keepalives(records, OutgoingRecord(self.topics.coordinator_state, 0, *meta))
         self._pending_bytes = 0
         try:
             parts = await self._steps.run(lambda: self._state_writer.encode(core.state_parts(only_changed=True)))
