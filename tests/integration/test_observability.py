@@ -8,9 +8,8 @@ import re
 import time
 from pathlib import Path
 
-import orjson
 import pytest
-from local_http import free_port, http_get, wait_until
+from local_http import free_port, http_get, source_snapshot, wait_until
 from processes import Proc, ProcessGroup
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -80,10 +79,7 @@ def test_reader_and_coordinator_metrics_then_the_audit_timeline(
             labels = {"source": source, "subtask": str(k)}
 
             def agreed(k: int = k, port: int = port, labels: dict[str, str] = labels) -> str | None:
-                status, _, body = http_get(web_port, f"/sources/{source}")
-                if status != 200:
-                    return None
-                owned = len(orjson.loads(body)["subtasks"][k]["owned_splits"])
+                owned = len(source_snapshot(web_port, source)["subtasks"][k]["owned_splits"])
                 text = scrape(port)
                 got = sample(text, "sluicegate_reader_splits_owned", **labels)
                 return text if got == owned and owned > 0 else None

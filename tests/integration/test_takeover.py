@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 import pytest
-from local_http import free_port, http_get, wait_until
+from local_http import free_port, http_get, source_snapshot, wait_until
 from processes import Proc, ProcessGroup
 
 from sluicegate.audit.commands import run_audit
@@ -248,7 +248,7 @@ def test_the_standby_takes_over_when_the_active_coordinator_is_killed(
         assert re.search(rf'^sluicegate_active_source\{{source="{source}"\}} 1\.0$', metrics, re.M), metrics
         status, ctype, body = http_get(active_port, f"/sources/{source}")
         assert status == 200 and ctype.startswith("application/json"), (status, body)
-        snapshot = orjson.loads(body)
+        snapshot = source_snapshot(active_port, source)
         assert snapshot["source"] == source and snapshot["state"] == "active" and snapshot["epoch"] == 1
         assert [s["subtask"] for s in snapshot["subtasks"]] == list(range(READERS))
         for sub in snapshot["subtasks"]:
@@ -276,14 +276,7 @@ def test_the_standby_takes_over_when_the_active_coordinator_is_killed(
         assert serving_at - killed_at < 30
 
         # the successor answers for the source now, with the readers it restored
-        snapshot2 = wait_until(
-            lambda: (lambda r: orjson.loads(r[2]) if r[0] == 200 else None)(
-                http_get(standby_port, f"/sources/{source}")
-            ),
-            30,
-            "/sources/S on the successor",
-        )
-        assert snapshot2 is not None
+        snapshot2 = source_snapshot(standby_port, source)
         assert snapshot2["epoch"] == 2
         assert [s["attempt"] for s in snapshot2["subtasks"]] == [1] * READERS
         assert wait_until(lambda: http_get(standby_port, "/health")[0] == 200, 10, "/health on the successor")

@@ -8,7 +8,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import orjson
 
 T = TypeVar("T")
 
@@ -31,7 +33,7 @@ def http_get(port: int, path: str, timeout_s: float = 5.0) -> tuple[int, str, by
         return 0, "", b""
 
 
-def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.2) -> T:
+def wait_until(predicate: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.2) -> T:
     """Poll ``predicate`` until it returns something truthy; AssertionError naming ``what`` otherwise."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -41,3 +43,18 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, interval
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def source_snapshot(port: int, source: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The coordinator's whole `/sources/{source}` snapshot. While a step runs the endpoint
+    answers with the runner's state only (the core is being changed), so this polls until
+    an answer names the epoch and the subtasks."""
+
+    def whole() -> dict[str, Any] | None:
+        status, _, body = http_get(port, f"/sources/{source}")
+        if status != 200:
+            return None
+        snapshot: dict[str, Any] = orjson.loads(body)
+        return snapshot if "subtasks" in snapshot else None
+
+    return wait_until(whole, timeout_s, f"a whole /sources/{source} snapshot on port {port}")
