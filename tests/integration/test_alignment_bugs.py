@@ -294,6 +294,7 @@ async def test_flink_40505_a_failed_readers_watermark_stops_counting_once_its_at
     await readers[0].wait_for_log_async("checkpoint 2:", timeout_s=30)
     readers.append(procs.reader(unique_source, 1, options, outs[1], *READER_TIMING, *session))
     await readers[1].wait_for_log_async("registered as attempt 1", timeout_s=30)
+
     # One split each. When the first reader was slow to start (a loaded machine) it got both
     # splits, and one moves to the second by a cooperative rebalance, which needs the first
     # reader's next checkpoint: killed before that, it would keep both splits for its next

@@ -591,6 +591,44 @@ def test_hand_stream_a_release_in_parts_that_leaves_a_split_out_is_imprecise_at_
     assert (result.violations[0].location.partition, result.violations[0].location.offset) == last
 
 
+def test_hand_stream_records_in_pieces_are_checked_whole_at_their_last_piece() -> None:
+    h = Hand()
+    h.register(0, 1)
+    h.r(0, 1, AddSplits(1, [split("a"), split("b"), split("c")]))
+    h.i(0, 1, CheckpointAck(1, 1, [split("a")], piece=0, more=True))
+    h.i(0, 1, CheckpointAck(1, 1, [split("b"), split("c")], piece=1))
+    h.i(0, None, ReaderRegistration("inc-2", "h", [split("a")], 1, piece=0, more=True))
+    h.i(0, None, ReaderRegistration("inc-2", "h", [split("b"), split("c")], 1, piece=1))
+    h.r(0, 1, SplitsReleased("fenced", 1, []))
+    # the answer in pieces: a second attempt-2 record must not look like a second registration
+    h.r(0, 2, ReaderRegistered("inc-2", 2, ["a"], piece=0, more=True))
+    h.r(0, 2, ReaderRegistered("inc-2", 2, ["b", "c"], piece=1))
+    h.r(0, 2, SplitsReleased("recovery", None, ["a", "b", "c"]))
+    h.r(0, 2, AddSplits(2, [split("a"), split("b"), split("c")]))
+    h.i(0, 2, ReaderLeaving([split("a")], piece=0, more=True))
+    # the attempt is live until the leaving's last piece: a record to it in between is fine
+    h.r(0, 2, WatermarkAnnouncement(5, None))
+    h.i(0, 2, ReaderLeaving([split("b"), split("c")], piece=1))
+    h.r(0, 2, SplitsReleased("left", None, ["a", "b", "c"]))
+    result = h.audit()
+    assert result.ok, [str(v) for v in result.violations]
+    assert result.summary.subtasks[0].acked_seq == 1
+    assert result.summary.released_by_reason == {"fenced": 0, "left": 3, "recovery": 3}
+    assert result.summary.incomplete_records == {}
+
+
+def test_hand_stream_a_record_never_whole_is_counted_and_not_acted_on() -> None:
+    h = Hand()
+    h.register(0, 1)
+    h.r(0, 1, AddSplits(1, [split("a"), split("b")]))
+    h.i(0, 1, ReaderLeaving([split("a")], piece=0, more=True))
+    h.i(0, 1, ReaderLeaving([split("a")], piece=0, more=True))  # sent again: the first never became whole
+    h.r(0, 1, WatermarkAnnouncement(5, None))  # still live: no leaving became whole
+    result = h.audit()
+    assert result.ok, [str(v) for v in result.violations]
+    assert result.summary.incomplete_records == {"ReaderLeaving": 1}
+
+
 def test_hand_stream_fence_releasing_acknowledged_split_is_imprecise() -> None:
     h = Hand()
     h.register(0, 1)

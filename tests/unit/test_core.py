@@ -711,9 +711,7 @@ def test_add_splits_is_chunked_below_max_message_bytes(max_message_bytes: int) -
 
 
 def test_a_release_too_large_for_one_record_goes_in_parts_and_the_attempt_fails_at_the_last() -> None:
-    h = CoreHarness(
-        sequence_source(splits=200), max_parallelism=1, max_message_bytes=1024, session_timeout_ms=1_000
-    )
+    h = CoreHarness(sequence_source(splits=200), max_parallelism=1, max_message_bytes=1024, session_timeout_ms=1_000)
     reader = h.register(0)
     msgs = h.pass_time(1_200)
     assert reader.failed
@@ -1097,3 +1095,81 @@ def test_a_checkpoint_covering_the_request_that_keeps_the_split_drops_the_reques
     h.send(0, CheckpointAck(checkpoint_id=80, applied_seq=seq, splits=[split_a, {"split_id": "b", "position": 0}]))
     assert h.counters["releases_refused"] == 1
     assert h.core.tracker.releasing_ids(0) == set() and h.owned(0) == {"a", "b"}
+
+
+# -- reader records in pieces (v6) --------------------------------------------------------
+
+
+def _pieces_of(h: CoreHarness, body: Any) -> list[Any]:
+    from sluicegate.protocol.pieces import body_in_pieces
+
+    pieces = body_in_pieces(body, h.config.max_message_bytes)
+    assert len(pieces) > 2, "the test needs a record in several pieces"
+    return pieces
+
+
+def test_a_checkpoint_ack_in_pieces_acts_at_its_last_piece_even_across_a_coordinator_restart() -> None:
+    h = CoreHarness(sequence_source(splits=200), max_parallelism=1, max_message_bytes=1024)
+    reader = h.register(0)
+    assert len(reader.splits) == 200 and h.core.tracker.uncheckpointed_count(0) == 200
+    moved = [{**split, "position": 3} for split in reader.splits.values()]
+    pieces = _pieces_of(h, CheckpointAck(checkpoint_id=1, applied_seq=reader.applied_seq, splits=moved))
+    for piece in pieces[:-1]:
+        h.send(0, piece)
+    assert h.core.tracker.uncheckpointed_count(0) == 200, "no piece but the last acts"
+    assert h.core.slots[0].checkpoint_id is None
+    h.restart_coordinator()  # what is held was committed with the slot
+    h.send(0, pieces[-1])
+    assert h.core.tracker.uncheckpointed_count(0) == 0
+    assert h.core.slots[0].checkpoint_id == 1
+    assert sorted(s["position"] for s in h.core.tracker.owned(0)) == [3] * 200
+    assert not h.core.slots[0].pieces and "pieces" in h.persisted["slot/0"]["slot"]
+    assert h.persisted["slot/0"]["slot"]["pieces"] == {}, "nothing is held once the record is whole"
+
+
+def test_a_registration_and_its_answer_in_pieces_reach_both_sides_whole() -> None:
+    h = CoreHarness(sequence_source(splits=200), max_parallelism=1, max_message_bytes=1024)
+    h.register(0)
+    h.ack(0)
+    h.reader(0).failed = True
+    reader = h.register(0, restore=True)  # 200 reported splits: a registration in pieces
+    assert len(h.core.slots[0].reported_splits) == 200
+    answers = h.to(0, ReaderRegistered)[1:]
+    assert reader.attempt == 2 and all(e.attempt == 2 for e in answers)
+    # the sequence source reassigns on recovery, so all 200 reported splits are dropped: a long answer
+    dropped = [sid for e in answers for sid in e.body.dropped_split_ids]  # type: ignore[attr-defined]
+    assert len(answers) > 1 and all(len(encode(e)) <= 1024 for e in answers)
+    assert sorted(dropped) == sorted(s["split_id"] for s in reader.checkpoint.splits)  # type: ignore[union-attr]
+    assert h.core.tracker.total_owned() + len(h.unassigned()) == 200
+
+
+def test_a_leaving_in_pieces_hands_every_split_back_at_its_last_piece() -> None:
+    h = CoreHarness(sequence_source(splits=200), max_parallelism=1, max_message_bytes=1024)
+    reader = h.register(0)
+    h.ack(0)
+    from sluicegate.protocol import ReaderLeaving
+
+    held = sorted(reader.splits)
+    pieces = _pieces_of(h, ReaderLeaving(splits=[dict(s) for s in reader.splits.values()]))
+    for piece in pieces[:-1]:
+        h.send(0, piece)
+    assert h.core.slots[0].live and h.core.tracker.owned_count(0) == 200
+    h.send(0, pieces[-1])
+    assert not h.core.slots[0].live and h.core.tracker.owned_count(0) == 0
+    released = [sid for e in h.to(0, SplitsReleased) for sid in e.body.split_ids]
+    assert sorted(released) == held
+
+
+def test_an_ack_given_up_half_way_changes_nothing_and_is_counted() -> None:
+    h = CoreHarness(sequence_source(splits=200), max_parallelism=1, max_message_bytes=1024)
+    reader = h.register(0)
+    pieces = _pieces_of(
+        h, CheckpointAck(checkpoint_id=1, applied_seq=reader.applied_seq, splits=list(reader.splits.values()))
+    )
+    h.send(0, pieces[0])
+    h.send(0, pieces[2])  # piece 1 never came
+    h.send(0, pieces[-1])
+    assert h.core.tracker.uncheckpointed_count(0) == 200
+    assert h.counters["incomplete_records_dropped"] >= 1
+    h.ack(0)  # the next ack, whole, acts
+    assert h.core.tracker.uncheckpointed_count(0) == 0

@@ -69,6 +69,7 @@ from sluicegate.protocol import (
 )
 from sluicegate.protocol.codec import DecodeError
 from sluicegate.protocol.definition import SourceDefinition
+from sluicegate.protocol.pieces import Assembly
 
 _FAILURE_REASONS = frozenset({ReleaseReason.FENCED.value, ReleaseReason.SESSION_TIMEOUT.value})
 _SHOWN = 5
@@ -119,6 +120,9 @@ class SubtaskState:
     """Given back by accepted CheckpointAcks and not yet released (SplitsReleased returned)."""
     release_in_parts: ReleaseInParts | None = None
     """A release sent in several records (``more``) whose last record is still to come."""
+    pieces: Assembly = field(default_factory=Assembly)
+    """Records of this subtask arriving in pieces (v6), both ways: each is checked whole at
+    its last piece, when the coordinator (or the reader) acts on it."""
 
     def describe_attempt(self) -> str:
         if self.attempt is None:
@@ -188,6 +192,9 @@ class AuditSummary:
     other_incarnation_messages: int = 0
     """Inbox records naming a subtask's live attempt from another incarnation: a reader
     that sends for a subtask it does not hold (dropped; the coordinator logs them too)."""
+    incomplete_records: dict[str, int] = field(default_factory=dict)
+    """Per type: records sent in pieces (v6) that never became whole (dropped, as by their
+    receiver: a sender that gave a record up and sent it again counts here once)."""
     cut: Cut | None = None
     """Where a read of live topics was judged (cut.py); None for records given as they are."""
 
@@ -219,6 +226,7 @@ class AuditSummary:
             "notes": list(self.notes),
             "redefinitions": list(self.redefinitions),
             "other_incarnation_messages": self.other_incarnation_messages,
+            "incomplete_records": dict(self.incomplete_records),
             "cut": None if self.cut is None else self.cut.to_json(),
         }
 
@@ -268,6 +276,7 @@ class OwnershipModel:
         self.rejected_messages = 0
         self.redefinitions: list[str] = []
         self.ignored_acks = 0
+        self.incomplete_records: Counter[str] = Counter()
         self.finished_not_owned = 0
         self.messages_by_type: Counter[str] = Counter()
         self.epochs: set[int] = set()
@@ -304,6 +313,9 @@ class OwnershipModel:
     def _violation(self, kind: ViolationKind, message: str) -> None:
         self.violations.append(Violation(kind, self._location, message, self._position))
 
+    def _incomplete(self, type_: str) -> None:
+        self.incomplete_records[type_] += 1
+
     def _slot(self, subtask: int) -> SubtaskState:
         slot = self.subtasks.get(subtask)
         if slot is None:
@@ -322,8 +334,11 @@ class OwnershipModel:
         ):
             self.rejected_messages += 1
             return
-        body = env.body
         slot = self._slot(env.subtask)
+        whole = slot.pieces.take(env, on_dropped=self._incomplete)
+        if whole is None:
+            return
+        env, body = whole, whole.body
         if isinstance(body, ReaderRegistration):
             # accepted always; its ReaderRegistered makes the new attempt current
             slot.registering.add(body.incarnation)
@@ -392,7 +407,10 @@ class OwnershipModel:
         if env.cseq is not None:
             self.last_cseq = env.cseq if self.last_cseq is None else max(self.last_cseq, env.cseq)
         slot = self._slot(s)
-        body = env.body
+        whole = slot.pieces.take(env, on_dropped=self._incomplete)
+        if whole is None:
+            return
+        env, body = whole, whole.body
         if isinstance(body, ReaderRegistered):
             self._registered(slot, body, env.attempt, env.v)
         elif isinstance(body, AddSplits):
@@ -699,6 +717,7 @@ class OwnershipModel:
             notes=list(notes),
             redefinitions=list(self.redefinitions),
             other_incarnation_messages=self.other_incarnation_messages,
+            incomplete_records=dict(sorted(self.incomplete_records.items())),
             cut=cut,
         )
 

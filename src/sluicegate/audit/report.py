@@ -96,6 +96,7 @@ def totals_table(result: AuditResult) -> Table:
         ("messages from another incarnation (dropped)", str(summary.other_incarnation_messages)),
         ("rejected reader messages", str(summary.rejected_messages)),
         ("ignored checkpoint acks", str(summary.ignored_acks)),
+        ("records in pieces never whole", ", ".join(f"{t}: {n}" for t, n in summary.incomplete_records.items()) or "0"),
         ("epochs", ", ".join(map(str, summary.epochs)) or "none"),
         ("low watermark", event_time_text(summary.low_watermark)),
         ("last cseq", "none" if summary.last_cseq is None else str(summary.last_cseq)),

@@ -178,7 +178,7 @@ def _note_event(
     live_before: bool,
 ) -> None:
     env, body, s = record.env, record.env.body, record.env.subtask
-    if isinstance(body, ReaderRegistered):
+    if isinstance(body, ReaderRegistered) and not body.more:  # one mark per record sent in pieces (v6)
         timeline.marks.append(Mark(MarkKind.REGISTERED, s, ts, position, f"attempt {body.attempt}"))
     elif isinstance(body, SplitsReleased):
         kind = MarkKind.FAILED if body.failed_attempt is not None else MarkKind.RELEASED
@@ -191,7 +191,7 @@ def _note_event(
         if low is not None and (not timeline.low_watermarks or low > timeline.low_watermarks[-1][1]):
             timeline.low_watermarks.append((ts, low))
     elif record.from_reader and live_before and env.attempt == attempt_before:
-        if isinstance(body, ReaderLeaving):
+        if isinstance(body, ReaderLeaving) and not body.more:
             timeline.marks.append(Mark(MarkKind.LEFT, s, ts, position, f"attempt {env.attempt} left"))
         elif isinstance(body, CheckpointAck) and body.applied_seq <= model.subtasks[s].last_seq:
             for split in body.splits:

@@ -66,7 +66,7 @@ from sluicegate.protocol.messages import (
     SplitsReleased,
     WatermarkAnnouncement,
 )
-from sluicegate.protocol.pieces import in_pieces
+from sluicegate.protocol.pieces import body_in_pieces, in_pieces
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -205,6 +205,10 @@ class CoordinatorCore(Generic[SplitT]):
                 f"subtask {env.subtask} is outside 0..{self.config.max_parallelism - 1} (max_parallelism)"
             )
         slot = self.slots[env.subtask]
+        whole = self._assembled(slot, env)
+        if whole is None:
+            return Effects()
+        env = whole
         body = env.body
         if isinstance(body, ReaderRegistration):
             return self._step(now_ms, lambda: self._register(slot, body, now_ms), _describe(env, offset))
@@ -222,6 +226,15 @@ class CoordinatorCore(Generic[SplitT]):
             return self._drop_foreign_incarnation(env, slot.incarnation)
         slot.last_seen_ms = now_ms
         return self._step(now_ms, lambda: self._dispatch(slot, body, now_ms), _describe(env, offset))
+
+    def _assembled(self, slot: SubtaskSlot, env: Envelope) -> Envelope | None:
+        """The record whole, or None while its pieces arrive (v6). What is held is part of
+        the slot's state, so it is committed with the step."""
+        if not slot.pieces and not getattr(env.body, "more", False) and not getattr(env.body, "piece", 0):
+            return env  # the common case: a record whole in one, nothing held
+        whole = slot.pieces.take(env, on_dropped=lambda _: self.metrics.counter("incomplete_records_dropped"))
+        self._dirty_slots.add(slot.subtask)
+        return whole
 
     def _drop_foreign_incarnation(self, env: Envelope, live: str) -> Effects:
         """A v4 message naming the live attempt's number but another incarnation: a reader
@@ -544,11 +557,9 @@ class CoordinatorCore(Generic[SplitT]):
         slot.reported_splits = list(body.reported_splits)
         kept = self._reported_splits_kept(slot, body)
         dropped = [split["split_id"] for split in body.reported_splits if split["split_id"] not in kept]
-        self._send(
-            s,
-            slot.attempt,
-            ReaderRegistered(incarnation=body.incarnation, attempt=slot.attempt, dropped_split_ids=dropped),
-        )
+        registered = ReaderRegistered(incarnation=body.incarnation, attempt=slot.attempt, dropped_split_ids=dropped)
+        for piece in body_in_pieces(registered, self.config.max_message_bytes):
+            self._send(s, slot.attempt, piece)
         log.info("subtask %d registered as attempt %d from %s", s, slot.attempt, body.location or "?")
         self._reconcile_reported_splits(slot, body, kept)
         self.enumerator.add_reader(s)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluicegate.api.split import WireSplit
+from sluicegate.protocol.pieces import Assembly
 
 
 class SlotState(enum.Enum):
@@ -45,6 +46,9 @@ class SubtaskSlot:
     reserved_for: str | None = None
     """The incarnation of a SlotRequest granted this slot, until it registers or ``reserved_until_ms``."""
     reserved_until_ms: int = 0
+    pieces: Assembly = field(default_factory=Assembly)
+    """The subtask's records still arriving in pieces (v6): committed with the slot, so a
+    successor goes on assembling them."""
 
     @property
     def live(self) -> bool:
@@ -67,6 +71,7 @@ class SubtaskSlot:
             "name": self.name,
             "reserved_for": self.reserved_for,
             "reserved_until_ms": self.reserved_until_ms,
+            "pieces": self.pieces.to_json(),
         }
 
     @classmethod
@@ -85,6 +90,7 @@ class SubtaskSlot:
             name=data.get("name"),
             reserved_for=data.get("reserved_for"),
             reserved_until_ms=data.get("reserved_until_ms", 0),
+            pieces=Assembly(data.get("pieces")),
         )
 
 

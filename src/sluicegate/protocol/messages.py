@@ -8,13 +8,15 @@ from typing import Any, ClassVar
 
 from sluicegate.api.split import WireSplit
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 """Version this code sends. v2 added SplitsReleased and the envelope's inbox_offset; v3 added
 slots handed out (SlotRequest, SlotGranted, RegistrationRefused, ReaderRegistration.exclusive), the
 successor named in a fence, cooperative rebalancing (ReleaseRequest, CheckpointAck.returned)
 and growing a source (MaxParallelismRaised); v4 the sender's incarnation; v5 the source's
-definition (ReaderRegistration.definition, RegistrationRefused.cause, SourceRedefined)."""
-ACCEPTED_VERSIONS = frozenset({1, 2, 3, 4, 5})
+definition (ReaderRegistration.definition, RegistrationRefused.cause, SourceRedefined); v6
+records in pieces both ways (``more`` on CheckpointAck, ReaderRegistration, ReaderLeaving and
+ReaderRegistered: protocol/pieces.py)."""
+ACCEPTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
 
 SOURCE_WIDE = -1
 """The envelope ``subtask`` of a record about the source as a whole (v3): a SlotRequest from
@@ -54,6 +56,11 @@ class ReaderRegistration(Body):
     """v5: the source's definition as this reader brings it (``{"connector", "options"}``,
     protocol/definition.py; local options left out). A registration whose definition differs
     from the source's is refused (cause ``definition``). None: not compared (older readers)."""
+    piece: int = 0
+    """v6: which piece of the record this is (0, 1, 2 ...; protocol/pieces.py)."""
+    more: bool = False
+    """v6: the record goes on in the next piece, alike but for its lists. The receiver acts
+    at the last piece, on the whole record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,11 @@ class CheckpointAck(Body):
     returned: list[WireSplit] = field(default_factory=list)
     """v3: splits given back after a ReleaseRequest, at the positions of this checkpoint;
     ``splits`` no longer holds them."""
+    piece: int = 0
+    """v6: which piece of the record this is (0, 1, 2 ...; protocol/pieces.py)."""
+    more: bool = False
+    """v6: the record goes on in the next piece, alike but for its lists. The receiver acts
+    at the last piece, on the whole record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +150,11 @@ class ReaderLeaving(Body):
     TYPE = "ReaderLeaving"
     DIRECTION = Direction.TO_COORDINATOR
     splits: list[WireSplit]
+    piece: int = 0
+    """v6: which piece of the record this is (0, 1, 2 ...; protocol/pieces.py)."""
+    more: bool = False
+    """v6: the record goes on in the next piece, alike but for its lists. The receiver acts
+    at the last piece, on the whole record."""
 
 
 # --- coordinator -> reader -------------------------------------------------
@@ -155,6 +172,11 @@ class ReaderRegistered(Body):
     incarnation: str
     attempt: int
     dropped_split_ids: list[str] = field(default_factory=list)
+    piece: int = 0
+    """v6: which piece of the record this is (0, 1, 2 ...; protocol/pieces.py)."""
+    more: bool = False
+    """v6: the record goes on in the next piece, alike but for its lists. The receiver acts
+    at the last piece, on the whole record."""
 
 
 @dataclass(frozen=True, slots=True)

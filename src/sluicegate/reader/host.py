@@ -56,6 +56,7 @@ from sluicegate.protocol.definition import DefinitionRefusedError, SourceDefinit
 from sluicegate.protocol.event_time import event_time_text
 from sluicegate.protocol.messages import Body, ReaderLeaving
 from sluicegate.protocol.names import validate_namespace, validate_source
+from sluicegate.protocol.pieces import body_in_pieces
 from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
@@ -683,7 +684,7 @@ class ReaderHost:
             len(registration.reported_splits),
             registration.restored_checkpoint_id,
         )
-        while not await self._send_plain(registration, wait=True):
+        while not await self._send_all(body_in_pieces(registration)):
             if self._stop_requested.is_set():
                 return
             await asyncio.sleep(1.0)
@@ -739,7 +740,7 @@ class ReaderHost:
                     # topic back for as short a time as can be (reader/kafka_split_state.py)
                     *(self._split_state_record(write) for write in state_writes),
                     self._state_record(dataclasses.replace(plan.checkpoint, output_files=output.staged())),
-                    self._control_record(plan.ack()),
+                    *(self._control_record(ack) for ack in plan.acks()),
                 ]
             )
         except (KafkaError, IllegalOperation, OSError) as exc:
@@ -795,7 +796,10 @@ class ReaderHost:
         splits = list(last.splits) if last else []
         try:
             await self._txn_.commit(
-                [self._state_record(session.leaving_checkpoint()), self._control_record(ReaderLeaving(splits=splits))]
+                [
+                    self._state_record(session.leaving_checkpoint()),
+                    *(self._control_record(piece) for piece in body_in_pieces(ReaderLeaving(splits=splits))),
+                ]
             )
         except KafkaError as exc:
             log.warning("could not send ReaderLeaving: %s (the coordinator will time the attempt out)", exc)
@@ -889,6 +893,14 @@ class ReaderHost:
     async def _send_plain(self, body: Body, wait: bool = False) -> bool:
         """Send outside the checkpoint transaction; with ``wait``, until the broker has it."""
         return await self.channel.send(self._session.envelope(body, _now_ms()), wait=wait)
+
+    async def _send_all(self, pieces: list[Body]) -> bool:
+        """A record's pieces outside the transaction, each until the broker has it. Sent
+        again from the first piece if one fails: the coordinator starts over at piece 0."""
+        for piece in pieces:
+            if not await self._send_plain(piece, wait=True):
+                return False
+        return True
 
     async def _flush_outbox(self) -> None:
         session = self._session

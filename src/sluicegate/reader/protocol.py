@@ -60,7 +60,7 @@ from sluicegate.protocol.messages import (
     WatermarkAnnouncement,
     envelope,
 )
-from sluicegate.protocol.pieces import in_pieces
+from sluicegate.protocol.pieces import Assembly, body_in_pieces, in_pieces
 from sluicegate.reader.state import ReaderCheckpoint
 
 log = logging.getLogger("sluicegate.reader")
@@ -89,6 +89,8 @@ class Disposition(enum.Enum):
     IGNORED_EPOCH = "ignored-epoch"
     IGNORED_ATTEMPT = "ignored-attempt"
     SKIPPED_SEQ = "skipped-seq"
+    PIECE_HELD = "piece-held"
+    """A piece of a record that arrives in pieces (v6); the record acts at its last piece."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +255,11 @@ class CheckpointPlan:
             returned=list(self.returned),
         )
 
+    def acks(self) -> list[CheckpointAck]:
+        """The ack in the records that carry it: one, or its pieces (v6) when it names more
+        splits than one record holds. They go out together, in order."""
+        return body_in_pieces(self.ack())
+
     def splits_finished(self) -> list[SplitsFinished]:
         """The splits finished since the last checkpoint, in records that each fit (none:
         no split finished). Each record stands on its own: a split is finished once."""
@@ -262,7 +269,7 @@ class CheckpointPlan:
 
     def messages(self) -> list[Body]:
         """What goes to the coordinator, in order: the SplitsFinished (if any), then the ack."""
-        return [*self.splits_finished(), self.ack()]
+        return [*self.splits_finished(), *self.acks()]
 
 
 class ReaderProtocol:
@@ -303,6 +310,8 @@ class ReaderProtocol:
         self.checkpoints_committed = 0
         self.fenced_reason: str | None = None
         self._last_request_ms: int | None = None
+        self._pieces = Assembly()
+        """Coordinator records arriving in pieces (a ReaderRegistered dropping many splits)."""
 
     @property
     def active(self) -> bool:
@@ -352,7 +361,10 @@ class ReaderProtocol:
             log.debug("ignored %s from coordinator epoch %d (seen %d)", env.type, env.epoch, self.highest_epoch)
             return Ignored(Disposition.IGNORED_EPOCH)
         self.highest_epoch = env.epoch
-        body = env.body
+        whole = self._pieces.take(env, on_dropped=lambda _: self.counters.update(["incomplete_records_dropped"]))
+        if whole is None:
+            return Ignored(Disposition.PIECE_HELD)
+        body = whole.body
         if isinstance(body, ReaderRegistered):
             return self._on_registered(body)
         if isinstance(body, RegistrationRefused):

@@ -57,6 +57,7 @@ from sluicegate.loop_thread import LoopThread
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.messages import Body, Heartbeat, ReaderLeaving
+from sluicegate.protocol.pieces import body_in_pieces
 from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.reader.channel import ControlChannel, Inbound
@@ -425,9 +426,9 @@ class SparkReaderDriver:
                 continue
             await self.channel.capture([s])
             registration = protocol.begin_registration(exclusive=True)
-            if not await self.channel.send(protocol.envelope(registration, _now_ms())):
+            if not await self._send_all(s, body_in_pieces(registration)):
                 await asyncio.sleep(1.0)
-                return  # retried on the next round of the control loop
+                return  # retried on the next round of the control loop, from the first piece
             self._to_register.discard(s)
             self._registering_since[s] = time.monotonic()
             log.info(
@@ -589,6 +590,14 @@ class SparkReaderDriver:
     async def _send(self, subtask: int, body: Body) -> bool:
         return await self.channel.send(self.protocols[subtask].envelope(body, _now_ms()))
 
+    async def _send_all(self, subtask: int, pieces: list[Body]) -> bool:
+        """A record's pieces, in order; False at the first that fails (the coordinator
+        starts over when the record is sent again from piece 0)."""
+        for piece in pieces:
+            if not await self._send(subtask, piece):
+                return False
+        return True
+
     async def _planning_state(self) -> PlanningState:
         return PlanningState(self._views(), frozenset(self._reported_finished))
 
@@ -676,9 +685,7 @@ class SparkReaderDriver:
             no_more_splits=sub.no_more_splits,
             finished=finished,
         )
-        delivered = True
-        for body in plan.messages():
-            delivered = delivered and await self._send(s, body)
+        delivered = await self._send_all(s, plan.messages())
         if not delivered:
             log.warning("could not acknowledge checkpoint %d of subtask %d now", offset.checkpoint_id, s)
             return False

@@ -48,6 +48,7 @@ from sluicegate.protocol.messages import (
     SplitsReleased,
     WatermarkAnnouncement,
 )
+from sluicegate.protocol.pieces import Assembly, body_in_pieces
 
 B = TypeVar("B", bound=Body)
 
@@ -97,13 +98,17 @@ class SimReader:
     watermarks: list[int | None] = field(default_factory=list)
     events: list[Any] = field(default_factory=list)
     received: list[Envelope] = field(default_factory=list)
+    pieces: Assembly = field(default_factory=Assembly)
 
     @property
     def live(self) -> bool:
         return self.attempt is not None and not self.failed
 
     def deliver(self, env: Envelope) -> None:
-        body = env.body
+        whole = self.pieces.take(env)
+        if whole is None:
+            return  # a piece of a record still arriving (v6)
+        env, body = whole, whole.body
         if isinstance(body, ReaderRegistered):
             if body.incarnation == self.incarnation and self.attempt is None:
                 self.attempt = body.attempt
@@ -242,6 +247,14 @@ class CoreHarness:
             attempt = self.reader(subtask).attempt
         return self.feed(self.envelope(subtask, body, attempt))
 
+    def send_whole(self, subtask: int, body: Body) -> Effects:
+        """A reader record that may go in pieces (v6), cut as a reader cuts it for the
+        coordinator's ``max_message_bytes``: the effects of its last piece."""
+        effects = Effects()
+        for piece in body_in_pieces(body, self.config.max_message_bytes):
+            effects = self.send(subtask, piece)
+        return effects
+
     # -- what simulated readers do --------------------------------------------------
 
     def register(
@@ -274,7 +287,8 @@ class CoreHarness:
             reported_splits=reported,
             restored_checkpoint_id=restored_checkpoint_id,
         )
-        self.feed(self.envelope(subtask, body, None))
+        for piece in body_in_pieces(body, self.config.max_message_bytes):
+            self.feed(self.envelope(subtask, piece, None))
         return reader
 
     def heartbeat(self, subtask: int, watermark: int | None = None, idle: bool = False) -> Effects:
@@ -291,7 +305,7 @@ class CoreHarness:
             reader.applied_seq,
             [dict(s) for s in reader.splits.values()],
         )
-        effects = self.send(
+        effects = self.send_whole(
             subtask,
             CheckpointAck(
                 checkpoint_id=checkpoint.checkpoint_id,
@@ -315,7 +329,7 @@ class CoreHarness:
         reader = self.reader(subtask)
         splits = [dict(s) for s in reader.splits.values()]
         reader.splits.clear()
-        effects = self.send(subtask, ReaderLeaving(splits=splits))
+        effects = self.send_whole(subtask, ReaderLeaving(splits=splits))
         reader.failed = True
         return effects
 

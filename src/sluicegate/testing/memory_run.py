@@ -41,6 +41,7 @@ from sluicegate.api.source import Source
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects, StepFailedError
 from sluicegate.protocol.messages import Body, Envelope
+from sluicegate.protocol.pieces import body_in_pieces
 from sluicegate.reader.protocol import Fenced, Superseded
 from sluicegate.reader.session import ReaderSession
 from sluicegate.reader.state import ReaderCheckpoint
@@ -239,7 +240,8 @@ class MemoryRun:
         )
         reader = KitReader(subtask, session)
         self.readers[subtask] = reader
-        self._send(reader, session.begin_registration())
+        for piece in body_in_pieces(session.begin_registration()):
+            self._send(reader, piece)
         self._pump()
         return reader
 
