@@ -48,34 +48,50 @@ async def read_all(bootstrap: str, topic: str, max_record_bytes: int) -> list[tu
 
 
 async def read_latest_value(consumer: AIOKafkaConsumer, tp: TopicPartition, key: bytes) -> bytes | None:
-    """The value of the latest committed record with ``key`` in ``tp`` (None: none, or a tombstone).
+    """The value of the latest committed record with ``key`` in ``tp`` (None: none, or a tombstone)."""
+    found = await read_latest(consumer, tp, [key])
+    return found[key][1] if key in found else None
 
-    Reads backwards in growing windows from the read_committed end offset, so a
-    long, not yet compacted partition is not read whole.
+
+async def read_latest(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, keys: list[bytes], before: int | None = None
+) -> dict[bytes, tuple[int, bytes | None]]:
+    """For each of ``keys``, the offset and value (None: a tombstone) of its latest committed
+    record in ``tp`` below offset ``before`` (default: the read_committed end); keys with no
+    such record are left out.
+
+    Reads backwards in growing windows, so a long, not yet compacted partition is not read
+    whole: the latest records are near its end.
     """
     consumer.assign([tp])
     begin = (await consumer.beginning_offsets([tp]))[tp]
     end = (await consumer.end_offsets([tp]))[tp]
-    high = end
+    high = end if before is None else min(before, end)
+    wanted = set(keys)
+    found: dict[bytes, tuple[int, bytes | None]] = {}
     window = 64
-    while high > begin:
+    while high > begin and wanted - found.keys():
         low = max(begin, high - window)
-        consumer.seek(tp, low)
-        found = False
-        value: bytes | None = None
-        deadline = time.monotonic() + 60
-        while await consumer.position(tp) < high:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {tp.topic}[{tp.partition}] {low}..{high} took over 60 s")
-            batches = await consumer.getmany(tp, timeout_ms=500)
-            for record in batches.get(tp, []):
-                if record.offset >= high:
-                    break
-                if record.key == key:
-                    found = True
-                    value = record.value
-        if found:
-            return value
+        in_window = await _read_window(consumer, tp, low, high, wanted - found.keys())
+        found.update(in_window)  # keys found here are final: earlier windows hold older records
         high = low
         window *= 8
-    return None
+    return found
+
+
+async def _read_window(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, low: int, high: int, keys: set[bytes]
+) -> dict[bytes, tuple[int, bytes | None]]:
+    consumer.seek(tp, low)
+    latest: dict[bytes, tuple[int, bytes | None]] = {}
+    deadline = time.monotonic() + 60
+    while await consumer.position(tp) < high:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reading {tp.topic}[{tp.partition}] {low}..{high} took over 60 s")
+        batches = await consumer.getmany(tp, timeout_ms=500)
+        for record in batches.get(tp, []):
+            if record.offset >= high:
+                break
+            if record.key in keys:
+                latest[record.key] = (record.offset, record.value)
+    return latest

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IllegalOperation, KafkaError
 
 from sluicegate.api.errors import ConfigError, SourceError
@@ -48,7 +48,7 @@ from sluicegate.api.options import checked_int, checked_port
 from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
 from sluicegate.kafka.clients import control_consumer, transactional_producer
-from sluicegate.kafka.compacted import read_latest_value
+from sluicegate.kafka.compacted import read_latest
 from sluicegate.kafka.topics import TopicsMissingError, wait_for_topics
 from sluicegate.protocol.codec import encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
@@ -80,7 +80,7 @@ from sluicegate.reader.protocol import Fenced, Refused, Registered, Superseded
 from sluicegate.reader.session import CheckpointPlan, Phase, ReaderSession
 from sluicegate.reader.slot_claim import NoFreeSlot, claim_slot
 from sluicegate.reader.split_state import SplitStates, StateWrite
-from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
+from sluicegate.reader.state import ReaderCheckpoint, StateRecordError, StateRecords, piece_key, state_key
 from sluicegate.reader.timing import CLI_NAMES, KAFKA_WAIT_S, TOPIC_WAIT_S, ReaderTiming
 from sluicegate.reader.user_code import load_callable
 
@@ -268,6 +268,8 @@ class ReaderHost:
         self.session: ReaderSession[Any] | None = None
         self._stop_requested = asyncio.Event()
         self._txn: CheckpointTxn | None = None
+        self._state_writer: StateRecords | None = None
+        """How the subtask's checkpoints are written; made by the restore, which knows the subtask."""
         self.channel: ControlChannel = self._control_channel("claim" if settings.subtask is None else None)
         self.stats = _Stats(self.channel)
         self._output: Output | None = None
@@ -462,29 +464,20 @@ class ReaderHost:
     async def _restore(self) -> ReaderCheckpoint | None:
         s = self.settings
         tp = TopicPartition(self.topics.reader_state, self.subtask)
+        self._state_writer = StateRecords(self.subtask)
         consumer = control_consumer(s.bootstrap_servers, f"{s.transactional_id}.restore")
         await consumer.start()
         try:
             if self.subtask not in (consumer.partitions_for_topic(self.topics.reader_state) or {self.subtask}):
                 raise ConfigError("--subtask", f"{self.subtask} has no partition in {self.topics.reader_state}")
-            raw = await read_latest_value(consumer, tp, encode_key(self.subtask))
+            checkpoint = await self._read_checkpoint(consumer, tp)
+        except StateRecordError as exc:
+            log.warning("the last checkpoint of subtask %d is unreadable (%s): starting empty", self.subtask, exc)
+            return None
         finally:
             await consumer.stop()
-        if raw is None:
-            log.info(
-                "no checkpoint of subtask %d in %s: starting empty",
-                self.subtask,
-                self.topics.reader_state,
-            )
-            return None
-        try:
-            checkpoint = ReaderCheckpoint.decode(raw)
-        except StateRecordError as exc:
-            log.warning(
-                "the last checkpoint of subtask %d is unreadable (%s): starting empty",
-                self.subtask,
-                exc,
-            )
+        if checkpoint is None:
+            log.info("no checkpoint of subtask %d in %s: starting empty", self.subtask, self.topics.reader_state)
             return None
         if checkpoint.source != s.source or checkpoint.subtask != self.subtask:
             log.warning(
@@ -503,6 +496,21 @@ class ReaderHost:
             checkpoint.epoch,
         )
         return checkpoint
+
+    async def _read_checkpoint(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> ReaderCheckpoint | None:
+        """The subtask's last committed checkpoint: its record, or its head and then its
+        pieces, each the latest written before the head (reader/state.py)."""
+        key = state_key(self.subtask)
+        offset, raw = (await read_latest(consumer, tp, [key])).get(key, (0, None))
+        if raw is None:
+            return None
+        checkpoint, pieces = ReaderCheckpoint.decode_head(raw)
+        self._state_writer_.pieces_written = pieces  # so a smaller checkpoint tombstones the rest
+        if not pieces:
+            return checkpoint
+        keys = [piece_key(self.subtask, i) for i in range(pieces)]
+        found = await read_latest(consumer, tp, keys, before=offset)
+        return checkpoint.joined([found[k][1] if k in found else None for k in keys])
 
     # -- the loop -----------------------------------------------------------------
 
@@ -739,7 +747,7 @@ class ReaderHost:
                     # the states before the ack: a reader's transaction holds the split-state
                     # topic back for as short a time as can be (reader/kafka_split_state.py)
                     *(self._split_state_record(write) for write in state_writes),
-                    self._state_record(dataclasses.replace(plan.checkpoint, output_files=output.staged())),
+                    *self._state_records(dataclasses.replace(plan.checkpoint, output_files=output.staged())),
                     *(self._control_record(ack) for ack in plan.acks()),
                 ]
             )
@@ -797,7 +805,7 @@ class ReaderHost:
         try:
             await self._txn_.commit(
                 [
-                    self._state_record(session.leaving_checkpoint()),
+                    *self._state_records(session.leaving_checkpoint()),
                     *(self._control_record(piece) for piece in body_in_pieces(ReaderLeaving(splits=splits))),
                 ]
             )
@@ -824,7 +832,7 @@ class ReaderHost:
             # Writing the last checkpoint again in a transaction proves this process still
             # owns the subtask's transactional id: a zombie fails here and stops.
             try:
-                await txn.commit([self._state_record(last)])
+                await txn.commit(self._state_records(last))
             except KafkaError as exc:
                 log.warning("could not re-affirm checkpoint %d: %s", last.checkpoint_id, exc)
         log.warning(
@@ -887,8 +895,17 @@ class ReaderHost:
     def _dead_letter_record(self, letter: DeadLetter) -> TxnRecord:
         return TxnRecord(self.topics.dead_letter, letter.value or b"", letter.key, headers=tuple(letter.headers()))
 
-    def _state_record(self, checkpoint: ReaderCheckpoint) -> TxnRecord:
-        return TxnRecord(self.topics.reader_state, checkpoint.encode(), encode_key(self.subtask), self.subtask)
+    @property
+    def _state_writer_(self) -> StateRecords:
+        assert self._state_writer is not None, "the restore makes the state writer"
+        return self._state_writer
+
+    def _state_records(self, checkpoint: ReaderCheckpoint) -> list[TxnRecord]:
+        """The checkpoint on the reader-state topic: one record, or its pieces and head."""
+        return [
+            TxnRecord(self.topics.reader_state, value, key, self.subtask)
+            for key, value in self._state_writer_.encode(checkpoint)
+        ]
 
     async def _send_plain(self, body: Body, wait: bool = False) -> bool:
         """Send outside the checkpoint transaction; with ``wait``, until the broker has it."""

@@ -7,6 +7,12 @@ positions as of its last durable checkpoint, the ``seq`` of the last applied
 epoch and the attempt it had. It is written in the same Kafka transaction as
 the ``CheckpointAck`` that announces it, so the two are visible together or not
 at all.
+
+A checkpoint too large for one record (a reader of 15,000 Kafka partitions holds over a
+megabyte of positions) goes in pieces, in the same transaction: its splits cut in records
+keyed ``<subtask>#<i>``, then the *head*, keyed ``<subtask>`` as always, with no splits and
+``pieces: n``. Restoring reads the head, then the latest piece records before it
+(``StateRecords``; docs/protocol.md, "Topics").
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 import orjson
 
 from sluicegate.api.split import WireSplit
+from sluicegate.protocol.pieces import MAX_RECORD_BYTES, in_pieces
 
 STATE_VERSION = 1
 
@@ -88,11 +95,83 @@ class ReaderCheckpoint:
 
     @classmethod
     def decode(cls, raw: bytes) -> ReaderCheckpoint:
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise StateRecordError(f"reader-state record is not JSON: {exc}") from None
-        return cls.from_json(data)
+        """A checkpoint written in one record."""
+        checkpoint, pieces = cls.decode_head(raw)
+        if pieces:
+            raise StateRecordError(f"the checkpoint is in {pieces} pieces: restore it with StateRecords")
+        return checkpoint
+
+    @classmethod
+    def decode_head(cls, raw: bytes) -> tuple[ReaderCheckpoint, int]:
+        """The record under the subtask's key, and in how many pieces its splits are (0: none,
+        the record is the whole checkpoint)."""
+        data = _json(raw)
+        pieces = data.get("pieces", 0) if isinstance(data, dict) else 0
+        if not isinstance(pieces, int) or isinstance(pieces, bool) or pieces < 0:
+            raise StateRecordError(f"'pieces' must be a count, got {pieces!r}")
+        return cls.from_json(data), pieces
+
+    def joined(self, pieces: list[bytes | None]) -> ReaderCheckpoint:
+        """This head with its splits from ``pieces`` (the values of ``<subtask>#0``, ``#1``
+        ..., each the latest before the head)."""
+        splits: list[WireSplit] = []
+        for i, raw in enumerate(pieces):
+            if raw is None:
+                raise StateRecordError(f"piece {i} of checkpoint {self.checkpoint_id} is missing")
+            data = _json(raw)
+            if not isinstance(data, dict) or (data.get("checkpoint_id"), data.get("piece")) != (self.checkpoint_id, i):
+                raise StateRecordError(f"piece {i} of checkpoint {self.checkpoint_id} belongs to another checkpoint")
+            splits.extend(data.get("splits") or [])
+        return ReaderCheckpoint.from_json({**self.to_json(), "splits": splits})
+
+
+def state_key(subtask: int) -> bytes:
+    """The key of a subtask's checkpoint record (its head, when in pieces)."""
+    return str(subtask).encode()
+
+
+def piece_key(subtask: int, piece: int) -> bytes:
+    return f"{subtask}#{piece}".encode()
+
+
+@dataclass
+class StateRecords:
+    """The records one subtask's checkpoints are written as: one record when it fits, else
+    its pieces and then its head. Remembers how many pieces the last checkpoint had, so
+    that the piece records a smaller checkpoint no longer needs are tombstoned (compaction
+    then removes them)."""
+
+    subtask: int
+    pieces_written: int = 0
+    max_record_bytes: int = MAX_RECORD_BYTES
+
+    def encode(self, checkpoint: ReaderCheckpoint) -> list[tuple[bytes, bytes | None]]:
+        whole = checkpoint.encode()
+        if len(whole) <= self.max_record_bytes:
+            records: list[tuple[bytes, bytes | None]] = [(state_key(self.subtask), whole)]
+            pieces = 0
+        else:
+            cut = in_pieces(checkpoint.splits, self.max_record_bytes)
+            records = [
+                (
+                    piece_key(self.subtask, i),
+                    orjson.dumps({"checkpoint_id": checkpoint.checkpoint_id, "piece": i, "splits": piece}),
+                )
+                for i, piece in enumerate(cut)
+            ]
+            head = {**checkpoint.to_json(), "splits": [], "pieces": len(cut)}
+            records.append((state_key(self.subtask), orjson.dumps(head)))
+            pieces = len(cut)
+        records += [(piece_key(self.subtask, i), None) for i in range(pieces, self.pieces_written)]
+        self.pieces_written = pieces
+        return records
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise StateRecordError(f"reader-state record is not JSON: {exc}") from None
 
 
 def _int(data: dict[str, Any], key: str) -> int:

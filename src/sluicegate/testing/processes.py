@@ -199,7 +199,7 @@ class ProcessGroup:
             args += ["--option", f"{key}={value}"]
         return [*args, *extra]
 
-    def reader(self, source: str, subtask: int, options: dict[str, str], output: Path, *extra: str) -> Proc:
+    def reader(self, source: str, subtask: int, options: dict[str, str], output: Path | str, *extra: str) -> Proc:
         args = self.reader_args(source, subtask, options, output, *extra)
         return self.start(f"reader-{source}-{subtask}-{len(self.procs)}", args)
 
