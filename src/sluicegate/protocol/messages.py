@@ -18,6 +18,9 @@ records in pieces both ways (``more`` on CheckpointAck, ReaderRegistration, Read
 ReaderRegistered: protocol/pieces.py)."""
 ACCEPTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
 
+PIECE_FIELDS = frozenset({"piece", "more"})
+"""v6: the fields of a record sent in pieces (protocol/pieces.py)."""
+
 SOURCE_WIDE = -1
 """The envelope ``subtask`` of a record about the source as a whole (v3): a SlotRequest from
 a reader that has no subtask yet, a MaxParallelismRaised from an operator's tool."""
@@ -32,9 +35,16 @@ class Direction(enum.Enum):
 class Body:
     TYPE: ClassVar[str]
     DIRECTION: ClassVar[Direction]
+    ONLY_WHEN_SET: ClassVar[frozenset[str]] = frozenset()
+    """Fields written only when they differ from their default, so that a record as older
+    versions wrote it looks the same (v6's ``piece`` and ``more`` on a record in one)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in self.ONLY_WHEN_SET or getattr(self, f.name) != f.default
+        }
 
 
 # --- reader -> coordinator -------------------------------------------------
@@ -43,6 +53,7 @@ class Body:
 @dataclass(frozen=True, slots=True)
 class ReaderRegistration(Body):
     TYPE = "ReaderRegistration"
+    ONLY_WHEN_SET = PIECE_FIELDS
     DIRECTION = Direction.TO_COORDINATOR
     incarnation: str
     location: str
@@ -124,6 +135,7 @@ class Heartbeat(Body):
 @dataclass(frozen=True, slots=True)
 class CheckpointAck(Body):
     TYPE = "CheckpointAck"
+    ONLY_WHEN_SET = PIECE_FIELDS
     DIRECTION = Direction.TO_COORDINATOR
     checkpoint_id: int
     applied_seq: int
@@ -148,6 +160,7 @@ class SplitsFinished(Body):
 @dataclass(frozen=True, slots=True)
 class ReaderLeaving(Body):
     TYPE = "ReaderLeaving"
+    ONLY_WHEN_SET = PIECE_FIELDS
     DIRECTION = Direction.TO_COORDINATOR
     splits: list[WireSplit]
     piece: int = 0
@@ -168,6 +181,7 @@ class ReaderRegistered(Body):
     to this subtask (they departed to another one, or were never acknowledged)."""
 
     TYPE = "ReaderRegistered"
+    ONLY_WHEN_SET = PIECE_FIELDS
     DIRECTION = Direction.TO_READER
     incarnation: str
     attempt: int
