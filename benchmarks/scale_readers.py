@@ -51,6 +51,10 @@ TARGET_ASSIGN_S = 10.0
 TARGET_RSS_MB = 1024.0
 BROKER_LIMIT = 1_000_000
 READER_ARGS = ("--checkpoint-interval-ms", "2000", "--heartbeat-interval-ms", "1000")
+READER_NICENESS = "10"
+"""Readers run niced: on one machine, R reader processes would otherwise starve the
+coordinator and the broker of CPU (a first run on 2 cores had load 36 and a 135 s step),
+which is not what a deployment with readers on their own hosts sees."""
 
 
 @dataclass
@@ -134,6 +138,7 @@ async def _phases(args: argparse.Namespace, bootstrap: str, workdir: Path, f: Fi
     readers = [
         Reader(
             [
+                *("nice", "-n", READER_NICENESS),
                 sluicegate_executable(),
                 "reader",
                 "--source",
@@ -325,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() or None)
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the processes started are stopped
     workdir = Path(tempfile.mkdtemp(prefix="sluicegate-scale-readers-"))
     figures = Figures(args.splits, args.readers)
     broker = None

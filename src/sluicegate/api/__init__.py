@@ -12,6 +12,7 @@ from sluicegate.api.distributor import SplitDistributor
 from sluicegate.api.enumerator import (
     AsyncCallHandle,
     EnumeratorMetrics,
+    OwnedSplits,
     ReaderInfo,
     ReaderLoads,
     SplitEnumerator,
@@ -45,6 +46,7 @@ __all__ = [
     "InputStatus",
     "LowWatermarkListener",
     "NoLiveReaderError",
+    "OwnedSplits",
     "PullAssigner",
     "RangeChunk",
     "ReadResult",

@@ -52,7 +52,7 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic
+from typing import Any, ClassVar, Generic, overload
 
 from sluicegate.api.enumerator import ReaderLoads
 from sluicegate.api.errors import ConfigError
@@ -177,7 +177,7 @@ class SplitAssigner(ABC, Generic[SplitT]):
         ``floor``; the oldest splits of a reader above its target go to the readers
         below theirs, the fewest-owned first."""
         load = {s: len(splits) for s, splits in round_.owned.items()}
-        movable = {s: [split.split_id for split in splits] for s, splits in round_.owned.items()}
+        movable = {s: _SplitIds(splits) for s, splits in round_.owned.items()}
         return balance(load, movable, [split.split_id for split in round_.in_flight], round_.max_moves)
 
     def next_deadline_ms(self) -> int | None:
@@ -459,6 +459,28 @@ class PullAssigner(SplitAssigner[SplitT]):
 
     def rebalance(self, round_: RebalanceRound[SplitT]) -> RebalancePlan:
         return RebalancePlan()
+
+
+class _SplitIds(Sequence[str]):
+    """The ids of ``splits``, read as far as they are read: ``balance`` takes the oldest few
+    of each reader above its target, and a reader may own a million."""
+
+    def __init__(self, splits: Sequence[Any]) -> None:
+        self._splits = splits
+
+    def __len__(self) -> int:
+        return len(self._splits)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [split.split_id for split in self._splits[index]]
+        return str(self._splits[index].split_id)
 
 
 def balance(

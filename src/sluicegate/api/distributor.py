@@ -127,13 +127,13 @@ class SplitDistributor(Generic[SplitT]):
         if len(readers) < 2 or not self._settled(frozenset(readers)):
             return 0
         try:
-            owned: dict[int, list[SplitT]] = {}
+            owned: dict[int, Sequence[SplitT]] = {}
             in_flight: list[SplitT] = []
             for subtask in readers:
                 asked = self.context.releasing_split_ids(subtask)
-                splits = self.context.owned_splits(subtask)
-                owned[subtask] = [s for s in splits if s.split_id not in asked]
-                in_flight += [s for s in splits if s.split_id in asked]
+                splits = self.context.owned_split_view(subtask)  # decoded only as far as the assigner reads
+                owned[subtask] = splits.without(asked)
+                in_flight += splits.picked(asked)
             plan = self.assigner.rebalance(RebalanceRound(self.context.current_parallelism(), owned, in_flight))
             # A plan whose split is no longer on its way (its owner failed, it finished) is void;
             # the splits in flight may get a new receiver (they have not landed yet).

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from sluicegate.api.split import SplitT
 
@@ -89,6 +90,62 @@ class AsyncCallHandle:
         return self._cancelled
 
 
+class OwnedSplits(Sequence[SplitT]):
+    """The splits one subtask owns, oldest assignment first, decoded only when read.
+
+    A rebalance looks at every reader's count and moves a few splits: with a million
+    splits owned, decoding all of them on every change of readers cost seconds a step.
+    ``len`` is O(1) and a slice from the front decodes only what it holds. A view of the
+    coordinator's own record of ownership: read it within the step that got it.
+    """
+
+    def __init__(
+        self, by_id: Mapping[str, Any], decode: Callable[[Any], SplitT], excluded: frozenset[str] = frozenset()
+    ) -> None:
+        self._by_id = by_id
+        self._decode = decode
+        self._excluded = excluded & by_id.keys()
+
+    @classmethod
+    def of(cls, splits: Iterable[SplitT]) -> OwnedSplits[SplitT]:
+        """A view of splits already decoded (a context that keeps them so)."""
+        return cls({s.split_id: s for s in splits}, lambda split: split)
+
+    def without(self, split_ids: Iterable[str]) -> OwnedSplits[SplitT]:
+        """This view less ``split_ids``."""
+        return OwnedSplits(self._by_id, self._decode, self._excluded | frozenset(split_ids))
+
+    def picked(self, split_ids: Iterable[str]) -> list[SplitT]:
+        """Those of ``split_ids`` in this view, decoded."""
+        return [self._decode(self._by_id[i]) for i in split_ids if i in self._by_id and i not in self._excluded]
+
+    def __len__(self) -> int:
+        return len(self._by_id) - len(self._excluded)
+
+    def _kept(self) -> Iterator[Any]:
+        if not self._excluded:
+            return iter(self._by_id.values())
+        return (v for k, v in self._by_id.items() if k not in self._excluded)
+
+    def __iter__(self) -> Iterator[SplitT]:
+        return map(self._decode, self._kept())
+
+    @overload
+    def __getitem__(self, index: int) -> SplitT: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[SplitT]: ...
+
+    def __getitem__(self, index: int | slice) -> SplitT | list[SplitT]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            return [self._decode(v) for v in itertools.islice(self._kept(), start, stop, step)]
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError(index)
+        return self._decode(next(itertools.islice(self._kept(), position, None)))
+
+
 class SplitEnumeratorContext(ABC, Generic[SplitT]):
     """What an enumerator may do. Every call runs on the coordinator's single loop: a
     method called from another thread (a ``call_async`` callable, a thread of the
@@ -143,6 +200,11 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
         """The splits the coordinator attributes to ``subtask`` (at their last known
         positions), oldest assignment first; releasing ones included."""
         raise NotImplementedError("this coordinator does not report owned splits")
+
+    def owned_split_view(self, subtask: int) -> OwnedSplits[SplitT]:
+        """``owned_splits`` as a view that decodes only what is read (the coordinator's
+        does): what a rebalance of a million splits reads."""
+        return OwnedSplits.of(self.owned_splits(subtask))
 
     def releasing_split_ids(self, subtask: int) -> frozenset[str]:
         """Splits of ``subtask`` asked back by ``request_split_release`` and not returned yet."""

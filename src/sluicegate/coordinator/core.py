@@ -27,6 +27,7 @@ from sortedcontainers import SortedList
 from sluicegate.api.enumerator import (
     AsyncCallHandle,
     EnumeratorMetrics,
+    OwnedSplits,
     ReaderInfo,
     ReaderLoads,
     SplitEnumerator,
@@ -940,6 +941,10 @@ class _CoreContext(SplitEnumeratorContext[SplitT]):
         self._core._on_loop("owned_splits")
         codec = self._core._codec
         return [codec.from_wire(s) for s in self._core.tracker.owned(subtask)]
+
+    def owned_split_view(self, subtask: int) -> OwnedSplits[SplitT]:
+        self._core._on_loop("owned_split_view")
+        return OwnedSplits(self._core.tracker.owned_by_id(subtask), self._core._codec.from_wire)
 
     def releasing_split_ids(self, subtask: int) -> frozenset[str]:
         self._core._on_loop("releasing_split_ids")

@@ -75,6 +75,11 @@ class SplitAssignmentTracker:
     def owned(self, subtask: int) -> list[WireSplit]:
         return list(self._splits.get(subtask, {}).values())
 
+    def owned_by_id(self, subtask: int) -> Mapping[str, WireSplit]:
+        """The subtask's splits by id, oldest assignment first: the tracker's own, not a copy
+        (read it before the next change)."""
+        return self._splits.get(subtask, {})
+
     def owned_ids(self, subtask: int) -> set[str]:
         return set(self._splits.get(subtask, ()))
 
