@@ -1,11 +1,11 @@
 """A million splits read by real reader processes that really checkpoint (issue 21, item 2).
 
     .venv/bin/python benchmarks/scale_readers.py [--splits 1000000] [--readers 64]
-                                                 [--records-per-split 2] [--bootstrap-servers HOST:PORT]
+                                                 [--records-per-split 1] [--bootstrap-servers HOST:PORT]
 
 One bounded ``sequence`` source of N splits, two coordinator workers (active and standby,
 as deployed), and R ``sluicegate reader`` processes, each reading about N / R splits into a
-jsonl file and checkpointing every 2 s. Each reader holds far more splits than one control
+jsonl file and checkpointing every 3 s. Each reader holds far more splits than one control
 record can name (15,600 at the defaults), so its acks, its state record and its
 registrations go in pieces (protocol v6).
 
@@ -50,8 +50,15 @@ from sluicegate.protocol.topics import ControlTopics
 TARGET_ASSIGN_S = 10.0
 TARGET_RSS_MB = 1024.0
 BROKER_LIMIT = 1_000_000
-READER_ARGS = ("--checkpoint-interval-ms", "2000", "--heartbeat-interval-ms", "1000")
-READER_NICENESS = "10"
+SESSION_TIMEOUT_MS = "60000"
+"""Longer than the default 10 s: 64 reader processes on 2 cores, niced, cannot all heartbeat
+within 10 s (a run timed out 67 attempts, each releasing its splits to be assigned again)."""
+READER_ARGS = (
+    *("--coordinator", "external"),  # the deployed workers coordinate; no reader restores 1M splits to stand by
+    *("--checkpoint-interval-ms", "3000", "--heartbeat-interval-ms", "2000"),
+    *("--session-timeout-ms", SESSION_TIMEOUT_MS),
+)
+READER_NICENESS = "19"
 """Readers run niced: on one machine, R reader processes would otherwise starve the
 coordinator and the broker of CPU (a first run on 2 cores had load 36 and a 135 s step),
 which is not what a deployment with readers on their own hosts sees."""
@@ -133,6 +140,7 @@ async def _phases(args: argparse.Namespace, bootstrap: str, workdir: Path, f: Fi
     coordinator_cmd = [
         sluicegate_executable(), "coordinator", "--source", source, "--connector", "sequence", *options,
         "--max-parallelism", str(args.readers), "--bootstrap-servers", bootstrap,
+        "--session-timeout-ms", SESSION_TIMEOUT_MS,
     ]  # fmt: skip
     workers = [Coordinator(coordinator_cmd, workdir / f"coordinator-{i}.log") for i in (1, 2)]
     readers = [
@@ -325,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--splits", type=int, default=1_000_000)
     parser.add_argument("--readers", type=int, default=64)
-    parser.add_argument("--records-per-split", type=int, default=2)
+    parser.add_argument("--records-per-split", type=int, default=1)
     parser.add_argument("--rate", type=float, default=300.0, help="records/s per reader (the sequence option)")
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() or None)
     parser.add_argument("--keep-logs", action="store_true")
