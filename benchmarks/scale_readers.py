@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import sys
@@ -271,6 +272,16 @@ def _outputs(workdir: Path, f: Figures, args: argparse.Namespace) -> None:
     f.missing = args.splits * args.records_per_split - len(counts)
 
 
+def _epochs(workdir: Path, f: Figures) -> None:
+    """The epochs that served, from the workers' logs (a successor that had nothing left to
+    send leaves no record of its epoch on the readers topic)."""
+    served = set()
+    for path in workdir.glob("coordinator-*.log"):
+        served.update(int(e) for e in re.findall(r"epoch (\d+)\) is serving", path.read_text(errors="replace")))
+    f.epochs = sorted(served)
+    f.takeovers = len(served) - 1
+
+
 async def _audit(bootstrap: str, source: str, workdir: Path, f: Figures) -> None:
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
@@ -284,8 +295,6 @@ async def _audit(bootstrap: str, source: str, workdir: Path, f: Figures) -> None
     with contextlib.suppress(Exception):
         summary = orjson.loads(out)["summary"]
         f.audit_finished = summary["splits_finished"]
-        f.epochs = summary["epochs"]
-        f.takeovers = len(f.epochs) - 1
 
 
 def _print(f: Figures, args: argparse.Namespace) -> bool:
@@ -319,7 +328,7 @@ def _print(f: Figures, args: argparse.Namespace) -> bool:
     )
     print(
         f"  audit                          exit {f.audit_exit}, {f.audit_finished:,} splits finished, "
-        f"epochs {f.epochs} ({f.takeovers} takeover), {f.audit_s:.0f} s  [{mark(checks['audit'])}]"
+        f"epochs served {f.epochs} ({f.takeovers} takeover), {f.audit_s:.0f} s  [{mark(checks['audit'])}]"
     )
     print(
         f"  outputs                        {f.values:,} distinct values, {f.missing:,} missing, {f.duplicates:,} "
@@ -356,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         _assignment_time(figures, asyncio.run(_read_topic(bootstrap, ControlTopics.for_source(source).readers)))
         _outputs(workdir, figures, args)
         asyncio.run(_audit(bootstrap, source, workdir, figures))
+        _epochs(workdir, figures)
         ok = _print(figures, args)
     except Exception as exc:
         print(f"the run failed: {exc!r}; logs kept in {workdir}", file=sys.stderr)
