@@ -844,6 +844,21 @@ def test_owner_assigners_move_a_split_to_its_own_slot_once_that_slot_has_a_reade
     assert {sid: s for sid, s in ctx.owned.items()} == {f"s-{k}": k % 4 for k in range(8)}
 
 
+def test_a_round_asks_back_up_to_a_tenth_of_the_owned_splits_and_at_least_the_batch() -> None:
+    """With many splits, 1,000 a round (each round a checkpoint of the owner away) left
+    late readers empty for minutes: a round may ask for a tenth of what is owned."""
+    dist, ctx, _ = rebalancing("fair_share", 2, {0}, 30_000, grace=0)
+    ctx.join(dist, 1)
+    ctx.after_settling()
+    assert [(s, len(ids)) for s, ids in ctx.requests] == [(0, 3_000)]
+    ctx.settle(dist)
+    assert ctx.loads() == {0: 15_000, 1: 15_000}
+    small, small_ctx, _ = rebalancing("fair_share", 2, {0}, 3_000, grace=0)
+    small_ctx.join(small, 1)
+    small_ctx.after_settling()
+    assert [(s, len(ids)) for s, ids in small_ctx.requests] == [(0, 1_000)]
+
+
 def test_a_reader_back_within_the_grace_delay_moves_nothing() -> None:
     """A reader leaves and its slot's reader is back before the grace delay ends: its
     splits wait for it and nobody else's move."""

@@ -60,7 +60,19 @@ from sluicegate.api.split import SplitT
 
 DEFAULT_GRACE_MS = 5_000
 REBALANCE_BATCH = 1_000
-"""At most this many splits asked back per round; the next round (their return) asks for more."""
+"""At least this many splits may be asked back per round; the next round (their return) asks
+for more."""
+REBALANCE_SHARE = 10
+"""... and up to one tenth of all owned splits: a round trip (request, the owner's checkpoint,
+its ack) takes seconds, and at 1,000 a round, 16 readers of a million splits left the 7 that
+joined last with nothing for minutes. A tenth bounds what one round stops reading."""
+
+
+def rebalance_budget(owned_total: int) -> int:
+    """How many splits one rebalance round may ask back, with ``owned_total`` owned."""
+    return max(REBALANCE_BATCH, owned_total // REBALANCE_SHARE)
+
+
 REBALANCE_SETTLE_MS = 1_000
 """A rebalance waits until the live readers have not changed for this long (at most the
 grace delay): readers started together register within a second or so, and one plan

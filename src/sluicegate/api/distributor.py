@@ -7,7 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic
 
-from sluicegate.api.assigners import REBALANCE_SETTLE_MS, AssignmentRound, RebalanceRound, SplitAssigner
+from sluicegate.api.assigners import (
+    REBALANCE_SETTLE_MS,
+    AssignmentRound,
+    RebalanceRound,
+    SplitAssigner,
+    rebalance_budget,
+)
 from sluicegate.api.enumerator import ReaderLoads, SplitEnumeratorContext
 from sluicegate.api.split import SplitT
 
@@ -134,7 +140,9 @@ class SplitDistributor(Generic[SplitT]):
                 splits = self.context.owned_split_view(subtask)  # decoded only as far as the assigner reads
                 owned[subtask] = splits.without(asked)
                 in_flight += splits.picked(asked)
-            plan = self.assigner.rebalance(RebalanceRound(self.context.current_parallelism(), owned, in_flight))
+            budget = rebalance_budget(sum(map(len, owned.values())) + len(in_flight))
+            round_ = RebalanceRound(self.context.current_parallelism(), owned, in_flight, max_moves=budget)
+            plan = self.assigner.rebalance(round_)
             # A plan whose split is no longer on its way (its owner failed, it finished) is void;
             # the splits in flight may get a new receiver (they have not landed yet).
             flying = {s.split_id for s in in_flight}
