@@ -231,10 +231,10 @@ class CoordinatorCore(Generic[SplitT]):
     def _assembled(self, slot: SubtaskSlot, env: Envelope) -> Envelope | None:
         """The record whole, or None while its pieces arrive (v6). What is held is part of
         the slot's state, so it is committed with the step."""
-        if not slot.pieces and not getattr(env.body, "more", False) and not getattr(env.body, "piece", 0):
-            return env  # the common case: a record whole in one, nothing held
+        held_before = bool(slot.pieces)
         whole = slot.pieces.take(env, on_dropped=lambda _: self.metrics.counter("incomplete_records_dropped"))
-        self._dirty_slots.add(slot.subtask)
+        if held_before or slot.pieces:
+            self._dirty_slots.add(slot.subtask)
         return whole
 
     def _drop_foreign_incarnation(self, env: Envelope, live: str) -> Effects:

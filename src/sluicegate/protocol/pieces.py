@@ -140,6 +140,8 @@ class Assembly:
         if names is None:
             return env
         body: Any = env.body
+        if body.piece == 0 and not body.more and env.type not in self._held:
+            return env  # the common case, every ack of a small reader: nothing to assemble
         held = self._held.pop(env.type, None)
         identity = _identity(env, names)
         if body.piece == 0:
