@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from sluicegate.api.split import WireSplit
+from sluicegate.protocol.codec import encode_key
 from sluicegate.protocol.pieces import MAX_RECORD_BYTES, in_pieces
 
 STATE_VERSION = 1
@@ -126,8 +127,9 @@ class ReaderCheckpoint:
 
 
 def state_key(subtask: int) -> bytes:
-    """The key of a subtask's checkpoint record (its head, when in pieces)."""
-    return str(subtask).encode()
+    """The key of a subtask's checkpoint record (its head, when in pieces): the subtask's
+    key, as on every per-subtask topic."""
+    return encode_key(subtask)
 
 
 def piece_key(subtask: int, piece: int) -> bytes:
