@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +48,14 @@ class SourceSettings:
     reader_departure_timeout_ms: int = 60_000
     watermark_announce_interval_ms: int = 1_000
     max_watermark_drift_ms: int | None = None
+    check_connector: InitVar[bool] = True
+    """False for a runner handed its Source by other means (``SourceRunner(make_source=...)``,
+    the memory run): ``connector`` then only names it."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, check_connector: bool) -> None:
         self.core_config()  # validates the core's settings
-        load_source(self.connector, self.options)  # fails on a bad connector or option now
+        if check_connector:
+            load_source(self.connector, self.options)  # fails on a bad connector or option now
 
     def core_config(self) -> CoordinatorConfig:
         return CoordinatorConfig(
@@ -70,7 +74,7 @@ class SourceSettings:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> SourceSettings:
-        known = {f for f in cls.__dataclass_fields__}
+        known = {f.name for f in fields(cls)}
         for key in data:
             if key not in known:
                 raise ConfigError(f"{where}.{key}", f"unknown setting (known: {', '.join(sorted(known))})")

@@ -32,9 +32,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
+from sluicegate.coordinator.async_calls import AsyncCalls, AsyncResult, LoopAsyncCalls
 from sluicegate.coordinator.clock import SYSTEM_CLOCK, Clock
-from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects, StepFailedError
+from sluicegate.coordinator.core import CoordinatorCore, Effects, StepFailedError
 from sluicegate.coordinator.kafka_log import KafkaCoordinatorLog
 from sluicegate.coordinator.log import (
     CommitFailedError,
@@ -145,9 +147,13 @@ class SourceRunner:
         liveness_interval_ms: int | None = None,
         log: CoordinatorLog | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        async_calls: AsyncCalls | None = None,
+        make_source: Callable[[], Source[Any]] | None = None,
     ) -> None:
         """``log``: where the loop reads and commits (default: the source's control topics
-        on ``bootstrap``); ``clock``: its time."""
+        on ``bootstrap``); ``clock``: its time; ``async_calls``: where the enumerator's
+        ``call_async`` work runs (default: on the event loop); ``make_source``: the
+        connector's Source (default: ``settings.connector`` with ``settings.options``)."""
         self.settings = settings
         self.bootstrap = bootstrap
         self.topics = ControlTopics.for_source(settings.source, namespace)
@@ -164,6 +170,8 @@ class SourceRunner:
         self._on_stop = on_stop
         self._log = log if log is not None else KafkaCoordinatorLog(bootstrap, self.topics, self.transactional_id)
         self._clock = clock
+        self._calls = async_calls if async_calls is not None else LoopAsyncCalls()
+        self._make_source = make_source or functools.partial(load_source, settings.connector, settings.options)
         self._pending: list[OutgoingRecord] = []
         self._pending_bytes = 0
         self._calls_due: list[Effects] = []
@@ -174,8 +182,6 @@ class SourceRunner:
         self._last_meta: StateRecord | None = None
         """The ``meta`` record of the last commit (or of the restored state): what is
         committed again while a long step runs."""
-        self._async_results: asyncio.Queue[tuple[int, Any, BaseException | None]] = asyncio.Queue()
-        self._async_tasks: dict[int, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._committed_offset: int | None = None
         self._state_writer = StateWriter(settings.source, {})
@@ -205,6 +211,11 @@ class SourceRunner:
     def step_running_s(self) -> float:
         """How long the running step has run; 0 between steps."""
         return self._steps.busy_for_s()
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The loop's task once started; done when the runner stopped (``state`` says why)."""
+        return self._task
 
     @property
     def committed_offset(self) -> int | None:
@@ -260,7 +271,7 @@ class SourceRunner:
                 self._on_stop(self)
 
     async def _start_up(self) -> None:
-        source = load_source(self.settings.connector, self.settings.options)
+        source = self._make_source()
         await self._log.fence()
         records = await self._log.restore()
         self._last_meta = _last_meta(self.source, records)
@@ -300,8 +311,7 @@ class SourceRunner:
         self._steps.close()
         if self.core is not None:
             self.core.close()  # periodic calls stop with the enumerator
-        for task in list(self._async_tasks.values()):
-            task.cancel()
+        self._calls.close()
         with contextlib.suppress(Exception):
             await self._log.close()
 
@@ -318,9 +328,7 @@ class SourceRunner:
                 self._schedule_calls()
                 if self._pending_bytes >= COMMIT_BYTES:
                     await self._commit()
-            results = []
-            while not self._async_results.empty():
-                results.append(self._async_results.get_nowait())
+            results = self._calls.take_results()
             if results:
                 await self._step(functools.partial(self._on_async_results, core, results, clock.wall_ms()))
             if clock.monotonic() >= self._next_tick:
@@ -345,9 +353,7 @@ class SourceRunner:
                 return i + 1
         return len(records)
 
-    def _on_async_results(
-        self, core: CoordinatorCore[Any], results: list[tuple[int, Any, BaseException | None]], now_ms: int
-    ) -> Effects:
+    def _on_async_results(self, core: CoordinatorCore[Any], results: list[AsyncResult], now_ms: int) -> Effects:
         effects = Effects()
         for call_id, result, error in results:
             step = core.on_async_result(call_id, result, error, now_ms)
@@ -407,17 +413,9 @@ class SourceRunner:
         due, self._calls_due = self._calls_due, []
         for effects in due:
             for call in effects.async_calls:
-                task = asyncio.get_running_loop().create_task(self._run_async_call(call))
-                self._async_tasks[call.call_id] = task
-                task.add_done_callback(functools.partial(self._forget_async_task, call.call_id))
+                self._calls.start(call)
             for call_id in effects.cancelled_calls:
-                cancelled = self._async_tasks.pop(call_id, None)
-                if cancelled is not None:
-                    cancelled.cancel()
-
-    def _forget_async_task(self, call_id: int, task: asyncio.Task[None]) -> None:
-        if self._async_tasks.get(call_id) is task:
-            del self._async_tasks[call_id]
+                self._calls.cancel(call_id)
 
     async def _commit(self, force: bool = False) -> None:
         """One transaction: pending records + changed state parts + inbox offset (in meta).
@@ -476,23 +474,6 @@ class SourceRunner:
                 continue
             self._last_commit = self._clock.monotonic()
             self.stats.reaffirmed += 1
-
-    async def _run_async_call(self, call: AsyncCall) -> None:
-        """call_async: the callable runs in a worker thread, its handler on the loop."""
-        delay_ms = call.initial_delay_ms
-        while True:
-            if delay_ms > 0:
-                await asyncio.sleep(delay_ms / 1000)
-            result: Any = None
-            error: BaseException | None = None
-            try:
-                result = await asyncio.get_running_loop().run_in_executor(None, call.fn)
-            except Exception as exc:  # handed to the enumerator's handler, as in Flink
-                error = exc
-            await self._async_results.put((call.call_id, result, error))
-            if call.period_ms <= 0:
-                return
-            delay_ms = call.period_ms
 
     # -- for humans -----------------------------------------------------------
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import secrets
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -127,6 +127,14 @@ class ConnectorTestKit(ABC):
         connector named ``module:Class`` that is not installed)."""
         return {}
 
+    @pytest.fixture(autouse=True)
+    def _close_runs(self) -> Iterator[None]:
+        """Every run a scenario opened is closed after it, passed or failed (its
+        coordinator's event loop and threads, its readers' connector clients)."""
+        yield
+        for run in self.__dict__.pop("_runs", []):
+            run.close()
+
     @pytest.fixture
     def kit_env(self, tmp_path: Path) -> KitEnv:
         """Override (keeping the name) to give ``write_data`` a Kafka broker or anything else."""
@@ -152,6 +160,7 @@ class ConnectorTestKit(ABC):
             return source if fault is None else fault.install(source)
 
         run = MemoryRun(make_source, run_config, source_name=env.name)
+        self.__dict__.setdefault("_runs", []).append(run)
         for subtask in range(self.parallelism):
             run.start_reader(subtask)
         return run, expected
@@ -387,27 +396,30 @@ class ConnectorTestKit(ABC):
 
     def run_schedule(self, env: KitEnv, schedule: Schedule) -> None:
         run, expected = self.open_run(env)
-        long_away = (run.config.session_timeout_ms + run.config.departure_timeout_ms) // run.config.round_ms + 10
-        restarts: dict[int, int] = {}
-        for gap, event, subtask in schedule:
-            for _ in range(gap):
-                _restart_due(run, restarts)
-                run.round()
-            if event == "restart_coordinator":
-                run.restart_coordinator()
-            elif event == "global_restore":
-                for s in list(run.readers):
-                    run.kill_reader(s)
-                run.restart_coordinator()
-                for s in range(self.parallelism):
-                    restarts[s] = run.rounds
-            elif subtask in run.readers:
-                run.kill_reader(subtask)
-                restarts[subtask] = run.rounds + (long_away if event == "kill_reader_for_long" else 1)
-        for s in sorted(restarts):
-            restarts[s] = run.rounds
-        _restart_due(run, restarts)
-        self.finish(run, expected, f"random failures {schedule}")
+        try:
+            long_away = (run.config.session_timeout_ms + run.config.departure_timeout_ms) // run.config.round_ms + 10
+            restarts: dict[int, int] = {}
+            for gap, event, subtask in schedule:
+                for _ in range(gap):
+                    _restart_due(run, restarts)
+                    run.round()
+                if event == "restart_coordinator":
+                    run.restart_coordinator()
+                elif event == "global_restore":
+                    for s in list(run.readers):
+                        run.kill_reader(s)
+                    run.restart_coordinator()
+                    for s in range(self.parallelism):
+                        restarts[s] = run.rounds
+                elif subtask in run.readers:
+                    run.kill_reader(subtask)
+                    restarts[subtask] = run.rounds + (long_away if event == "kill_reader_for_long" else 1)
+            for s in sorted(restarts):
+                restarts[s] = run.rounds
+            _restart_due(run, restarts)
+            self.finish(run, expected, f"random failures {schedule}")
+        finally:
+            run.close()  # hypothesis runs many: one at a time holds threads
 
     # -- the real run --------------------------------------------------------------------
 

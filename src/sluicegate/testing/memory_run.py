@@ -1,18 +1,20 @@
 """A connector run end to end in one process, with no Kafka: ``MemoryRun``.
 
-The coordinator's ``CoordinatorCore`` and one ``ReaderSession`` per live reader
-(each with its own connector ``SourceReader``, built from its own ``Source``, as in
-separate processes) exchange the protocol's envelopes directly, in the order the
-control topics would deliver them. Time is virtual: every round moves the clock by
-``round_ms``, so session timeouts, departures and grace delays cost rounds, not
-seconds. ``call_async`` work runs when its virtual time is due, in a worker thread
-(as the runner does: a callable that touches the context fails there too).
+The product's coordinator loop (``SourceRunner``, over an in-memory log:
+memory_coordinator.py) and one ``ReaderSession`` per live reader (each with its own
+connector ``SourceReader``, built from its own ``Source``, as in separate processes)
+exchange the protocol's records in the order the control topics would deliver them.
+Time is virtual: every round moves the clock by ``round_ms``, so session timeouts,
+departures and grace delays cost rounds, not seconds. ``call_async`` work runs when
+its virtual time is due, in a worker thread (as the runner does: a callable that
+touches the context fails there too).
 
 Output is transactional, as a reader host's ``kafka:`` output: the records a reader
 reads wait in ``pending`` and join ``output`` only with the checkpoint that holds
 their positions; a killed reader loses its pending records, and its next incarnation
 restores the last checkpoint (``durable``, the reader-state topic). A restarted
-coordinator restores the state parts persisted after every step.
+coordinator restores what its predecessor committed, which is everything: the run lets
+the coordinator settle (read, step, commit) after every reader's turn.
 
 A step that raises (``StepFailedError``) is handled as the coordinator's host does:
 nothing of it is kept, a successor restores the last commit and is offered the same
@@ -23,34 +25,27 @@ collected in ``violations``.
 
 from __future__ import annotations
 
-import functools
-import heapq
-import itertools
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from sluicegate.api.reader import Record
 from sluicegate.api.source import Source
-from sluicegate.coordinator.config import CoordinatorConfig
-from sluicegate.coordinator.core import AsyncCall, CoordinatorCore, Effects, StepFailedError
+from sluicegate.coordinator.core import CoordinatorCore
+from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.protocol.messages import Body, Envelope
 from sluicegate.protocol.pieces import body_in_pieces
 from sluicegate.reader.protocol import Fenced, Superseded
 from sluicegate.reader.session import ReaderSession
 from sluicegate.reader.state import ReaderCheckpoint
+from sluicegate.testing.memory_coordinator import MemoryCoordinator, VirtualClock
 
 log = logging.getLogger("sluicegate.testing")
 
 START_MS = 1_700_000_000_000
-MAX_FAILED_STEPS_IN_A_ROW = 5
-"""The real host retries for ever (with backoff); a run gives up on an input after this."""
 
 
 @dataclass(frozen=True)
@@ -83,13 +78,6 @@ class KitReader:
     rounds: int = 0
 
 
-@dataclass(order=True)
-class _Timer:
-    due_ms: int
-    order: int
-    call: AsyncCall = field(compare=False)
-
-
 class MemoryRun:
     def __init__(
         self,
@@ -100,15 +88,7 @@ class MemoryRun:
         self.make_source = make_source
         self.config = config
         self.source_name = source_name
-        self.core_config = CoordinatorConfig(
-            source=source_name,
-            max_parallelism=config.parallelism,
-            session_timeout_ms=config.session_timeout_ms,
-            reader_departure_timeout_ms=config.departure_timeout_ms,
-            watermark_announce_interval_ms=config.round_ms,
-            max_watermark_drift_ms=config.max_watermark_drift_ms,
-        )
-        self.now_ms = START_MS
+        self.clock = VirtualClock(START_MS)
         self.rounds = 0
         self.readers: dict[int, KitReader] = {}
         """The live reader processes by subtask."""
@@ -116,10 +96,6 @@ class MemoryRun:
         """Each subtask's last committed checkpoint (the reader-state topic)."""
         self.output: list[Record] = []
         """Every committed record, in commit order."""
-        self.sent: list[Envelope] = []
-        """Every coordinator record, in the coordinator's order."""
-        self.received: list[Envelope] = []
-        """Every reader record the coordinator was given, in inbox order."""
         self.committed_by: Counter[int] = Counter()
         """Records committed by each subtask's checkpoints."""
         self.discarded = 0
@@ -127,100 +103,62 @@ class MemoryRun:
         self.paused_seen = 0
         """Splits the hosts paused for alignment, summed over rounds."""
         self.violations: list[str] = []
-        self.step_failures: list[str] = []
-        """Every StepFailedError, in order: the coordinator restarted from its last commit."""
-        self._failed_in_a_row = 0
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kit-call-async")
-        self.persisted: dict[str, Any] = {}
-        self._timers: list[_Timer] = []
-        self._timer_order = itertools.count()
-        self._inbox: deque[Envelope] = deque()
-        self._offset = 0
         self._to_restart: set[int] = set()
-        self.core: CoordinatorCore[Any] = CoordinatorCore(make_source(), self.core_config)
-        self._step(lambda: self.core.start(self.now_ms))
+        source_class = type(make_source())
+        settings = SourceSettings(
+            source=source_name,
+            connector=f"{source_class.__module__}:{source_class.__qualname__}",
+            max_parallelism=config.parallelism,
+            session_timeout_ms=config.session_timeout_ms,
+            reader_departure_timeout_ms=config.departure_timeout_ms,
+            watermark_announce_interval_ms=config.round_ms,
+            max_watermark_drift_ms=config.max_watermark_drift_ms,
+            check_connector=False,  # the run's make_source builds it, with its own options
+        )
+        self.coordinator = MemoryCoordinator(settings, make_source, self.clock, self._deliver)
+        self.coordinator.settle()
+
+    @property
+    def now_ms(self) -> int:
+        return self.clock.now_ms
+
+    @property
+    def core(self) -> CoordinatorCore[Any]:
+        """The serving coordinator's core (look, do not step it)."""
+        return self.coordinator.core
+
+    @property
+    def sent(self) -> list[Envelope]:
+        """Every coordinator record, in the coordinator's order."""
+        return self.coordinator.sent
+
+    @property
+    def received(self) -> list[Envelope]:
+        """Every reader record the coordinator read, in inbox order."""
+        return self.coordinator.received
+
+    @property
+    def step_failures(self) -> list[str]:
+        """Every failed coordinator (StepFailedError, as a rule): each successor restarted
+        from the last commit."""
+        return self.coordinator.step_failures
+
+    def close(self) -> None:
+        """Stop the coordinator and close every reader's connector (idempotent)."""
+        for subtask in list(self.readers):
+            self.kill_reader(subtask)
+        self.coordinator.close()
 
     # -- the coordinator -----------------------------------------------------------
 
     def restart_coordinator(self) -> None:
-        """The coordinator process dies after its last step; a successor at the next epoch
-        restores the persisted state (through JSON, as from the state topic) and starts.
-        Its timers (``call_async``) die with it; the readers keep running."""
-        self._restore_coordinator()
-        self._pump()
-
-    def _restore_coordinator(self) -> None:
-        self._timers.clear()
-        if not self.persisted:  # nothing was ever committed (the first start failed): start afresh
-            self.core = CoordinatorCore(self.make_source(), self.core_config)
-        else:
-            snapshot = orjson.loads(orjson.dumps(self.persisted))
-            epoch = self.core.epoch + 1
-            self.core = CoordinatorCore(self.make_source(), self.core_config, epoch=epoch, snapshot=snapshot)
-        self._step(lambda: self.core.start(self.now_ms))
-
-    def _step(self, step: Callable[[], Effects]) -> bool:
-        """Run one coordinator step and carry out its effects; if it raised StepFailedError,
-        restart the coordinator from the last commit as its host would (the caller offers
-        the input again) and return False."""
-        try:
-            effects = step()
-        except StepFailedError as exc:
-            self.step_failures.append(str(exc))
-            self._failed_in_a_row += 1
-            if self._failed_in_a_row >= MAX_FAILED_STEPS_IN_A_ROW:
-                raise AssertionError(
-                    f"the coordinator failed {self._failed_in_a_row} times in a row (it would restart for ever): {exc}"
-                ) from exc
-            self._restore_coordinator()
-            return False
-        self._failed_in_a_row = 0
-        self._carry_out(effects)
-        return True
-
-    def _carry_out(self, effects: Effects) -> None:
-        self.persisted.update(self.core.state_parts(only_changed=True))
-        for call in effects.async_calls:
-            heapq.heappush(self._timers, _Timer(self.now_ms + call.initial_delay_ms, next(self._timer_order), call))
-        if effects.cancelled_calls:
-            stopped = set(effects.cancelled_calls)
-            self._timers = [t for t in self._timers if t.call.call_id not in stopped]
-            heapq.heapify(self._timers)
-        for env in effects.messages:
-            self.sent.append(env)
-            reader = self.readers.get(env.subtask)
-            if reader is not None:
-                self._deliver(reader, env)
-
-    def _fire_timers(self) -> None:
-        while self._timers and self._timers[0].due_ms <= self.now_ms:
-            timer = heapq.heappop(self._timers)
-            call = timer.call
-            result: Any = None
-            error: BaseException | None = None
-            try:
-                result = self._worker.submit(call.fn).result()
-            except Exception as exc:  # handed to the enumerator's handler, as the runner does
-                error = exc
-            if not self._step(functools.partial(self.core.on_async_result, call.call_id, result, error, self.now_ms)):
-                return  # a successor: its own timers replace these
-            if call.period_ms > 0:
-                timer.due_ms += call.period_ms
-                heapq.heappush(self._timers, timer)
+        """The coordinator process dies after its last commit; a successor at the next epoch
+        restores the committed state and starts. Its timers (``call_async``) die with it;
+        the readers keep running."""
+        self.coordinator.restart()
 
     def _send(self, reader: KitReader, body: Body) -> None:
-        self._inbox.append(reader.session.envelope(body, self.now_ms))
-
-    def _pump(self) -> None:
-        """Deliver every reader record to the coordinator (and its answers to the readers)."""
-        while self._inbox:
-            env = self._inbox[0]
-            offset = self._offset
-            if not self._step(functools.partial(self.core.on_message, env, offset, self.now_ms)):
-                continue  # the successor is offered the same record
-            self._inbox.popleft()
-            self.received.append(env)
-            self._offset += 1
+        self.coordinator.write(reader.session.envelope(body, self.now_ms))
 
     # -- reader processes ------------------------------------------------------------
 
@@ -242,7 +180,7 @@ class MemoryRun:
         self.readers[subtask] = reader
         for piece in body_in_pieces(session.begin_registration()):
             self._send(reader, piece)
-        self._pump()
+        self.coordinator.settle()
         return reader
 
     def kill_reader(self, subtask: int) -> int:
@@ -274,10 +212,16 @@ class MemoryRun:
         for body in plan.messages():
             self._send(reader, body)
         session.checkpoint_committed(plan)
-        self._pump()
+        self.coordinator.settle()
         return True
 
-    def _deliver(self, reader: KitReader, env: Envelope) -> None:
+    def _deliver(self, env: Envelope) -> None:
+        """A coordinator record, as its commit made it visible, to its subtask's reader
+        process if one is live (the record of a dead process's subtask waits for nobody:
+        a new process registers and is answered anew)."""
+        reader = self.readers.get(env.subtask)
+        if reader is None:
+            return
         outcome = reader.session.on_message(env)
         if isinstance(outcome, Fenced):
             # The host drops what it had not checkpointed and registers again from its
@@ -312,7 +256,7 @@ class MemoryRun:
                 self.checkpoint(reader.subtask)
                 return
             self._send(reader, session.heartbeat())
-        self._pump()
+        self.coordinator.settle()
 
     # -- rounds ------------------------------------------------------------------------
 
@@ -327,10 +271,9 @@ class MemoryRun:
             reader = self.readers.get(subtask)
             if reader is not None:
                 self._step_reader(reader)
-        self.now_ms += self.config.round_ms
-        self._step(lambda: self.core.tick(self.now_ms))
-        self._fire_timers()
-        self._pump()
+        self.clock.now_ms += self.config.round_ms
+        self.coordinator.fire_due_calls()
+        self.coordinator.settle()
 
     def run_rounds(self, rounds: int) -> None:
         for _ in range(rounds):
