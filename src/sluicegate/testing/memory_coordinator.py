@@ -34,7 +34,7 @@ from sluicegate.coordinator.core import AsyncCall, CoordinatorCore
 from sluicegate.coordinator.log import CoordinatorLog, InboxPosition, InboxRecord, OutgoingRecord, StateRecord
 from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
-from sluicegate.protocol.codec import decode, encode, encode_key
+from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.messages import Direction, Envelope
 from sluicegate.testing.memory_log import MemoryCoordinatorLog, MemoryLogBroker
 
@@ -174,6 +174,8 @@ class MemoryCoordinator:
         """Every reader record the coordinator read, in inbox order (once, however often read)."""
         self.step_failures: list[str] = []
         """Why each runner failed, in order: its successor restarted from the last commit."""
+        self.undecodable = 0
+        """Inbox records that were no control record (the runner dead-lettered them)."""
         self._read_upto = -1
         self._failures_in_a_row = 0
         self._loop = asyncio.new_event_loop()
@@ -257,9 +259,13 @@ class MemoryCoordinator:
         idle.cancel()
 
     def _on_read(self, record: InboxRecord) -> None:
-        if record.offset > self._read_upto:
-            self._read_upto = record.offset
+        if record.offset <= self._read_upto:
+            return  # a successor reads again what was not committed
+        self._read_upto = record.offset
+        try:
             self.received.append(decode(record.value, Direction.TO_COORDINATOR))
+        except DecodeError:
+            self.undecodable += 1  # the runner dead-letters it
 
     def _on_commit(self, records: Sequence[OutgoingRecord]) -> None:
         readers_topic = self.runner.topics.readers
