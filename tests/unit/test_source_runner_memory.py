@@ -6,6 +6,7 @@ runs over Kafka in the integration and e2e tests (kafka_log.py)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Callable
 
@@ -212,3 +213,18 @@ async def test_a_step_longer_than_the_longest_is_a_stall_and_no_longer_recommitt
         await until(lambda: len(assigned(broker)) == 2)
     finally:
         await runner.stop()
+
+
+async def test_a_runner_keeps_the_collector_off_its_restored_state_only_while_it_runs() -> None:
+    """``gc.freeze`` after the start-up; a runner that ends unfreezes, or the cycles of its
+    core and enumerator would never be freed (a source restarted after failures, in a
+    coordinator that runs for weeks)."""
+    gc.unfreeze()
+    broker = MemoryLogBroker()
+    runner = start(broker)
+    try:
+        await until(lambda: runner.state is RunnerState.ACTIVE)
+        assert gc.get_freeze_count() > 0
+    finally:
+        await runner.stop()
+    assert gc.get_freeze_count() == 0

@@ -245,6 +245,7 @@ class MemoryCoordinator:
             clock=self.clock,
             async_calls=self._calls,
             make_source=self.make_source,
+            freeze_restored_state=False,  # runs come and go by the hundred in a test process
         )
         self._loop.run_until_complete(self._start())
 
