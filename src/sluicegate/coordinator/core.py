@@ -226,7 +226,7 @@ class CoordinatorCore(Generic[SplitT]):
         if env.incarnation is not None and slot.incarnation and env.incarnation != slot.incarnation:
             return self._drop_foreign_incarnation(env, slot.incarnation)
         slot.last_seen_ms = now_ms
-        return self._step(now_ms, lambda: self._dispatch(slot, body, now_ms), _describe(env, offset))
+        return self._step(now_ms, lambda: self._dispatch(slot, body, now_ms), lambda: _describe(env, offset))
 
     def _assembled(self, slot: SubtaskSlot, env: Envelope) -> Envelope | None:
         """The record whole, or None while its pieces arrive (v6). What is held is part of
@@ -378,9 +378,10 @@ class CoordinatorCore(Generic[SplitT]):
 
     # -- step machinery -------------------------------------------------------
 
-    def _step(self, now_ms: int, action: Callable[[], None], during: str) -> Effects:
+    def _step(self, now_ms: int, action: Callable[[], None], during: str | Callable[[], str]) -> Effects:
         """One step, all or nothing: it returns all its effects, or raises StepFailedError
-        and this core takes no further step (the host restarts from the last commit)."""
+        and this core takes no further step (the host restarts from the last commit).
+        ``during`` says what the step handled, for that error (a callable: worded only then)."""
         if self._failed is not None:
             raise StepFailedError(self.config.source, "a step after a failed one", self._failed)
         self._now_ms = now_ms
@@ -390,7 +391,8 @@ class CoordinatorCore(Generic[SplitT]):
             action()
         except Exception as exc:
             self.metrics.counter("enumerator_errors")
-            self._failed = StepFailedError(self.config.source, during, exc)
+            what = during() if callable(during) else during
+            self._failed = StepFailedError(self.config.source, what, exc)
             raise self._failed from exc
         if self._loads.stale:
             self._loads.settle()
