@@ -228,3 +228,24 @@ async def test_a_runner_keeps_the_collector_off_its_restored_state_only_while_it
     finally:
         await runner.stop()
     assert gc.get_freeze_count() == 0
+
+
+async def test_a_runner_fenced_during_a_long_step_steps_down_when_the_step_ends() -> None:
+    """Its re-affirming commit finds the fence while the step runs: it takes no further step
+    (the records behind the slow one are the successor's to handle), instead of stepping
+    on until its next commit fails."""
+    broker = MemoryLogBroker()
+    runner = start_slow(broker, add_reader_s=1.0)
+    try:
+        await until(lambda: runner.state is RunnerState.ACTIVE)
+        register(broker, 0, "a")
+        for i in range(20):
+            register(broker, 1, f"b{i}")  # registrations behind the slow one, each another slow step
+        await until(lambda: runner.step_running_s() > 0)
+        standby = MemoryCoordinatorLog(broker)
+        await standby.fence()  # a successor took over
+        await until(lambda: runner.state is RunnerState.FENCED, timeout_s=3.0)
+        assert runner.stats.records_in == 1, "it stepped on after the fenced step"
+        assert to_readers(broker) == [], "nothing of the fenced runner is visible"
+    finally:
+        await runner.stop()

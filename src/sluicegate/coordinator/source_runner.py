@@ -199,6 +199,8 @@ class SourceRunner:
         self._tick_gate = TickGate()
         self._freeze = freeze_restored_state
         self._froze = False
+        self._fenced = False
+        """A re-affirming commit found this runner fenced (``_reaffirm_while_stepping``)."""
 
     @property
     def source(self) -> str:
@@ -341,6 +343,7 @@ class SourceRunner:
             done = 0
             while done < len(records):
                 done = await self._steps.run(functools.partial(self._apply, records, done))
+                self._stop_if_fenced()
                 self._schedule_calls()
                 if self._pending_bytes >= COMMIT_BYTES:
                     await self._commit()
@@ -357,12 +360,16 @@ class SourceRunner:
         """One step of the core on the step thread, its effects queued there too (the
         encoding of a hundred megabytes of AddSplits is part of the step)."""
         await self._steps.run(lambda: self._queue(step()))
+        self._stop_if_fenced()
         self._schedule_calls()
 
     def _apply(self, records: list[InboxRecord], start: int) -> int:
         """Feed ``records[start:]`` to the core (on the step thread) until that much waits
-        to go out that it is time to commit; the index to go on from."""
+        to go out that it is time to commit, or a successor fenced this runner; the index
+        to go on from."""
         for i in range(start, len(records)):
+            if self._fenced:
+                return i  # the loop steps down (_stop_if_fenced)
             record = records[i]
             self._on_record(record.partition, record.offset, record.key, record.value)
             if self._pending_bytes >= COMMIT_BYTES:
@@ -471,8 +478,8 @@ class SourceRunner:
     async def _reaffirm_while_stepping(self, interval_s: float) -> None:
         """While a step keeps the loop from committing for a liveness interval, commit the
         last commit's ``meta`` again: the state stays what it was, and the standbys see
-        the state topic move (silence.py). Fenced meanwhile, it stops; the loop finds the
-        fence at its next commit and steps down."""
+        the state topic move (silence.py). Fenced meanwhile, it stops, and the loop steps
+        down as soon as the step ends (``_stop_if_fenced``)."""
         while True:
             await asyncio.sleep(interval_s / 4)
             since_commit_s = self._clock.monotonic() - self._last_commit
@@ -484,12 +491,20 @@ class SourceRunner:
                     await self._log.commit([], [meta])
             except LogFencedError:
                 log.info("source %s: fenced while a step of %.0f s ran", self.source, self._steps.busy_for_s())
+                self._fenced = True
                 return
             except CommitFailedError as exc:
                 log.warning("source %s: could not commit during a long step (%s); trying again", self.source, exc)
                 continue
             self._last_commit = self._clock.monotonic()
             self.stats.reaffirmed += 1
+
+    def _stop_if_fenced(self) -> None:
+        """Step down after the step that a successor fenced: the steps after it could never
+        be committed, and they took CPU from that successor (a fenced worker of a
+        1,000,000-split source went on for 34 s, timing out readers it no longer served)."""
+        if self._fenced:
+            raise LogFencedError("fenced while a step ran")
 
     # -- for humans -----------------------------------------------------------
 
