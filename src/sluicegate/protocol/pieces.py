@@ -113,8 +113,9 @@ class Assembly:
     Rules, per record type: piece 0 starts a record (a record still held is dropped: its
     sender gave it up, and sent it again or another); piece k appends to the held record
     if that one is at k and is the same record (same attempt, incarnation and fields);
-    any other piece is dropped with what is held. Dropping is counted and logged, never
-    acted on: a record that never became whole changes nothing.
+    any other piece is dropped with what is held. A held record that is dropped is counted
+    and logged once (the pieces of it still to come are dropped as they arrive, and said
+    once, at the last), never acted on: a record that never became whole changes nothing.
     """
 
     def __init__(self, held: Mapping[str, Any] | None = None) -> None:
@@ -152,7 +153,15 @@ class Assembly:
             self._held[env.type] = _Held(identity, 1, {n: list(getattr(body, n)) for n in names})
             return None
         if held is None or held.next_piece != body.piece or held.identity != identity:
-            _dropped(env, held, f"piece {body.piece} does not follow what is held", on_dropped)
+            if held is not None:
+                _dropped(env, held, f"piece {body.piece} does not follow what is held", on_dropped)
+            elif not body.more:  # the rest of a record dropped before (counted then): said once
+                log.warning(
+                    "dropped the last piece (%d) of a %s of subtask %d whose start was not held",
+                    body.piece,
+                    env.type,
+                    env.subtask,
+                )
             return None
         for n in names:
             held.lists[n].extend(getattr(body, n))
