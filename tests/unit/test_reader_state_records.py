@@ -76,8 +76,23 @@ def test_later_checkpoints_overwrite_and_a_smaller_one_tombstones_the_pieces_it_
     partition = Partition()
     for checkpoint_id, n in ((1, 300), (2, 500), (3, 120), (4, 5)):
         partition.write(writer.encode(_checkpoint(checkpoint_id, n)))
+        writer.committed()
         assert partition.restore(3) == _checkpoint(checkpoint_id, n)
     assert partition.keys() == {b"3"}, "one record, and no piece left over"
+
+
+def test_a_checkpoint_whose_transaction_aborted_leaves_the_committed_pieces_to_tombstone() -> None:
+    """The host encodes, the transaction aborts (nothing of it is on the topic), and the next
+    checkpoint is small: it must tombstone the pieces the last *committed* one left."""
+    writer = StateRecords(3, max_record_bytes=4_000)
+    partition = Partition()
+    partition.write(writer.encode(_checkpoint(1, 500)))
+    writer.committed()
+    writer.encode(_checkpoint(2, 120))  # fewer pieces; its transaction aborted: not written
+    partition.write(writer.encode(_checkpoint(3, 5)))
+    writer.committed()
+    assert partition.restore(3) == _checkpoint(3, 5)
+    assert partition.keys() == {b"3"}, "pieces of checkpoint 1 left on the topic"
 
 
 def test_a_restarted_writer_knows_how_many_pieces_the_restored_head_had() -> None:

@@ -751,6 +751,7 @@ class ReaderHost:
                     *(self._control_record(ack) for ack in plan.acks()),
                 ]
             )
+            self._state_writer_.committed()
         except (KafkaError, IllegalOperation, OSError) as exc:
             self._txn_.raise_if_fenced(exc)  # the output's flush may meet the fence first
             log.warning("checkpoint %d failed: %s", session.next_checkpoint_id, exc)
@@ -809,6 +810,7 @@ class ReaderHost:
                     *(self._control_record(piece) for piece in body_in_pieces(ReaderLeaving(splits=splits))),
                 ]
             )
+            self._state_writer_.committed()
         except KafkaError as exc:
             log.warning("could not send ReaderLeaving: %s (the coordinator will time the attempt out)", exc)
             return
@@ -833,6 +835,7 @@ class ReaderHost:
             # owns the subtask's transactional id: a zombie fails here and stops.
             try:
                 await txn.commit(self._state_records(last))
+                self._state_writer_.committed()
             except KafkaError as exc:
                 log.warning("could not re-affirm checkpoint %d: %s", last.checkpoint_id, exc)
         log.warning(

@@ -145,7 +145,11 @@ class StateRecords:
 
     subtask: int
     pieces_written: int = 0
+    """Piece records the last committed checkpoint left on the topic."""
     max_record_bytes: int = MAX_RECORD_BYTES
+    _pieces_encoded: int = 0
+    """Pieces of the last checkpoint encoded: written once ``committed()`` says so (an
+    aborted transaction wrote nothing, and left the committed pieces where they were)."""
 
     def encode(self, checkpoint: ReaderCheckpoint) -> list[tuple[bytes, bytes | None]]:
         whole = checkpoint.encode()
@@ -165,8 +169,12 @@ class StateRecords:
             records.append((state_key(self.subtask), orjson.dumps(head)))
             pieces = len(cut)
         records += [(piece_key(self.subtask, i), None) for i in range(pieces, self.pieces_written)]
-        self.pieces_written = pieces
+        self._pieces_encoded = pieces
         return records
+
+    def committed(self) -> None:
+        """The transaction with the last ``encode``'s records committed."""
+        self.pieces_written = self._pieces_encoded
 
 
 def _json(raw: bytes) -> Any:
