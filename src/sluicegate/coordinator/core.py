@@ -67,7 +67,7 @@ from sluicegate.protocol.messages import (
     SplitsReleased,
     WatermarkAnnouncement,
 )
-from sluicegate.protocol.pieces import body_in_pieces, in_pieces
+from sluicegate.protocol.pieces import body_in_pieces, in_pieces, may_be_a_piece
 
 log = logging.getLogger("sluicegate.coordinator")
 
@@ -231,6 +231,8 @@ class CoordinatorCore(Generic[SplitT]):
     def _assembled(self, slot: SubtaskSlot, env: Envelope) -> Envelope | None:
         """The record whole, or None while its pieces arrive (v6). What is held is part of
         the slot's state, so it is committed with the step."""
+        if not may_be_a_piece(env):
+            return env  # a heartbeat, as a rule: it passes, and what is held stays as it was
         held_before = bool(slot.pieces)
         whole = slot.pieces.take(env, on_dropped=lambda _: self.metrics.counter("incomplete_records_dropped"))
         if held_before or slot.pieces:

@@ -98,6 +98,12 @@ def body_in_pieces(body: B, max_record_bytes: int = MAX_RECORD_BYTES) -> list[B]
     ]
 
 
+def may_be_a_piece(env: Envelope) -> bool:
+    """Whether ``env`` is of a type that can come in pieces: any other passes an
+    ``Assembly`` untouched, and a receiver holding nothing may skip it."""
+    return type(env.body) in PIECED_LISTS
+
+
 @dataclasses.dataclass
 class _Held:
     identity: dict[str, Any]
@@ -139,7 +145,7 @@ class Assembly:
         a record is still being assembled (or a piece was dropped)."""
         names = PIECED_LISTS.get(type(env.body))
         if names is None:
-            return env
+            return env  # no type that comes in pieces (may_be_a_piece)
         body: Any = env.body
         if body.piece == 0 and not body.more and env.type not in self._held:
             return env  # the common case, every ack of a small reader: nothing to assemble
