@@ -16,6 +16,7 @@ from sluicegate.devtools.broker.commands import broker_app
 from sluicegate.kafka.acls_commands import acls_command
 from sluicegate.kafka.log_repeats import quiet_repeats
 from sluicegate.kafka.security_options import kafka_security_callback
+from sluicegate.kafka.startup_noise import quiet_startup_noise
 from sluicegate.kafka.topics_commands import topics_app
 from sluicegate.reader.commands import reader_command
 
@@ -85,6 +86,7 @@ def _setup_logging() -> None:
     for noisy in ("aiokafka", "kafka", "faust", "mode", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     quiet_repeats()
+    quiet_startup_noise()  # before any client: a coordinator reads its new topics before Faust starts
 
 
 def main() -> None:

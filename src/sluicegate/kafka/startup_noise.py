@@ -1,11 +1,18 @@
 """Errors Kafka clients log at a normal start, and after a normal fencing.
 
-aiokafka logs every failed group-coordinator lookup at ERROR and retries it. On a fresh
-cluster the broker creates ``__consumer_offsets`` when the first group asks for its
-coordinator, so the first lookups of every first start fail with
-``GroupCoordinatorNotAvailableError``: an ERROR for nothing wrong, which teaches people to
-ignore ERROR lines. ``RetriedLookupFilter`` turns the retried ones into INFO lines that say
-so; a lookup error aiokafka does not retry stays an ERROR.
+aiokafka logs some failures it retries at ERROR, and two happen at every normal start:
+
+- a failed group-coordinator lookup: on a fresh cluster the broker creates
+  ``__consumer_offsets`` when the first group asks for its coordinator, so the first
+  lookups fail with ``GroupCoordinatorNotAvailableError``;
+- a failed offsets request on a partition just created: the broker's metadata names its
+  leader a moment before that broker serves it (``NotLeaderForPartitionError``), and the
+  coordinator creates its topics, then reads their ends at once (a loaded machine showed it
+  in half the starts).
+
+An ERROR for nothing wrong teaches people to ignore ERROR lines. ``RetriedErrorFilter``
+turns the retried ones into INFO lines that say so; an error that is not retriable stays an
+ERROR.
 
 A coordinator whose producer is fenced (a successor took over: a normal handover) steps
 down and says so. aiokafka fails the batches it still held with ``ProducerFenced`` too, and
@@ -20,27 +27,47 @@ from aiokafka import errors
 
 LOOKUP_LOGGER = "aiokafka.consumer.group_coordinator"
 LOOKUP_FAILED = "Group Coordinator Request failed: %s"
+OFFSETS_LOGGER = "aiokafka.consumer.fetcher"
+OFFSETS_FAILED = "Failed fetch offsets from %s: %s"
+RETRIED = {
+    # logger -> (aiokafka's message, what it means at a start; same arguments)
+    LOOKUP_LOGGER: (
+        LOOKUP_FAILED,
+        "group coordinator not available yet (normal while the broker starts it): %s; retrying",
+    ),
+    OFFSETS_LOGGER: (
+        OFFSETS_FAILED,
+        "offsets not served yet by broker %s (normal for a partition just created): %s; retrying",
+    ),
+}
 
 
-class RetriedLookupFilter(logging.Filter):
+class RetriedErrorFilter(logging.Filter):
+    def __init__(self, message: str, reworded: str) -> None:
+        super().__init__()
+        self.message = message
+        self.reworded = reworded
+
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg == LOOKUP_FAILED and record.levelno == logging.ERROR and _retried(record):
+        if record.msg == self.message and record.levelno == logging.ERROR and _retried(record):
             record.levelno, record.levelname = logging.INFO, "INFO"
-            record.msg = "group coordinator not available yet (normal while the broker starts it): %s; retrying"
+            record.msg = self.reworded
         return True
 
 
 def _retried(record: logging.LogRecord) -> bool:
+    """Whether the error the record names is one Kafka clients retry."""
     args = record.args if isinstance(record.args, tuple) else ()
-    return bool(args) and isinstance(args[0], errors.KafkaError) and bool(args[0].retriable)
+    return any(isinstance(arg, errors.KafkaError) and bool(arg.retriable) for arg in args)
 
 
 def quiet_startup_noise() -> None:
-    """Install the filter on the logger that logs the lookups (once): a logger's filter
-    holds whatever handlers a framework (Faust's worker) sets up later."""
-    logger = logging.getLogger(LOOKUP_LOGGER)
-    if not any(isinstance(f, RetriedLookupFilter) for f in logger.filters):
-        logger.addFilter(RetriedLookupFilter())
+    """Install the filters on the loggers of ``RETRIED`` (once): a logger's filter holds
+    whatever handlers a framework (Faust's worker) sets up later."""
+    for name, (message, reworded) in RETRIED.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RetriedErrorFilter) for f in logger.filters):
+            logger.addFilter(RetriedErrorFilter(message, reworded))
 
 
 class FencedLeftoversFilter(logging.Filter):
