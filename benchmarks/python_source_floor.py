@@ -7,13 +7,14 @@ Two sources that make the same rows the same way, with no Kafka and no sluicegat
 
 - ``jvm-rate``: Spark's own ``rate`` source (``rowsPerSecond``, ``numPartitions`` 2), in the JVM;
 - ``python-rate``: a Python data source (``pyspark.sql.datasource``) that does what ``rate``
-  does: its offset is the wall clock in ms, a micro-batch covers the ms since the last one
-  in 2 input partitions, and each partition's ``read`` yields its rows as one
-  ``pyarrow.RecordBatch`` (``timestamp``, ``value``), each row stamped with the ms it stands
-  for.
+  does: its offset is the last whole second since the start (``rate``'s offsets are whole
+  seconds too, so both make a micro-batch of ``--rate`` rows each second), a micro-batch
+  covers its rows in 2 input partitions, and each partition's ``read`` yields them as one
+  ``pyarrow.RecordBatch`` (``timestamp``, ``value``), each row stamped with the ms it
+  stands for.
 
-Each side in its own process and SparkSession (``local[2]``, Spark's local file system
-checkpoint manager set as in kafka_latency.py's fastest runs), ``trigger(processingTime="0
+Each side in its own process and SparkSession (``local[2]``, made as kafka_latency.py makes
+its sides', with Spark's local file system checkpoint manager as in its fastest runs), ``trigger(processingTime="0
 seconds")``, into a ``foreachBatch`` sink that collects ``unix_millis(timestamp)`` as Arrow and
 takes each row's latency as the sink's clock minus that stamp, as kafka_latency.py does. The
 sides alternate, ``--repetitions`` runs each; the first ``--warmup`` seconds of each run are
@@ -55,8 +56,13 @@ def register_python_rate(spark: Any) -> None:
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
     class RatePartition(InputPartition):
-        def __init__(self, start_ms: int, end_ms: int, index: int, parts: int) -> None:
-            self.start_ms, self.end_ms, self.index, self.parts = start_ms, end_ms, index, parts
+        """Rows ``first + index``, ``first + index + parts`` ... below ``last``: row r stands
+        for ms ``origin_ms + r / per_ms`` (all decided on the driver: ``read`` runs on a copy
+        of the reader made anew on the executor)."""
+
+        def __init__(self, first: int, last: int, index: int, parts: int, origin_ms: int, per_ms: float) -> None:
+            self.first, self.last, self.index, self.parts = first, last, index, parts
+            self.origin_ms, self.per_ms = origin_ms, per_ms
 
     class PythonRateReader(DataSourceStreamReader):
         def __init__(self, rows_per_second: int) -> None:
@@ -64,21 +70,25 @@ def register_python_rate(spark: Any) -> None:
             self.started_ms = int(time.time() * 1000)
 
         def initialOffset(self) -> dict[str, Any]:
-            return {"ms": self.started_ms}
+            return {"ms": self.started_ms, "origin_ms": self.started_ms}
 
         def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
-            return {"ms": int(time.time() * 1000)}  # everything so far, as sluicegate's with no limit
+            # everything up to the last whole second since the start, as Spark's rate source
+            origin = start["origin_ms"]
+            now = int(time.time() * 1000)
+            return {"ms": origin + (now - origin) // 1000 * 1000, "origin_ms": origin}
 
         def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
-            return [RatePartition(start["ms"], end["ms"], i, 2) for i in range(2)]
+            origin = start["origin_ms"]
+            first = int((start["ms"] - origin) * self.per_ms)
+            last = int((end["ms"] - origin) * self.per_ms)
+            return [RatePartition(first, last, i, 2, origin, self.per_ms) for i in range(2)]
 
         def read(self, partition: Any) -> Iterator[Any]:
-            # rows of the ms in (start, end]: row r of the source stands for ms started + r / per_ms
-            first = int((partition.start_ms - self.started_ms) * self.per_ms)
-            last = int((partition.end_ms - self.started_ms) * self.per_ms)
-            values = pa.array(range(first + partition.index, last, partition.parts), pa.int64())
+            p = partition
+            values = pa.array(range(p.first + p.index, p.last, p.parts), pa.int64())
             stamps_ms = pc.add(
-                pc.cast(pc.divide(pc.cast(values, pa.float64()), self.per_ms), pa.int64()), self.started_ms
+                pc.cast(pc.floor(pc.divide(pc.cast(values, pa.float64()), p.per_ms)), pa.int64()), p.origin_ms
             )
             stamps = pc.cast(pc.multiply(stamps_ms, 1000), pa.timestamp("us", tz="UTC"))
             yield pa.RecordBatch.from_arrays([stamps, values], names=["timestamp", "value"])
@@ -105,14 +115,12 @@ def register_python_rate(spark: Any) -> None:
 
 def child(spec: dict[str, Any]) -> int:
     import numpy as np
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    builder = SparkSession.builder.master("local[2]").appName(f"python-source-floor-{spec['side']}")
-    for key, value in {**FS_CHECKPOINTS, "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    from sluicegate.spark.job import spark_session
+
+    # the session kafka_latency.py's sides get (Python workers run this interpreter)
+    spark = spark_session(f"python-source-floor-{spec['side']}", "local[2]", quiet=True, extra_conf=FS_CHECKPOINTS)
     rate = str(spec["rate"])
     if spec["side"] == "jvm-rate":
         df = spark.readStream.format("rate").option("rowsPerSecond", rate).option("numPartitions", "2").load()
