@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -209,6 +209,15 @@ def _pid_alive(pid: int) -> bool:
     except OSError:
         return True
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _wait_released(ports: Sequence[int], timeout_s: float = 5.0) -> None:
+    """Until a broker that died a moment ago has let go of its ports: a SIGKILLed JVM is a
+    zombie within ~30 ms, but its listening sockets stay unbindable for up to ~0.1 s more
+    (on a loaded machine, longer). A port someone else holds is reported by the start."""
+    deadline = time.monotonic() + timeout_s
+    while not all(_port_is_free(p) for p in ports) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _is_our_broker(pid: int, server_properties: Path) -> bool:
@@ -421,6 +430,7 @@ class LocalKafkaBroker:
                 return current.bootstrap
             if current.pid is not None:
                 self.echo(f"removing stale state of a dead broker (pid {current.pid})")
+                _wait_released([p for p in (current.port, current.controller_port) if p])
                 self.state_file.unlink(missing_ok=True)
             return self._spawn(timeout_s)
 
