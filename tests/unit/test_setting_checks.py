@@ -3,11 +3,14 @@ the coordinator's, the reader's and the Spark source's settings say the same thi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.options import checked_int, checked_port
 from sluicegate.coordinator.config import CoordinatorConfig
+from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings
 from sluicegate.reader.timing import CLI_NAMES, ReaderTiming
 from sluicegate.spark.options import SparkSourceOptions
 
@@ -39,3 +42,19 @@ def test_the_hosts_use_it_naming_the_setting_as_the_user_wrote_it() -> None:
     assert (reader.setting, reader.problem) == ("--heartbeat-interval-ms", "must be >= 10, got 5")
     assert (spark.setting, spark.problem) == ("parallelism", "must be >= 1, got 0")
     assert port.setting == "metricsPort" and "TCP port" in port.problem
+
+
+def test_a_misspelled_source_setting_fails_naming_it_and_the_closest_known_one(tmp_path: Path) -> None:
+    config = tmp_path / "sources.toml"
+    config.write_text(
+        'webport = 1\n[[source]]\nsource = "x1"\nconnector = "sequence"\nmax_parallelism = 2\nsesion_timeout_ms = 5\n'
+    )
+    with pytest.raises(ConfigError, match=r"source\[0\]\.sesion_timeout_ms.*did you mean 'session_timeout_ms'"):
+        CoordinatorSettings.from_toml(config, "127.0.0.1:9092")
+    config.write_text('webport = 1\n[[source]]\nsource = "x1"\nconnector = "sequence"\nmax_parallelism = 2\n')
+    with pytest.raises(ConfigError, match=r"'webport'.*did you mean 'web_port'"):
+        CoordinatorSettings.from_toml(config, "127.0.0.1:9092")
+    with pytest.raises(ConfigError, match=r"check_connector"):  # not a setting of a file
+        SourceSettings.from_mapping(
+            {"source": "x1", "connector": "sequence", "max_parallelism": 2, "check_connector": False}, "source[0]"
+        )

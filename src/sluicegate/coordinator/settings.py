@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sluicegate.api.errors import ConfigError
-from sluicegate.api.options import checked_int, checked_port
+from sluicegate.api.options import checked_int, checked_port, unknown_option
 from sluicegate.connectors import load_source
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.silence import LIVENESS_FRACTION, MAX_SILENCE_MS, MIN_SILENCE_MS
@@ -77,7 +77,7 @@ class SourceSettings:
         known = {f.name for f in fields(cls)}
         for key in data:
             if key not in known:
-                raise ConfigError(f"{where}.{key}", f"unknown setting (known: {', '.join(sorted(known))})")
+                raise unknown_option(key, known, where, setting=f"{where}.{key}")
         for required in ("source", "connector", "max_parallelism"):
             if required not in data:
                 raise ConfigError(f"{where}.{required}", "is required")
@@ -173,7 +173,7 @@ class CoordinatorSettings:
         }
         for key in data:
             if key not in known:
-                raise ConfigError(key, f"unknown top-level setting in {path} (known: {', '.join(sorted(known))})")
+                raise unknown_option(key, known, f"the top level of {path}")
         data.update({k: v for k, v in overrides.items() if v is not None})
         return cls(sources=sources, bootstrap_servers=bootstrap, **data)
 
