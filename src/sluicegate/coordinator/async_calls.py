@@ -7,7 +7,7 @@ lost between passes and come back in the order the calls ended.
 
 ``LoopAsyncCalls`` is the product's: timers on the event loop, ``fn`` in the loop's
 default executor (a worker thread, so that a callable touching the enumerator context
-fails there, as in Flink). testing/memory_run.py has one on virtual time.
+fails there, as in Flink). testing/memory_coordinator.py has one on virtual time.
 """
 
 from __future__ import annotations
