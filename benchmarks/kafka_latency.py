@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kafka_clients import KEY_BYTES, VALUE_BYTES, bench_broker, filler
 from kafka_source import (
     DEFAULT_PLOT,
+    JVM_PROTOTYPE_SIDE,
     NATIVE_DEFAULTS,
     NATIVE_MODULE,
     NATIVE_SIDES,
@@ -73,6 +74,7 @@ from kafka_source import (
     HelpFormatter,
     WorkerMemory,
     available_read_paths,
+    is_planned_by_sluicegate,
     kill_tree,
     machine_info,
     native_settings,
@@ -353,7 +355,7 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path)
     memory = WorkerMemory()
     try:
         create_topic(bootstrap, topic, args.partitions)
-        if read_path is not None:
+        if is_planned_by_sluicegate(side):
             spec["source"] = f"klat-{secrets.token_hex(3)}"
             log = workdir / f"coordinator-{spec['source']}.log"
             coordinator = start_coordinator(
@@ -466,8 +468,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sides",
         default="",
-        help="comma-separated subset of native-defaults, native-tuned, sluicegate-python, sluicegate-native "
-        "(default: native-tuned and every available sluicegate read path)",
+        help="comma-separated subset of native-defaults, native-tuned, sluicegate-python, sluicegate-native, "
+        f"{JVM_PROTOTYPE_SIDE} (default: native-tuned and every available sluicegate read path)",
     )
     parser.add_argument(
         "--max-per-trigger", type=int, default=0, help="maxOffsetsPerTrigger / maxRecordsPerTrigger (0: no limit)"
@@ -513,7 +515,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.native_tuned = {**NATIVE_TUNED, **parse_settings(args.tuned)}
     args.variants = {}
     paths = available_read_paths()
-    all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS)]
+    all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS), JVM_PROTOTYPE_SIDE]
     if args.sides:
         args.sides = [s.strip() for s in args.sides.split(",") if s.strip()]
         if bad := [s for s in args.sides if s not in all_sides]:

@@ -107,6 +107,10 @@ NATIVE_TUNED: dict[str, str] = {
     "kafka.fetch.max.bytes": "134217728",
     "kafka.fetch.max.wait.ms": "10",
 }
+#: benchmarks/prototypes/jvm_reader: sluicegate's planning (its coordinator, its offsets) with
+#: Spark's own Kafka partition readers, tuned as native-tuned. A side only when --sides names it.
+JVM_PROTOTYPE_SIDE = "jvm-prototype"
+JVM_PROTOTYPE_DIR = REPO / "benchmarks" / "prototypes" / "jvm_reader"
 #: The sluicegate side's batches into Spark (SparkSourceOptions.arrow_batch_rows' default).
 ARROW_BATCH_ROWS = 65_536
 DEFAULT_PLOT = REPO / "docs" / "images" / "kafka-source-benchmark.png"
@@ -126,9 +130,14 @@ def is_native(side: str) -> bool:
     return side.startswith("native-")
 
 
+def is_planned_by_sluicegate(side: str) -> bool:
+    """The sides with a sluicegate coordinator and offsets: its read paths and the JVM prototype."""
+    return side.startswith("sluicegate-") or side == JVM_PROTOTYPE_SIDE
+
+
 def native_settings(side: str, args: argparse.Namespace) -> dict[str, str]:
-    """The reader options a native side adds to the common ones."""
-    if side == NATIVE_TUNED_SIDE:
+    """The reader options a native side (or the JVM prototype, Spark's readers) adds to the common ones."""
+    if side in (NATIVE_TUNED_SIDE, JVM_PROTOTYPE_SIDE):
         return dict(args.native_tuned)
     if side.startswith(NATIVE_TUNED_SIDE + "+"):
         return {**args.native_tuned, **args.variants[side.split("+", 1)[1]]}
@@ -174,6 +183,8 @@ def spark_extra_conf(side: str, read_path: str | None, spark_conf: dict[str, str
         from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
 
         extra["spark.jars"] = ",".join(str(p) for p in ensure_spark_kafka_jars())
+    if side == JVM_PROTOTYPE_SIDE:
+        extra["spark.jars"] = ",".join(_jvm_prototype().spark_jars())
     if read_path is not None:
         extra[f"spark.executorEnv.{READ_PATH_ENV}"] = read_path
     return extra
@@ -197,26 +208,41 @@ def stream_reader(spark: Any, spec: dict[str, Any]) -> Any:
         for key, value in spec.get("native_settings", {}).items():
             reader = reader.option(key, value)
         return reader
-    reader = (
-        spark.readStream.format("sluicegate")
-        .option("source", spec["source"])
-        .option("connector", "kafka")
-        .option("option.topics", topic)
-        .option("option.bootstrap_servers", bootstrap)
-        .option("option.starting_offsets", "earliest")
-        .option("option.include_headers", str(spec.get("include_headers", False)).lower())
-        .option("arrowBatchRows", str(spec.get("arrow_batch_rows", ARROW_BATCH_ROWS)))
-        .option("kafka.bootstrap.servers", bootstrap)
-    )
-    if spec.get("parallelism_given", True):  # else the query's default (at most the task slots of --master)
-        reader = reader.option("parallelism", str(spec["parallelism"]))
-    if spec.get("bounded", True):
-        reader = reader.option("option.stopping_offsets", "latest")
-    if limit:
-        reader = reader.option("maxRecordsPerTrigger", str(limit))
-    for key, value in spec.get("client_settings", {}).items():
-        reader = reader.option(f"option.kafka.{key}", value)
+    if side == JVM_PROTOTYPE_SIDE:
+        return _jvm_prototype().jvm_stream_reader(spark, sluicegate_options(spec), spec["native_settings"])
+    reader = spark.readStream.format("sluicegate")
+    for key, value in sluicegate_options(spec).items():
+        reader = reader.option(key, value)
     return reader
+
+
+def _jvm_prototype() -> Any:
+    sys.path.insert(0, str(JVM_PROTOTYPE_DIR))
+    return importlib.import_module("jvm_reader")
+
+
+def sluicegate_options(spec: dict[str, Any]) -> dict[str, str]:
+    """The format("sluicegate") options of ``spec``'s side over its topic."""
+    bootstrap, topic = spec["bootstrap"], spec["topic"]
+    options = {
+        "source": spec["source"],
+        "connector": "kafka",
+        "option.topics": topic,
+        "option.bootstrap_servers": bootstrap,
+        "option.starting_offsets": "earliest",
+        "option.include_headers": str(spec.get("include_headers", False)).lower(),
+        "arrowBatchRows": str(spec.get("arrow_batch_rows", ARROW_BATCH_ROWS)),
+        "kafka.bootstrap.servers": bootstrap,
+    }
+    if spec.get("parallelism_given", True):  # else the query's default (at most the task slots of --master)
+        options["parallelism"] = str(spec["parallelism"])
+    if spec.get("bounded", True):
+        options["option.stopping_offsets"] = "latest"
+    if limit := spec.get("max_per_trigger"):
+        options["maxRecordsPerTrigger"] = str(limit)
+    for key, value in spec.get("client_settings", {}).items():
+        options[f"option.kafka.{key}"] = value
+    return options
 
 
 def start_coordinator(
@@ -598,7 +624,7 @@ def run_one(
         "spark_conf": parse_settings(args.spark_conf),
     }
     try:
-        if read_path is not None:
+        if is_planned_by_sluicegate(side):
             spec["source"] = f"kbench-{secrets.token_hex(3)}"
             log = workdir / f"coordinator-{spec['source']}.log"
             coordinator = start_coordinator(spec["source"], topic, bootstrap, args.parallelism or args.partitions, log)
@@ -949,8 +975,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sides",
         default="",
-        help="comma-separated subset of native-defaults, native-tuned, sluicegate-python, sluicegate-native "
-        "(default: all; sluicegate-native only when sluicegate_native imports)",
+        help="comma-separated subset of native-defaults, native-tuned, sluicegate-python, sluicegate-native, "
+        f"{JVM_PROTOTYPE_SIDE} (default: all but {JVM_PROTOTYPE_SIDE}; sluicegate-native only when "
+        "sluicegate_native imports)",
     )
     parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated subset of noop, windowed")
     parser.add_argument(
@@ -1041,7 +1068,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.variants = _labelled_settings(parser, "--variant", args.variant)
     args.sluicegate_variants = _labelled_settings(parser, "--sluicegate-variant", args.sluicegate_variant)
     paths = available_read_paths()
-    all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS)]
+    all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS), JVM_PROTOTYPE_SIDE]
     if args.sides:
         args.sides = [s.strip() for s in args.sides.split(",") if s.strip()]
         if bad := [s for s in args.sides if s not in all_sides]:
