@@ -23,13 +23,11 @@ use std::ptr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arrow::array::{
-    ArrayRef, BinaryBuilder, Int32Array, Int64Array, ListBuilder, StringArray, StringBuilder,
-    StructBuilder, TimestampMicrosecondArray,
-};
-use arrow::datatypes::{DataType, Field, Fields, Schema, TimeUnit};
-use arrow::pyarrow::ToPyArrow;
-use arrow::record_batch::RecordBatch;
+use arrow_array::builder::{BinaryBuilder, ListBuilder, StringBuilder, StructBuilder};
+use arrow_array::{ArrayRef, Int32Array, Int64Array, StringArray, TimestampMicrosecondArray};
+use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
+use arrow_pyarrow::ToPyArrow;
+use arrow_array::RecordBatch;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use rdkafka::config::ClientConfig;

@@ -3,8 +3,9 @@
 //! Kafka output calls it once per batch (reader/output.py); in Python it cost ~4.6 µs a
 //! key, more than the rest of writing a record.
 
-use arrow::array::{Array, ArrayData, BinaryArray, Int32Array};
-use arrow::pyarrow::{FromPyArrow, ToPyArrow};
+use arrow_array::{Array, BinaryArray, Int32Array};
+use arrow_data::ArrayData;
+use arrow_pyarrow::{FromPyArrow, ToPyArrow};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 

@@ -11,7 +11,7 @@ use std::ffi::{CStr, CString};
 use std::ptr;
 use std::time::{Duration, Instant};
 
-use arrow::pyarrow::ToPyArrow;
+use arrow_pyarrow::ToPyArrow;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use rdkafka_sys as rd;
