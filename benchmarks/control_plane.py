@@ -88,10 +88,16 @@ from sluicegate.protocol import (
 )
 from sluicegate.protocol.messages import BODY_TYPES
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kafka_transaction import BareTransactions
+
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
 TARGET_SPLITS_PER_S = 50_000
 TARGET_P99_MS = 50.0
+#: Where a bare Kafka transaction's p99 is above TARGET_P99_MS, phase 2's p99 within 10 % of it.
+TARGET_OVER_BARE = 1.10
 TARGET_RSS_MB = 300.0
 HEARTBEAT_INTERVAL_S = 1.0
 RSS_SAMPLE_INTERVAL_S = 0.1
@@ -487,6 +493,9 @@ class Results:
     records: dict[str, int] = field(default_factory=dict)
     coordinator_log: str = ""
     coordinator_exit: int | None = None
+    bare_fetched_ms: list[float] = field(default_factory=list)
+    """kafka_transaction.py's bare transaction of phase 2's shape, send -> fetched."""
+    bare_size: str = ""
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -530,6 +539,7 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     coordinator = Coordinator(cmd, workdir / "coordinator.log")
     readers = Readers(bootstrap, source, args.readers, args.reader_decode)
+    bare: BareTransactions | None = None
     results.coordinator_log = str(coordinator.log_path)
     log(f"source [bold]{source}[/bold]; starting the coordinator (log {coordinator.log_path})")
     try:
@@ -592,8 +602,17 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
 
         # -- phase 2 ------------------------------------------------------------------
         log(f"[bold]phase 2[/bold]: {args.rounds} rounds x {args.readers} re-registrations (one at a time)")
+        if args.bare_per_round:
+            bare = BareTransactions(bootstrap, args.splits // args.readers)
+            await bare.start()
+            results.bare_size = bare.describe()
         readers.phase = 2
         for round_no in range(1, args.rounds + 1):
+            if bare is not None:  # the floor, interleaved with the rounds: the same machine state
+                readers.phase = 0
+                await bare.measure(args.bare_per_round)
+                results.bare_fetched_ms = list(bare.fetched_ms)
+                readers.phase = 2
             for reader in readers.readers:
                 await readers.register(reader)
                 try:
@@ -622,6 +641,8 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
         results.rss_peak_mb = coordinator.rss_peak / 2**20
         results.rss_end_mb = coordinator.rss_last / 2**20
         log("stopping the readers and the coordinator (SIGTERM, SIGKILL after 10s)")
+        if bare is not None:
+            await bare.stop()
         await readers.stop()
         results.coordinator_exit = await coordinator.stop(grace_s=10.0)
         results.rss_end_mb = coordinator.rss_last / 2**20
@@ -700,6 +721,20 @@ def report(results: Results, bootstrap_desc: str) -> None:
         "",
         "[dim]info[/dim]",
     )
+    if results.bare_fetched_ms:
+        bare_p99 = percentile(results.bare_fetched_ms, 99)
+        table.add_row(
+            "  bare Kafka transaction, same shape, p50/p99",
+            f"{percentile(results.bare_fetched_ms, 50):,.1f} / {bare_p99:,.1f} ms (n={len(results.bare_fetched_ms)})",
+            "",
+            "[dim]floor[/dim]",
+        )
+        table.add_row(
+            "  phase 2 p99 / bare transaction p99",
+            f"{p99 / bare_p99:.2f}x",
+            f"<= {TARGET_OVER_BARE:.2f}x",
+            verdict(p99 <= TARGET_OVER_BARE * bare_p99),
+        )
     table.add_row(
         "coordinator RSS peak",
         f"{results.rss_peak_mb:,.0f} MB",
@@ -743,6 +778,13 @@ def main(argv: list[str] | None = None) -> int:
         help="schema: sluicegate.protocol.decode, JSON-Schema-checked, as the reader host does "
         "(default); fast: orjson only, so this one process decoding for all readers does not "
         "dominate the figures",
+    )
+    parser.add_argument(
+        "--bare-per-round",
+        type=int,
+        default=10,
+        help="bare Kafka transactions of phase 2's shape (kafka_transaction.py) before each round, "
+        "the floor printed next to phase 2's p99 (0: none)",
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="phase 1 time limit, s")
     parser.add_argument(

@@ -22,6 +22,7 @@ import os
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -52,78 +53,108 @@ def payloads(splits_per_reader: int) -> tuple[bytes, bytes, bytes]:
     return released, added, state
 
 
-async def run(bootstrap: str, splits_per_reader: int, transactions: int) -> None:
-    tag = uuid.uuid4().hex[:8]
-    readers_topic, state_topic = f"bench-txn-{tag}.readers", f"bench-txn-{tag}.state"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **security_settings())
-    await admin.start()
-    try:
-        await admin.create_topics(
-            [
-                NewTopic(readers_topic, READERS, 1),
-                NewTopic(state_topic, 1, 1, topic_configs=STATE_TOPIC_CONFIG),
-            ]
+@dataclass
+class BareTransactions:
+    """Topics, a transactional producer and a read_committed consumer for transactions of
+    one re-registration's shape; ``measure(n)`` commits ``n`` more and keeps their times."""
+
+    bootstrap: str
+    splits_per_reader: int
+    commit_ms: list[float] = field(default_factory=list)
+    fetched_ms: list[float] = field(default_factory=list)
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    sent: int = 0
+
+    def __post_init__(self) -> None:
+        self.released, self.added, self.state = payloads(self.splits_per_reader)
+        self.size = len(self.released) + len(self.added) + len(self.state)
+        self.readers_topic, self.state_topic = f"bench-txn-{self.tag}.readers", f"bench-txn-{self.tag}.state"
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            **security_settings(),
+            transactional_id=f"bench-txn-{self.tag}",
+            enable_idempotence=True,
+            max_request_size=64 << 20,
+            compression_type=None,
+            linger_ms=0,
         )
-    finally:
-        await admin.close()
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        **security_settings(),
-        transactional_id=f"bench-txn-{tag}",
-        enable_idempotence=True,
-        max_request_size=64 << 20,
-        compression_type=None,
-        linger_ms=0,
-    )
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        **security_settings(),
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        fetch_max_wait_ms=50,
-        max_partition_fetch_bytes=2 << 20,
-    )
-    await producer.start()
-    await consumer.start()
-    released, added, state = payloads(splits_per_reader)
-    size = len(released) + len(added) + len(state)
-    print(
-        f"{transactions} transactions (after {WARM_UP} not measured) of {size:,} bytes "
-        f"(SplitsReleased {len(released):,} + AddSplits {len(added):,} + state part {len(state):,})"
-    )
-    try:
-        consumer.assign([TopicPartition(readers_topic, k) for k in range(READERS)])
-        await consumer.seek_to_end()
-        commit_ms: list[float] = []
-        fetched_ms: list[float] = []
-        for i in range(WARM_UP + transactions):
-            subtask = i % READERS
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            **security_settings(),
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            fetch_max_wait_ms=50,
+            max_partition_fetch_bytes=2 << 20,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"{self.size:,} bytes (SplitsReleased {len(self.released):,} + AddSplits {len(self.added):,} "
+            f"+ state part {len(self.state):,})"
+        )
+
+    async def start(self) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **security_settings())
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [
+                    NewTopic(self.readers_topic, READERS, 1),
+                    NewTopic(self.state_topic, 1, 1, topic_configs=STATE_TOPIC_CONFIG),
+                ]
+            )
+        finally:
+            await admin.close()
+        await self.producer.start()
+        await self.consumer.start()
+        self.consumer.assign([TopicPartition(self.readers_topic, k) for k in range(READERS)])
+        await self.consumer.seek_to_end()
+        await self._commit_and_fetch(WARM_UP)
+
+    async def measure(self, transactions: int) -> None:
+        await self._commit_and_fetch(transactions, keep=True)
+
+    async def _commit_and_fetch(self, transactions: int, keep: bool = False) -> None:
+        for _ in range(transactions):
+            subtask = self.sent % READERS
+            self.sent += 1
             started = time.perf_counter()
-            async with producer.transaction():
+            async with self.producer.transaction():
                 futures = [
-                    await producer.send(readers_topic, released, partition=subtask),
-                    await producer.send(readers_topic, added, partition=subtask),
-                    await producer.send(state_topic, state, key=b"bench/slot/%d" % subtask, partition=0),
+                    await self.producer.send(self.readers_topic, self.released, partition=subtask),
+                    await self.producer.send(self.readers_topic, self.added, partition=subtask),
+                    await self.producer.send(self.state_topic, self.state, key=b"bench/slot/%d" % subtask, partition=0),
                 ]
             await asyncio.gather(*futures)
             committed = time.perf_counter()
             received = 0
             while received < 2:
-                batch = await consumer.getmany(timeout_ms=1000)
+                batch = await self.consumer.getmany(timeout_ms=1000)
                 received += sum(len(records) for records in batch.values())
             done = time.perf_counter()
-            if i >= WARM_UP:
-                commit_ms.append((committed - started) * 1000)
-                fetched_ms.append((done - started) * 1000)
-        for name, values in (("commit", commit_ms), ("send -> fetched", fetched_ms)):
-            print(
-                f"{name:>16}: p50 {percentile(values, 0.5):6.1f} ms  p99 {percentile(values, 0.99):6.1f} ms"
-                f"  max {max(values):6.1f} ms"
-            )
+            if keep:
+                self.commit_ms.append((committed - started) * 1000)
+                self.fetched_ms.append((done - started) * 1000)
+
+    async def stop(self) -> None:
+        await self.producer.stop()
+        await self.consumer.stop()
+
+
+async def run(bootstrap: str, splits_per_reader: int, transactions: int) -> None:
+    bare = BareTransactions(bootstrap, splits_per_reader)
+    print(f"{transactions} transactions (after {WARM_UP} not measured) of {bare.describe()}")
+    await bare.start()
+    try:
+        await bare.measure(transactions)
     finally:
-        await producer.stop()
-        await consumer.stop()
+        await bare.stop()
+    for name, values in (("commit", bare.commit_ms), ("send -> fetched", bare.fetched_ms)):
+        print(
+            f"{name:>16}: p50 {percentile(values, 0.5):6.1f} ms  p99 {percentile(values, 0.99):6.1f} ms"
+            f"  max {max(values):6.1f} ms"
+        )
 
 
 def main() -> None:
