@@ -21,38 +21,30 @@ from typing import Any
 
 from sluicegate.coordinator.core import CoordinatorCore
 from sluicegate.coordinator.kafka_log import KafkaCoordinatorLog
-from sluicegate.coordinator.log import CoordinatorLog, InboxPosition, InboxRecord, OutgoingRecord, StateRecord
+from sluicegate.coordinator.log import CoordinatorLog, InboxRecord, OutgoingRecord, StateRecord
 from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 from sluicegate.kafka.topics import apply_topics
 from sluicegate.protocol import DecodeError, Direction, Envelope, decode
 from sluicegate.protocol.names import coordinator_transactional_id
 from sluicegate.protocol.topics import ControlTopics, topic_specs
+from sluicegate.testing.forwarding_log import ForwardingLog
 
 
 async def create_topics(bootstrap: str, source: str, max_parallelism: int, ns: str = "sluicegate") -> None:
     await apply_topics(bootstrap, topic_specs(ns, source, max_parallelism))
 
 
-class RecordingLog(CoordinatorLog):
+class RecordingLog(ForwardingLog):
     """A log that keeps what went through it: the inbox records read and the records to
     the readers committed."""
 
     def __init__(self, inner: CoordinatorLog, readers_topic: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.readers_topic = readers_topic
         self.received: list[Envelope] = []
         self.sent: list[Envelope] = []
         self.undecodable = 0
-
-    async def fence(self) -> None:
-        await self.inner.fence()
-
-    async def restore(self) -> list[tuple[bytes | None, bytes | None]]:
-        return await self.inner.restore()
-
-    async def read_from(self, offset: int | None) -> None:
-        await self.inner.read_from(offset)
 
     async def fetch(self, timeout_ms: int, max_records: int) -> list[InboxRecord]:
         records = await self.inner.fetch(timeout_ms, max_records)
@@ -63,15 +55,9 @@ class RecordingLog(CoordinatorLog):
                 self.undecodable += 1
         return records
 
-    async def behind(self) -> InboxPosition:
-        return await self.inner.behind()
-
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
         await self.inner.commit(records, state)
         self.sent += [decode(r.value, Direction.TO_READER) for r in records if r.topic == self.readers_topic]
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 class InlineCoordinator:

@@ -31,11 +31,12 @@ from typing import Any
 from sluicegate.api.source import Source
 from sluicegate.coordinator.async_calls import AsyncCalls, AsyncResult
 from sluicegate.coordinator.core import AsyncCall, CoordinatorCore
-from sluicegate.coordinator.log import CoordinatorLog, InboxPosition, InboxRecord, OutgoingRecord, StateRecord
+from sluicegate.coordinator.log import InboxRecord, OutgoingRecord, StateRecord
 from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.messages import Direction, Envelope
+from sluicegate.testing.forwarding_log import ForwardingLog
 from sluicegate.testing.memory_log import MemoryCoordinatorLog, MemoryLogBroker
 
 NAMESPACE = "sluicegate"
@@ -100,7 +101,7 @@ class VirtualAsyncCalls(AsyncCalls):
                 heapq.heappush(self._timers, timer)
 
 
-class _TurnGate(CoordinatorLog):
+class _TurnGate(ForwardingLog):
     """The memory log, with ``fetch`` waiting for ``wake()`` when there is nothing to
     read and no turn owed; ``commit`` hands what it made visible to ``on_commit``."""
 
@@ -110,7 +111,7 @@ class _TurnGate(CoordinatorLog):
         on_read: Callable[[InboxRecord], None],
         on_commit: Callable[[Sequence[OutgoingRecord]], None],
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._on_read = on_read
         self._on_commit = on_commit
         self._turn_owed = True
@@ -121,15 +122,6 @@ class _TurnGate(CoordinatorLog):
         self._turn_owed = True
         self.idle.clear()
         self._wake.set()
-
-    async def fence(self) -> None:
-        await self.inner.fence()
-
-    async def restore(self) -> list[tuple[bytes | None, bytes | None]]:
-        return await self.inner.restore()
-
-    async def read_from(self, offset: int | None) -> None:
-        await self.inner.read_from(offset)
 
     async def fetch(self, timeout_ms: int, max_records: int) -> list[InboxRecord]:
         while True:
@@ -143,15 +135,9 @@ class _TurnGate(CoordinatorLog):
             self.idle.set()
             await self._wake.wait()
 
-    async def behind(self) -> InboxPosition:
-        return await self.inner.behind()
-
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
         await self.inner.commit(records, state)
         self._on_commit(records)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 class MemoryCoordinator:
