@@ -756,6 +756,8 @@ def report(results: Results, bootstrap_desc: str) -> None:
     console.print(table)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(results.records.items()))
     console.print(f"records decoded by the readers: {counts}")
+    if results.bare_size:
+        console.print(f"bare transactions (the floor): {results.bare_size} each")
     console.print(f"coordinator log: {results.coordinator_log} (exit code {results.coordinator_exit})")
 
 
