@@ -61,7 +61,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
 def test_a_topic_is_copied_exactly_once_through_reader_kills(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
 ) -> None:
-    """8 partitions, 200k records, a bounded source read by 4 reader processes into OUT
+    """8 partitions, 400k records, a bounded source read by 4 reader processes into OUT
     through a user function (record_functions.as_envelope: it writes each record's
     position and content as JSON); readers are SIGKILLed at random instants (seeded:
     SLUICEGATE_KAFKA_SEED replays the schedule) and started again after a random short
@@ -74,9 +74,12 @@ def test_a_topic_is_copied_exactly_once_through_reader_kills(
     create_topic(kafka_bootstrap, data, PARTITIONS)
     create_topic(kafka_bootstrap, out, PARTITIONS)
     writer = DataWriter(kafka_bootstrap, data, PARTITIONS)
-    writer.produce(RECORDS // PARTITIONS)
+    # Twice the other tests' records: the 5 kills come within 4 s, and 200k records were
+    # once copied before the last one could find a reader still reading (4 of 5 kills).
+    records = 2 * RECORDS
+    writer.produce(records // PARTITIONS)
     writer.flush()
-    assert len(writer.expected) == RECORDS
+    assert len(writer.expected) == records
 
     options = kafka_options(kafka_bootstrap, topics=data, stopping_offsets="latest")
     start_coordinator(procs, source, READERS, options, *COORDINATOR_TIMEOUTS)
@@ -88,8 +91,7 @@ def test_a_topic_is_copied_exactly_once_through_reader_kills(
     kills = 0
     restarts: list[tuple[float, int]] = []
     draws = [rng.randrange(READERS) for _ in range(KILLS)]
-    # Dense enough that all KILLS land while the copy runs: since the consumers' fetch
-    # backoff was fixed, the 200k records are copied in a few seconds.
+    # Dense enough that all KILLS land while the copy runs (a few seconds).
     delays = [rng.uniform(0.2, 1.5) for _ in range(KILLS)]  # until the victim is started again
     gaps = [rng.uniform(0.2, 0.8) for _ in range(KILLS)]  # until the next kill
     next_kill = started + rng.uniform(0.2, 0.8)
@@ -506,6 +508,7 @@ def test_a_bounded_source_ends_after_a_coordinator_failover_that_finds_a_new_par
         output.close()
     for reader in readers:
         assert len(reader.lines_with("registering subtask")) == 1, reader.tail()
+
     # The readers end without the successor (the first coordinator's NoMoreSplits is
     # enough); its answers to their leaving (SplitsReleased, epoch 2) may commit after
     # they exit, so the audit waits for them.
