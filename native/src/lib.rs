@@ -24,10 +24,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow_array::builder::{BinaryBuilder, ListBuilder, StringBuilder, StructBuilder};
-use arrow_array::{ArrayRef, Int32Array, Int64Array, StringArray, TimestampMicrosecondArray};
-use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
+use arrow_array::{
+    ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow_pyarrow::ToPyArrow;
-use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use rdkafka::config::ClientConfig;
