@@ -611,7 +611,6 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
             if bare is not None:  # the floor, interleaved with the rounds: the same machine state
                 readers.phase = 0
                 await bare.measure(args.bare_per_round)
-                results.bare_fetched_ms = list(bare.fetched_ms)
                 readers.phase = 2
             for reader in readers.readers:
                 await readers.register(reader)
@@ -642,6 +641,7 @@ async def run(args: argparse.Namespace, bootstrap: str, workdir: Path, results: 
         results.rss_end_mb = coordinator.rss_last / 2**20
         log("stopping the readers and the coordinator (SIGTERM, SIGKILL after 10s)")
         if bare is not None:
+            results.bare_fetched_ms = bare.fetched_ms
             await bare.stop()
         await readers.stop()
         results.coordinator_exit = await coordinator.stop(grace_s=10.0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ def build_jar() -> Path:
     if jar.is_file() and jar.stat().st_mtime >= max(s.stat().st_mtime for s in sources):
         return jar
     classes = out / "classes"
-    subprocess.run(["rm", "-rf", str(classes)], check=True)
+    shutil.rmtree(classes, ignore_errors=True)
     classes.mkdir(parents=True)
     spark_jars = Path(pyspark.__file__).parent / "jars"
     classpath = ":".join([f"{spark_jars}/*", *(str(p) for p in ensure_spark_kafka_jars())])
