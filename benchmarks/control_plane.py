@@ -133,7 +133,8 @@ def fast_decode(raw: bytes | None, direction: Direction) -> Envelope:
         data = orjson.loads(raw)
         body_cls = BODY_TYPES[(direction, data["type"])]
         body_data = data["body"]
-        body = body_cls(**{f.name: body_data[f.name] for f in dataclasses.fields(body_cls)})
+        # Fields left out of the record (v6's ``piece``/``more`` when unset) take their defaults.
+        body = body_cls(**{f.name: body_data[f.name] for f in dataclasses.fields(body_cls) if f.name in body_data})
         return Envelope(
             type=data["type"],
             source=data["source"],
