@@ -36,6 +36,7 @@ from kafka_data import (
     split_ids,
     start_coordinator,
     start_reader,
+    wait_owned,
 )
 from processes import Proc, ProcessGroup
 
@@ -310,9 +311,12 @@ def test_a_reported_split_now_owned_elsewhere_is_dropped(
         readers = {k: start_reader(procs, source, k, options, out) for k in range(2)}
         for reader in readers.values():
             reader.wait_for_log("registered as attempt 1", timeout_s=60)
-        time.sleep(1.5)  # past the grace delay: the first assignment is settled
+        # each partition at its own slot (sticky), also when reader 1 registered after the
+        # grace delay and reader 0 read its partitions first (then they move back)
+        homes = {f"{writer.topic}-{p}": hash_owner(writer.topic, p, 2) for p in range(4)}
+        held = {k: {sid for sid, home in homes.items() if home == k} for k in range(2)}
+        wait_owned(kafka_bootstrap, source, {k: len(ids) for k, ids in held.items() if ids}, readers.values())
         messages = readers_messages(kafka_bootstrap, source)
-        held = {k: set().union(set(), *(split_ids(m) for m in of_type(messages, "AddSplits", k))) for k in range(2)}
         victim = max(held, key=lambda k: (len(held[k]), -k))
         survivor = 1 - victim
         next_seq = len(of_type(messages, "AddSplits", survivor)) + 1

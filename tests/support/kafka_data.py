@@ -383,6 +383,37 @@ class _TopicPartition:
     partition: int
 
 
+OWNERSHIP_SETTLE_S = 15.0
+"""How long a change of readers may take to show in ownership once the readers have
+registered (a grace delay, a checkpoint of each owner, on a loaded machine)."""
+
+
+async def owned_by_subtask(bootstrap: str, source: str) -> dict[int, int]:
+    """Ownership as the audit rebuilds it from the control topics (only subtasks owning
+    some). Not checked for violations: read while the coordinator commits, the partitions'
+    ends may cut one of its transactions (each partition's last stable offset moves on its
+    own); the audit after everything stopped is the check."""
+    result = await run_audit(bootstrap, source)
+    return {s.subtask: s.owned for s in result.summary.subtasks if s.owned}
+
+
+def wait_owned(bootstrap: str, source: str, expected: Mapping[int, int], readers: Iterable[Proc]) -> set[int]:
+    """Poll (synchronously) until each subtask owns as many splits as ``expected`` says."""
+    deadline = time.monotonic() + OWNERSHIP_SETTLE_S
+    owned: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        for reader in readers:
+            assert reader.returncode is None, f"{reader.name} exited:\n{reader.tail()}"
+        owned = asyncio.run(owned_by_subtask(bootstrap, source))
+        if owned == dict(expected):
+            return set(owned)
+        time.sleep(0.3)
+    raise AssertionError(
+        f"ownership {owned}, expected {dict(expected)} within {OWNERSHIP_SETTLE_S} s\n"
+        + "\n".join(f"--- {r.name}\n{r.tail(6)}" for r in readers)
+    )
+
+
 def audit_ok(bootstrap: str, source: str) -> AuditSummary:
     result = asyncio.run(run_audit(bootstrap, source))
     shown = "\n".join(f"  {v.kind.value} at {v.location}: {v.message}" for v in result.violations[:10])
