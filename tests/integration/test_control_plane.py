@@ -145,8 +145,15 @@ async def test_a_killed_reader_s_splits_are_released_and_read_by_the_others(
     fair share, gets some of its splits (seq 2). The victim checkpoints only every 3 s, so
     it is killed before it acknowledges seq 2."""
     splits, per_split = 13, 200
-    # no cooperative rebalancing: the set-up needs the victim to get its seq 2 from the leaver
-    options = {"splits": str(splits), "records_per_split": str(per_split), "assignment_rebalance": "false"}
+    # no cooperative rebalancing: the set-up needs the victim to get its seq 2 from the leaver;
+    # a grace delay longer than four reader processes take to start on a loaded machine: once
+    # it is over, the share divides by the live readers and the victim's split goes to another
+    options = {
+        "splits": str(splits),
+        "records_per_split": str(per_split),
+        "assignment_rebalance": "false",
+        "assignment_grace_ms": "30000",
+    }
     procs.coordinator(unique_source, 4, options, *COORDINATOR_TIMEOUTS)
     outs = {k: tmp_path / f"reader-{k}.jsonl" for k in range(4)}
     # slow enough that few splits finish during the set-up (~8 s), which would shrink the fair share
