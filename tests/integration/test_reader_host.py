@@ -40,6 +40,9 @@ RECORDS_PER_SPLIT = 50
 ALL_VALUES = set(range(SPLITS * RECORDS_PER_SPLIT))
 SEQUENCE = {"splits": str(SPLITS), "records_per_split": str(RECORDS_PER_SPLIT)}
 """The sequence connector's options of the coordinator and the readers."""
+RIVAL_RATE = 120
+"""Records/s of a reader that a rival of its subtask must find still reading: 8 s for the
+1,000 values, against two checkpoints and a second reader's start-up on a loaded machine."""
 
 
 def values_in(*paths: Path) -> Counter[int]:
@@ -316,13 +319,15 @@ async def test_a_rival_registration_stops_the_reader_and_bad_records_are_dead_le
 ) -> None:
     await create_topics(kafka_bootstrap, unique_source, 1)
     topics = ControlTopics.for_source(unique_source)
-    options = SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT, rate=300)
+    options = SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT, rate=RIVAL_RATE)
     out = tmp_path / "r.jsonl"
-    async with InlineCoordinator(kafka_bootstrap, unique_source, "sequence", {**SEQUENCE, "rate": "300"}, 1) as coord:
+    async with InlineCoordinator(
+        kafka_bootstrap, unique_source, "sequence", {**SEQUENCE, "rate": str(RIVAL_RATE)}, 1
+    ) as coord:
         host = ReaderHost(
             dataclasses.replace(
                 settings(kafka_bootstrap, unique_source, 0, out),
-                options={**settings(kafka_bootstrap, unique_source, 0, out).options, "rate": "300"},
+                options={**settings(kafka_bootstrap, unique_source, 0, out).options, "rate": str(RIVAL_RATE)},
             ),
             SequenceSource(options),
         )
@@ -370,17 +375,19 @@ async def test_a_second_process_of_the_same_subtask_stops_the_first(
     kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     await create_topics(kafka_bootstrap, unique_source, 1)
-    options = SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT, rate=300)
+    options = SequenceOptions(splits=SPLITS, records_per_split=RECORDS_PER_SPLIT, rate=RIVAL_RATE)
     outs = [tmp_path / "zombie.jsonl", tmp_path / "successor.jsonl"]
 
     def make_host(out: Path) -> ReaderHost:
         base = settings(kafka_bootstrap, unique_source, 0, out)
         return ReaderHost(
-            dataclasses.replace(base, options={**base.options, "rate": "300"}),
+            dataclasses.replace(base, options={**base.options, "rate": str(RIVAL_RATE)}),
             SequenceSource(options),
         )
 
-    async with InlineCoordinator(kafka_bootstrap, unique_source, "sequence", {**SEQUENCE, "rate": "300"}, 1) as coord:
+    async with InlineCoordinator(
+        kafka_bootstrap, unique_source, "sequence", {**SEQUENCE, "rate": str(RIVAL_RATE)}, 1
+    ) as coord:
         zombie = make_host(outs[0])
         first = asyncio.create_task(zombie.run())
         await coord.wait_until(lambda: len(coord.received_of_type("CheckpointAck", 0)) >= 2, 30)
