@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from local_http import wait_until
 from processes import ProcessGroup
 from test_takeover import (
     audit,
@@ -37,6 +38,8 @@ from test_takeover import (
     serving_epochs,
     start_two_workers,
 )
+
+from sluicegate.audit.invariants import AuditResult
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -109,9 +112,14 @@ def test_a_standby_takes_over_a_silent_coordinator_before_the_group_rebalances(
         duplicated = {key: n for key, n in counts.items() if n > 1}
         assert not duplicated, f"{len(duplicated)} values read twice, e.g. {sorted(duplicated)[:5]}"
 
-        result = audit(kafka_bootstrap, source)
+        # the readers may end on epoch 2's NoMoreSplits before epoch 3 serves; epoch 3's answers
+        # to their leaving (SplitsReleased) then commit after they exit: the audit waits for them
+        def audit_of_three_epochs() -> AuditResult | None:
+            result = audit(kafka_bootstrap, source)
+            return result if result.summary.epochs == [1, 2, 3] else None
+
+        result = wait_until(audit_of_three_epochs, 30, "epoch 3's records in the audit")
         assert result.ok, audit_failure(result)
-        assert result.summary.epochs == [1, 2, 3]
         assert result.summary.splits_finished == SPLITS and result.summary.splits_owned == 0
         records = readers_topic(kafka_bootstrap, source)
         assert check_epochs_and_seqs(records) == [1, 2, 3]
