@@ -1,7 +1,8 @@
 """A coordinator step longer than the takeover silence, over real Kafka and two real
 coordinator workers with ``--takeover-silence-ms 2000`` (issue 21 item 5):
 
-1. A registration that hands out 1.5 million splits is one step of seconds, and so is the
+1. A registration that hands out a million splits is one step of seconds (with a floor of
+   CPU seconds of its own, so that a fast machine makes it no shorter), and so is the
    release of those splits when the registered reader's session times out (no reader
    reads them). The core runs them on its step thread while the event loop goes on:
    ``/metrics`` answers during the steps (``sluicegate_step_running_seconds`` shows one
@@ -37,14 +38,18 @@ from sluicegate.protocol.topics import ControlTopics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
-#: A million splits made steps of 1.9-2.5 s on a quiet machine: too close to the silence to
-#: be sure a step outlasts it.
-SPLITS = 1_500_000
+SPLITS = 1_000_000
 SILENCE_MS = 2000
+ADD_READER_S = 2.5
+"""CPU seconds the registration step spends before it hands out the million splits (the GIL
+held, as a real step holds it; tests/support/slow_steps.py): a million splits alone made
+steps of 1.9-2.5 s on a quiet machine, and a faster machine must not make them shorter
+than the silence."""
+CONNECTOR = "slow_steps:SlowRegistrationSource"
 TAKEOVER_LINE = "no commit seen for"
 MOVED_LINE = "moved to another worker"
 TIMED_OUT_LINE = "failed (session-timeout)"
-OPTIONS = {"splits": str(SPLITS), "records_per_split": "10"}
+OPTIONS = {"splits": str(SPLITS), "records_per_split": "10", "add_reader_s": str(ADD_READER_S)}
 
 
 def metric(port: int, name: str, source: str, **labels: str) -> float | None:
@@ -75,10 +80,12 @@ def test_a_step_longer_than_the_silence_keeps_one_coordinator_and_a_stopped_one_
     source = unique_source
     group = ProcessGroup(tmp_path, kafka_bootstrap)
     try:
-        pair = start_two_workers(group, source, 2, OPTIONS, "--takeover-silence-ms", str(SILENCE_MS))
+        pair = start_two_workers(
+            group, source, 2, OPTIONS, "--takeover-silence-ms", str(SILENCE_MS), connector=CONNECTOR
+        )
         active, standby, port = pair.active, pair.standby, pair.active_port
 
-        # -- 1. one registration, one step of 1.5 million splits; no heartbeat follows, so
+        # -- 1. one registration, one step of a million splits; no heartbeat follows, so
         # the session timeout takes them back in a second long step: the standby waits
         register_subtask_0(kafka_bootstrap, source)
         longest = 0.0
