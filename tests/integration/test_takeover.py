@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 import pytest
 from local_http import free_port, http_get, source_snapshot, wait_until
-from processes import Proc, ProcessGroup
+from processes import Proc, ProcessGroup, support_pythonpath
 
 from sluicegate.audit.commands import run_audit
 from sluicegate.audit.invariants import AuditResult
@@ -44,8 +44,10 @@ def health(port: int) -> dict[str, Any] | None:
     return orjson.loads(body) if status in (200, 503) else None
 
 
-def coordinator_args(source: str, max_parallelism: int, options: Mapping[str, str], *extra: str) -> list[str]:
-    args = ["coordinator", "--source", source, "--connector", "sequence", "--max-parallelism", str(max_parallelism)]
+def coordinator_args(
+    source: str, max_parallelism: int, options: Mapping[str, str], *extra: str, connector: str = "sequence"
+) -> list[str]:
+    args = ["coordinator", "--source", source, "--connector", connector, "--max-parallelism", str(max_parallelism)]
     for key, value in options.items():
         args += ["--option", f"{key}={value}"]
     return [*args, *extra]
@@ -99,13 +101,23 @@ class TwoWorkers:
 
 
 def start_two_workers(
-    group: ProcessGroup, source: str, max_parallelism: int, options: Mapping[str, str], *extra: str
+    group: ProcessGroup,
+    source: str,
+    max_parallelism: int,
+    options: Mapping[str, str],
+    *extra: str,
+    connector: str = "sequence",
 ) -> TwoWorkers:
     """Start two coordinator workers of ``source`` with the same arguments (each its own
-    ``--web-port``) and wait until one of them is the settled active coordinator."""
+    ``--web-port``) and wait until one of them is the settled active coordinator. The
+    workers import from tests/support too (a ``connector`` of the tests' own)."""
     ports = [free_port(), free_port()]
     workers = [
-        group.start(f"worker-{i}", coordinator_args(source, max_parallelism, options, "--web-port", str(port), *extra))
+        group.start(
+            f"worker-{i}",
+            coordinator_args(source, max_parallelism, options, "--web-port", str(port), *extra, connector=connector),
+            env={"PYTHONPATH": support_pythonpath()},
+        )
         for i, port in enumerate(ports)
     ]
     a = stable_active(ports, source, timeout_s=90)
@@ -200,10 +212,11 @@ def log_time(proc: Proc, pattern: str) -> float | None:
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
 READERS = 3
-SPLITS = 18
-RECORDS_PER_SPLIT = 100
-# 3 readers x 40 records/s read 1,800 values in >= 15 s; splits are released one per
-# second, so the coordinator is still assigning when it is killed.
+SPLITS = 30
+RECORDS_PER_SPLIT = 60
+# Splits are released one per second (30 s from the coordinator's start) and 3 readers x 40
+# records/s read each at once: the coordinator is still assigning when it is killed, also
+# when the readers took ten seconds and more to start on a loaded machine.
 OPTIONS = {
     "splits": str(SPLITS),
     "records_per_split": str(RECORDS_PER_SPLIT),
