@@ -62,7 +62,7 @@ def test_a_topic_is_copied_exactly_once_through_reader_kills(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
 ) -> None:
     """8 partitions, 400k records, a bounded source read by 4 reader processes into OUT
-    through a user function (record_functions.as_envelope: it writes each record's
+    through a user function (record_functions.as_envelope_paced: it writes each record's
     position and content as JSON); readers are SIGKILLed at random instants (seeded:
     SLUICEGATE_KAFKA_SEED replays the schedule) and started again after a random short
     delay. OUT read_committed holds the function of every input record exactly once."""
@@ -83,7 +83,7 @@ def test_a_topic_is_copied_exactly_once_through_reader_kills(
 
     options = kafka_options(kafka_bootstrap, topics=data, stopping_offsets="latest")
     start_coordinator(procs, source, READERS, options, *COORDINATOR_TIMEOUTS)
-    current = {k: start_reader(procs, source, k, options, out, process="as_envelope") for k in range(READERS)}
+    current = {k: start_reader(procs, source, k, options, out, process="as_envelope_paced") for k in range(READERS)}
     for reader in current.values():
         reader.wait_for_log("got 2 splits", timeout_s=60)
     started = time.monotonic()
@@ -104,7 +104,7 @@ def test_a_topic_is_copied_exactly_once_through_reader_kills(
                 assert subtask in waiting or code in (None, 0), f"{reader.name} exited with {code}:\n{reader.tail()}"
             if restarts and restarts[0][0] <= now:
                 _, subtask = restarts.pop(0)
-                current[subtask] = start_reader(procs, source, subtask, options, out, process="as_envelope")
+                current[subtask] = start_reader(procs, source, subtask, options, out, process="as_envelope_paced")
                 print(f"{now - started:6.1f} s  started {current[subtask].name}")
                 continue
             if kills < KILLS and now >= next_kill:

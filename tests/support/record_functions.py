@@ -22,6 +22,21 @@ def as_envelope(record: Message) -> Message:
     return record.replace(value=orjson.dumps(envelope_row(record)))
 
 
+PACE_EVERY = 1000
+PACE_S = 0.06
+_paced = {"records": 0}
+
+
+def as_envelope_paced(record: Message) -> Message:
+    """``as_envelope``, no faster than PACE_EVERY records per PACE_S in a process (~17,000
+    records/s): a copy that lasts seconds on any machine, for a test that must find readers
+    still reading when it kills them."""
+    _paced["records"] += 1
+    if _paced["records"] % PACE_EVERY == 0:
+        time.sleep(PACE_S)
+    return as_envelope(record)
+
+
 def counted_envelope(record: Message, state: dict[str, Any]) -> Message:
     """``as_envelope`` with ``seen``: how many records of its split the function has seen,
     this one included, kept in the split's state. With the state saved and handed on
