@@ -55,6 +55,9 @@ the outage."""
 SPARK_PARALLELISM = 2
 SPARK_OPTIONS = {"splits": "8", "records_per_split": "10000"}
 SPARK_TOTAL = 8 * 10000
+SPARK_RECORDS_PER_TRIGGER = 4000
+"""20 batches: on a fast machine the job must still be reading when the readers, started
+after its second batch, have committed work and the broker is killed."""
 TRANSACTION_TIMEOUT_S = 15.0
 """The readers' checkpoint transaction timeout (``--transaction-timeout-ms``; by default a
 minute, reader/host.py): what the outage must outlast. The default made this test wait 62 s
@@ -75,7 +78,7 @@ def _start_spark_job(group: ProcessGroup, source: str, tmp_path: Path) -> Proc:
         "--output", str(tmp_path / "windows"),
         "--checkpoint", str(tmp_path / "checkpoint"),
         "--parallelism", str(SPARK_PARALLELISM),
-        "--max-records-per-trigger", "8000",
+        "--max-records-per-trigger", str(SPARK_RECORDS_PER_TRIGGER),
         "--progress-interval", "1",
         "--check",
         "--quiet",
@@ -174,6 +177,7 @@ def test_everything_rides_out_a_broker_outage_exactly_once(
         _wait(lambda: sum(_committed_values(bootstrap, out_topic).values()) > 0, 120, "committed output", group)
         _wait(lambda: all(r.lines_with("checkpoint 1:") for r in readers), 120, "each reader's checkpoint", group)
         assert all(r.returncode is None for r in readers), "a reader finished before the outage"
+        assert job.returncode is None, f"the Spark job finished before the outage:\n{job.tail()}"
         killed_at = time.monotonic()
         _kill_broker(broker)
 
