@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -44,6 +44,7 @@ from kafka_data import (
 )
 from kafka_data import readers_messages as kafka_readers_messages
 from processes import Proc, ProcessGroup, read_topic, readers_messages
+from sequence_output import check_sequence_exactly_once, final_positions, values_by_split
 
 from sluicegate.audit.commands import run_audit
 
@@ -51,7 +52,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 SLOTS = 8
 SPLITS = 16
-STRIDE = 2**40  # the sequence connector's unbounded split k starts at k * 2**40
 GRACE_MS = 1_000
 OPTIONS = {"splits": str(SPLITS), "records_per_split": "unbounded", "rate": "400"}
 KAFKA_PARTITIONS = 8
@@ -92,33 +92,6 @@ async def join(procs: ProcessGroup, source: str, subtasks: Iterable[int], out: s
 def start(procs: ProcessGroup, source: str, subtask: int, out: str) -> Proc:
     args = procs.reader_args(source, subtask, OPTIONS, f"kafka:{out}", *FAST_CHECKPOINTS)
     return procs.start(f"reader-{subtask}-{len(procs.procs)}", args)
-
-
-def check_sequence_exactly_once(rows: list[dict[str, Any]], final: dict[str, int]) -> None:
-    """Each split's values, once each, from its start up to its final position."""
-    values: dict[str, list[int]] = defaultdict(list)
-    for row in rows:
-        values[row["split_id"]].append(row["value"])
-    assert set(values) == set(final), f"splits read: {sorted(values)}; handed back: {sorted(final)}"
-    for split_id, got in sorted(values.items()):
-        start = int(split_id.rsplit("-", 1)[1]) * STRIDE
-        twice = [v for v, n in Counter(got).items() if n > 1]
-        assert not twice, f"{split_id}: {len(twice)} values read twice, e.g. {twice[:5]}"
-        assert sorted(got) == list(range(start, final[split_id])), (
-            f"{split_id}: {len(got)} values in [{min(got) - start}, {max(got) - start}] (relative), "
-            f"the last hand-back was at {final[split_id] - start}"
-        )
-
-
-async def final_positions(bootstrap: str, source: str) -> dict[str, int]:
-    """Each split's position in the last ReaderLeaving that handed it back (inbox order)."""
-    final: dict[str, int] = {}
-    for record in await read_topic(bootstrap, f"sluicegate.{source}.coordinator"):
-        env = record.json()
-        if env["type"] == "ReaderLeaving":
-            for split in env["body"]["splits"]:
-                final[split["split_id"]] = split["position"]
-    return final
 
 
 async def read_on_past(bootstrap: str, source: str, left_at: Mapping[str, int], readers: Iterable[Proc]) -> None:
@@ -199,7 +172,9 @@ async def test_load_follows_readers_as_they_join_and_leave_with_exactly_once_out
         rows = output.read_all()
     finally:
         output.close()
-    check_sequence_exactly_once(rows, final)
+    values = values_by_split(rows)
+    assert set(values) == set(final), f"splits read: {sorted(values)}; handed back: {sorted(final)}"
+    check_sequence_exactly_once(values, final)
     result = await run_audit(kafka_bootstrap, source)
     assert result.ok, "the audit found violations:\n" + "\n".join(map(str, result.violations[:10]))
     summary = result.summary
