@@ -12,6 +12,7 @@ The audit is clean after each.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -67,8 +68,10 @@ async def test_two_readers_started_for_one_subtask_end_with_one(
     # the survivor keeps reading, and the fight is over: no registration for 3 s (the
     # survivor may register once more first: if its twin had taken the transactional id
     # after it, it takes the id back and restarts from its checkpoint)
-    await winner.wait_for_log_async("checkpoint", timeout_s=20)
-    time.sleep(2)
+    # two checkpoints after its twin stopped: the first transaction after the twin took the
+    # id fails, so a survivor that must register again has done so before the second
+    at_exit = len(re.findall(r"checkpoint \d+: ", winner.log()))
+    await poll_until(_checkpoints_after(winner, at_exit, 2), 30, "two checkpoints of the survivor")
     settled = registrations(await readers_messages(kafka_bootstrap, unique_source))
     time.sleep(3)
     assert winner.returncode is None, winner.tail()
@@ -84,6 +87,15 @@ async def test_two_readers_started_for_one_subtask_end_with_one(
         records = await read_topic(kafka_bootstrap, out_topic)
         values = Counter((r.json()["split_id"], r.json()["value"]) for r in records)
         assert values and max(values.values()) == 1, values.most_common(3)
+
+
+def _checkpoints_after(proc: Proc, before: int, more: int) -> Callable[[], Awaitable[bool]]:
+    """Whether ``proc`` logged ``more`` completed checkpoints after the first ``before``."""
+
+    async def check() -> bool:
+        return len(re.findall(r"checkpoint \d+: ", proc.log())) >= before + more
+
+    return check
 
 
 def _more_checkpoints(proc: Proc, before: int) -> Callable[[], Awaitable[bool]]:
