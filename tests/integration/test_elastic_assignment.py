@@ -22,11 +22,13 @@ from processes import ProcessGroup, output_records, poll_until, read_topic, read
 
 from sluicegate.audit.commands import run_audit
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
 SPLITS = 8
 SLOTS = 4
-GRACE_MS = 2_000
+GRACE_MS = 5_000
+"""Longer than two reader processes started together may take between their registrations
+on a loaded machine: a reader later than the delay finds its splits with the other one."""
 ALL_SPLIT_IDS = {f"seq-{k:05d}" for k in range(SPLITS)}
 # (session timeouts stay at their 10 s default: no reader fails here, even on a loaded machine)
 READER_TIMING = ("--checkpoint-interval-ms", "500", "--heartbeat-interval-ms", "500")
@@ -69,14 +71,14 @@ async def test_two_readers_of_four_slots_read_all_eight_splits_after_the_grace_d
         await reader.wait_for_log_async("registered as attempt 1", timeout_s=30)
     registered = time.monotonic()
 
-    # every split read within ~15 s of the registrations (the grace delay is 2 s of it)
+    # every split read within ~20 s of the registrations (the grace delay is 5 s of it)
     async def all_read() -> bool:
         for reader in readers:
             assert reader.returncode is None, f"{reader.name} exited:\n{reader.tail()}"
         return set().union(*split_ids_read(*outs).values()) == ALL_SPLIT_IDS
 
     try:
-        await poll_until(all_read, 15, f"{assigner}: records of all {SPLITS} splits in the readers' outputs")
+        await poll_until(all_read, 20, f"{assigner}: records of all {SPLITS} splits in the readers' outputs")
     except AssertionError as exc:
         read = split_ids_read(*outs)
         raise AssertionError(f"{exc}; read: {read}\n{procs.describe()}") from None
