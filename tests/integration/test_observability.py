@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from local_http import free_port, http_get, source_snapshot, wait_until
+from local_http import coordinator_metrics, free_port, http_get, source_snapshot, wait_until
 from processes import Proc, ProcessGroup
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -103,7 +103,7 @@ def test_reader_and_coordinator_metrics_then_the_audit_timeline(
             assert sample(later, "sluicegate_reader_fenced_total", **labels) == 0.0
 
         # -- the coordinator: the enumerator's own gauge, apart from the coordinator's counters
-        coordinator = scrape(web_port)
+        coordinator = coordinator_metrics(web_port, source)
         released = sample(coordinator, "sluicegate_enumerator_gauge", source=source, name="splits_released")
         assert released is not None and released >= 2, coordinator
         assert sample(coordinator, "sluicegate_coordinator_events_total", source=source, event="splits_assigned")

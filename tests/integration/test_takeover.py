@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 import pytest
-from local_http import free_port, http_get, source_snapshot, wait_until
+from local_http import coordinator_metrics, free_port, http_get, source_snapshot, wait_until
 from processes import Proc, ProcessGroup, support_pythonpath
 
 from sluicegate.audit.commands import run_audit
@@ -251,9 +251,7 @@ def test_the_standby_takes_over_when_the_active_coordinator_is_killed(
         status, ctype, body = http_get(active_port, "/health")
         assert status == 200 and ctype.startswith("application/json"), (status, ctype, body)
         assert orjson.loads(body) == {"status": "ok", "active_sources": [source], "failed_sources": []}
-        status, ctype, body = http_get(active_port, "/metrics")
-        assert status == 200 and ctype.startswith("text/plain"), (status, ctype)
-        metrics = body.decode()
+        metrics = coordinator_metrics(active_port, source)
         assert re.search(rf'^sluicegate_registered_readers\{{source="{source}"\}} {READERS}\.0$', metrics, re.M), (
             metrics
         )

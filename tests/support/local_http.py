@@ -58,3 +58,18 @@ def source_snapshot(port: int, source: str, timeout_s: float = 30.0) -> dict[str
         return snapshot if "subtasks" in snapshot else None
 
     return wait_until(whole, timeout_s, f"a whole /sources/{source} snapshot on port {port}")
+
+
+def coordinator_metrics(port: int, source: str, timeout_s: float = 30.0) -> str:
+    """A coordinator worker's `/metrics` text with the core's series of ``source``. While a
+    step runs a scrape leaves them out (the core is being changed), so this polls until a
+    scrape has them (its epoch gauge is one of them)."""
+    epoch_series = f'sluicegate_coordinator_epoch{{source="{source}"}} '
+
+    def whole() -> str | None:
+        status, ctype, body = http_get(port, "/metrics")
+        assert status == 200 and ctype.startswith("text/plain"), (status, ctype)
+        text = body.decode()
+        return text if epoch_series in text else None
+
+    return wait_until(whole, timeout_s, f"a scrape of port {port} with the core's series of {source}")
