@@ -24,12 +24,14 @@ from kafka_data import (
     create_topic,
     hash_owner,
     kafka_options,
+    owned_by_subtask,
     start_coordinator,
     start_reader,
     stop_readers,
+    wait_owned,
 )
 from processes import ProcessGroup
-from test_cooperative_rebalancing import GRACE_MS, KAFKA_PARTITIONS, owned_by_subtask, wait_owned
+from test_cooperative_rebalancing import GRACE_MS, KAFKA_PARTITIONS
 
 from sluicegate.kafka.topics import apply_topics
 from sluicegate.protocol.topics import DEFAULT_NAMESPACE, ControlTopics, topic_specs
