@@ -140,9 +140,7 @@ def run_core(readers: int, rounds: int, assigner: str) -> CoreFigures:
         announcements.append(count)
     memory_mb = (psutil.Process().memory_info().rss - before) / 1e6
     gc.unfreeze()
-    return CoreFigures(
-        assigner, readers, register_s, register_cpu_s, round_ms, round_cpu_ms, announcements, memory_mb
-    )
+    return CoreFigures(assigner, readers, register_s, register_cpu_s, round_ms, round_cpu_ms, announcements, memory_mb)
 
 
 def _median(values: list[float]) -> float:
