@@ -730,11 +730,16 @@ def report(results: Results, bootstrap_desc: str) -> None:
             "",
             "[dim]floor[/dim]",
         )
+        # Like for like: the bare transaction is timed from its send to the instant its records
+        # are fetched, so phase 2 is taken at that instant too ("received", before this process
+        # decodes for 16 readers); it still holds a hop the bare one has not (the registration
+        # through the inbox).
+        received_p99 = percentile(rec, 99)
         table.add_row(
-            "  phase 2 p99 / bare transaction p99",
-            f"{p99 / bare_p99:.2f}x",
+            "  phase 2 p99 (received) / bare transaction p99",
+            f"{received_p99 / bare_p99:.2f}x",
             f"<= {TARGET_OVER_BARE:.2f}x",
-            verdict(p99 <= TARGET_OVER_BARE * bare_p99),
+            verdict(received_p99 <= TARGET_OVER_BARE * bare_p99),
         )
     table.add_row(
         "coordinator RSS peak",
