@@ -12,7 +12,6 @@ The audit is clean after each.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from kafka_data import FAST_CHECKPOINTS, create_topic
-from processes import Proc, ProcessGroup, poll_until, read_topic, readers_messages
+from processes import Proc, ProcessGroup, completed_checkpoints, poll_until, read_topic, readers_messages
 
 from sluicegate.audit.commands import run_audit
 
@@ -70,15 +69,15 @@ async def test_two_readers_started_for_one_subtask_end_with_one(
     # after it, it takes the id back and restarts from its checkpoint)
     # two checkpoints after its twin stopped: the first transaction after the twin took the
     # id fails, so a survivor that must register again has done so before the second
-    at_exit = len(re.findall(r"checkpoint \d+: ", winner.log()))
+    at_exit = completed_checkpoints(winner)
     await poll_until(_checkpoints_after(winner, at_exit, 2), 30, "two checkpoints of the survivor")
     settled = registrations(await readers_messages(kafka_bootstrap, unique_source))
     time.sleep(3)
     assert winner.returncode is None, winner.tail()
     messages = await readers_messages(kafka_bootstrap, unique_source)
     assert registrations(messages) == settled <= 4, f"{registrations(messages)} registrations"
-    before = winner.log().count("checkpoint ")
-    await poll_until(_more_checkpoints(winner, before), 10, "the survivor's next checkpoints")
+    before = completed_checkpoints(winner)
+    await poll_until(_checkpoints_after(winner, before, 2), 10, "the survivor's next checkpoints")
 
     winner.request_stop()
     assert await winner.wait_async(30) == 0, winner.tail()
@@ -93,14 +92,7 @@ def _checkpoints_after(proc: Proc, before: int, more: int) -> Callable[[], Await
     """Whether ``proc`` logged ``more`` completed checkpoints after the first ``before``."""
 
     async def check() -> bool:
-        return len(re.findall(r"checkpoint \d+: ", proc.log())) >= before + more
-
-    return check
-
-
-def _more_checkpoints(proc: Proc, before: int) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return proc.log().count("checkpoint ") > before + 1
+        return completed_checkpoints(proc) >= before + more
 
     return check
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 import pytest
 from local_http import wait_until
-from processes import Proc, ProcessGroup
+from processes import Proc, ProcessGroup, completed_checkpoints
 from sequence_output import check_sequence_exactly_once, final_positions, values_by_split
 from test_takeover import audit, audit_failure, serving_epochs
 
@@ -71,7 +71,7 @@ def test_readers_serve_their_source_until_a_deployed_coordinator_takes_over_and_
         readers = [group.reader(source, k, OPTIONS, outputs[k], *auto) for k in range(READERS)]
         for reader in readers:
             reader.wait_for_log("sluicegate.reader: registered as attempt 1", timeout_s=60)
-        wait_until(lambda: sum(serving(r, source) for r in readers) == 1, 30, "one reader to serve the source")
+        wait_until(lambda: serving_one(readers, source), 30, "one reader to serve the source")
         for reader in readers:
             reader.wait_for_log("checkpoint 2:", timeout_s=60)
 
@@ -121,14 +121,10 @@ def serving_one(readers: list[Proc], source: str) -> Proc | None:
     return hosts[0] if len(hosts) == 1 else None
 
 
-def checkpoint_count(reader: Proc) -> int:
-    return len(re.findall(r"sluicegate\.reader: checkpoint \d+: ", reader.log()))
-
-
 def checkpoints_after(reader: Proc, more: int) -> Callable[[], bool]:
     """Whether ``reader`` completed ``more`` checkpoints after now."""
-    before = checkpoint_count(reader)
-    return lambda: checkpoint_count(reader) >= before + more
+    before = completed_checkpoints(reader)
+    return lambda: completed_checkpoints(reader) >= before + more
 
 
 def last_epoch(bootstrap: str, source: str) -> int:

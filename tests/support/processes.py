@@ -1,10 +1,13 @@
 """The process helpers moved to the connector test kit (``sluicegate.testing.processes``);
-the tests keep importing them from here. ``support_pythonpath`` is this folder's own."""
+the tests keep importing them from here. ``support_pythonpath`` and
+``completed_checkpoints`` are this folder's own."""
 
 import os
+import re
 from pathlib import Path
 
 from sluicegate.testing.processes import *  # noqa: F403
+from sluicegate.testing.processes import Proc
 
 SUPPORT_DIR = Path(__file__).resolve().parent
 
@@ -14,3 +17,9 @@ def support_pythonpath() -> str:
     as a script (a Spark query in a process of its own), a reader with record functions.
     pytest finds them through pyproject's ``pythonpath``; other processes need this."""
     return os.pathsep.join(p for p in (str(SUPPORT_DIR), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def completed_checkpoints(reader: Proc) -> int:
+    """How many checkpoints a reader process has logged as done ("checkpoint N: ...", not a
+    failed one nor a restore)."""
+    return len(re.findall(r"sluicegate\.reader: checkpoint \d+: ", reader.log()))
