@@ -24,11 +24,9 @@ import time
 from pathlib import Path
 
 import pytest
-from local_http import wait_until
+from kafka_data import audit_ok_once_epochs_are
 from processes import ProcessGroup
 from test_takeover import (
-    audit,
-    audit_failure,
     check_epochs_and_seqs,
     expected_values,
     log_time,
@@ -38,8 +36,6 @@ from test_takeover import (
     serving_epochs,
     start_two_workers,
 )
-
-from sluicegate.audit.invariants import AuditResult
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -114,13 +110,8 @@ def test_a_standby_takes_over_a_silent_coordinator_before_the_group_rebalances(
 
         # the readers may end on epoch 2's NoMoreSplits before epoch 3 serves; epoch 3's answers
         # to their leaving (SplitsReleased) then commit after they exit: the audit waits for them
-        def audit_of_three_epochs() -> AuditResult | None:
-            result = audit(kafka_bootstrap, source)
-            return result if result.summary.epochs == [1, 2, 3] else None
-
-        result = wait_until(audit_of_three_epochs, 30, "epoch 3's records in the audit")
-        assert result.ok, audit_failure(result)
-        assert result.summary.splits_finished == SPLITS and result.summary.splits_owned == 0
+        summary = audit_ok_once_epochs_are(kafka_bootstrap, source, [1, 2, 3])
+        assert summary.splits_finished == SPLITS and summary.splits_owned == 0
         records = readers_topic(kafka_bootstrap, source)
         assert check_epochs_and_seqs(records) == [1, 2, 3]
     finally:

@@ -37,6 +37,7 @@ from kafka_data import (
     TransactionalWriter,
     admin,
     audit_ok,
+    audit_ok_once_epochs_are,
     check_exactly_once,
     coordinator_args,
     create_topic,
@@ -49,11 +50,10 @@ from kafka_data import (
     start_coordinator,
     start_reader,
 )
-from local_http import free_port, wait_until
+from local_http import free_port
 from processes import ProcessGroup
 
 from sluicegate.api.source import INPUT_WAIT_S
-from sluicegate.audit import AuditSummary
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
 
@@ -512,9 +512,5 @@ def test_a_bounded_source_ends_after_a_coordinator_failover_that_finds_a_new_par
     # The readers end without the successor (the first coordinator's NoMoreSplits is
     # enough); its answers to their leaving (SplitsReleased, epoch 2) may commit after
     # they exit, so the audit waits for them.
-    def audit_with_both_epochs() -> AuditSummary | None:
-        summary = audit_ok(kafka_bootstrap, source)
-        return summary if summary.epochs == [1, 2] else None
-
-    summary = wait_until(audit_with_both_epochs, 30, "the successor's epoch-2 records in the audit")
+    summary = audit_ok_once_epochs_are(kafka_bootstrap, source, [1, 2])
     assert summary.splits_assigned == 2 and summary.splits_finished == 2 and summary.splits_owned == 0

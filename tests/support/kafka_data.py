@@ -18,11 +18,13 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from local_http import wait_until
 from processes import Proc, ProcessGroup, support_pythonpath
 from sluicegate_connectors.kafka.split import partition_owner_key
 
 from sluicegate.audit import AuditSummary
 from sluicegate.audit.commands import run_audit
+from sluicegate.audit.invariants import AuditResult
 
 COORDINATOR_TIMEOUTS = ("--session-timeout-ms", "3000", "--reader-departure-timeout-ms", "30000")
 FAST_CHECKPOINTS = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300")
@@ -415,7 +417,21 @@ def wait_owned(bootstrap: str, source: str, expected: Mapping[int, int], readers
 
 
 def audit_ok(bootstrap: str, source: str) -> AuditSummary:
-    result = asyncio.run(run_audit(bootstrap, source))
+    return _summary_if_ok(asyncio.run(run_audit(bootstrap, source)))
+
+
+def audit_ok_once_epochs_are(bootstrap: str, source: str, epochs: list[int], timeout_s: float = 30.0) -> AuditSummary:
+    """The audit once it shows ``epochs``: a coordinator's answers to readers that left may
+    commit after the readers exited (they can end on an earlier epoch's NoMoreSplits)."""
+
+    def showing() -> AuditResult | None:
+        result = asyncio.run(run_audit(bootstrap, source))
+        return result if result.summary.epochs == epochs else None
+
+    return _summary_if_ok(wait_until(showing, timeout_s, f"epochs {epochs} in the audit of {source}"))
+
+
+def _summary_if_ok(result: AuditResult) -> AuditSummary:
     shown = "\n".join(f"  {v.kind.value} at {v.location}: {v.message}" for v in result.violations[:10])
     assert result.ok, f"the audit found {len(result.violations)} violation(s):\n{shown}"
     return result.summary
