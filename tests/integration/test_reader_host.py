@@ -324,11 +324,9 @@ async def test_a_rival_registration_stops_the_reader_and_bad_records_are_dead_le
     async with InlineCoordinator(
         kafka_bootstrap, unique_source, "sequence", {**SEQUENCE, "rate": str(RIVAL_RATE)}, 1
     ) as coord:
+        base = settings(kafka_bootstrap, unique_source, 0, out)
         host = ReaderHost(
-            dataclasses.replace(
-                settings(kafka_bootstrap, unique_source, 0, out),
-                options={**settings(kafka_bootstrap, unique_source, 0, out).options, "rate": str(RIVAL_RATE)},
-            ),
+            dataclasses.replace(base, options={**base.options, "rate": str(RIVAL_RATE)}),
             SequenceSource(options),
         )
         run = asyncio.create_task(host.run())
