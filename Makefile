@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install native demo test unit flaky lint kafka prometheus clean
+.PHONY: install native jvm demo test unit flaky lint kafka prometheus clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,18 @@ $(VENV)/.native: $(BIN)/.installed $(NATIVE_SRC)
 
 native: $(VENV)/.native  ## the native kafka reader alone
 
-install: $(BIN)/.installed $(VENV)/.native
+# The JVM read path's jar (readPath=jvm; src/sluicegate/spark/jvm_sources, Java 17): compiled
+# once per machine into the cache against PySpark and Spark's Kafka source (~3 s; the Kafka
+# source's jars come from Maven Central once, as for the broker). Without a JDK one line
+# says so and readPath=jvm fails naming why: install never fails for it.
+JVM_SRC := $(shell find src/sluicegate/spark/jvm_sources -type f 2>/dev/null)
+
+$(VENV)/.jvm: $(BIN)/.installed $(JVM_SRC)
+	@$(BIN)/python -m sluicegate.devtools.jvm_build && touch $@
+
+jvm: $(VENV)/.jvm  ## the JVM read path's jar alone
+
+install: $(BIN)/.installed $(VENV)/.native $(VENV)/.jvm
 
 kafka: install  ## resolve Apache Kafka from Maven Central into the cache (first run only)
 	$(BIN)/sluicegate broker fetch

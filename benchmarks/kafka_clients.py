@@ -426,7 +426,8 @@ def run_confluent(bootstrap: str, topic: str, args: argparse.Namespace, extra: d
 
 
 def kafka_tools_classpath() -> str:
-    from sluicegate.devtools.broker.maven import cache_root, resolve_jars
+    from sluicegate.cache_dir import cache_root
+    from sluicegate.devtools.broker.maven import resolve_jars
 
     libs = resolve_jars(
         cache_root() / f"kafka-tools-{KAFKA_TOOLS_VERSION}",

@@ -793,7 +793,7 @@ def default_quix_python() -> str:
     """This interpreter when quixstreams imports here, else ``<cache root>/quix-venv``'s."""
     if importlib.util.find_spec("quixstreams") is not None:
         return sys.executable
-    from sluicegate.devtools.broker.maven import cache_root
+    from sluicegate.cache_dir import cache_root
 
     return str(cache_root() / QUIX_VENV_NAME / "bin" / "python")
 

@@ -9,6 +9,7 @@ data source; ``job`` the windowed-count job.
 """
 
 from sluicegate.spark.datasource import FORMAT, SluicegateDataSource, register, source_schema
+from sluicegate.spark.jvm_classpath import jvm_read_path_jars
 from sluicegate.spark.options import SparkSourceOptions
 
-__all__ = ["FORMAT", "SluicegateDataSource", "SparkSourceOptions", "register", "source_schema"]
+__all__ = ["FORMAT", "SluicegateDataSource", "SparkSourceOptions", "jvm_read_path_jars", "register", "source_schema"]

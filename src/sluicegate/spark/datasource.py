@@ -71,13 +71,14 @@ from sluicegate.connectors import load_source
 from sluicegate.coordinator.embedded import EmbeddedCoordinator
 from sluicegate.kafka.log_repeats import RepeatFilter
 from sluicegate.kafka.topics import TopicApplyError
+from sluicegate.spark import jvm_planner
 from sluicegate.spark.driver import SparkReaderDriver
 from sluicegate.spark.file_options import schema_ddl
 from sluicegate.spark.offsets import (
     SourceOffset,
     ranges_between,
 )
-from sluicegate.spark.options import SparkSourceOptions
+from sluicegate.spark.options import JVM, SparkSourceOptions
 from sluicegate.spark.planner import NextOffsetPlanner
 from sluicegate.spark.read_reports import ReadReport, SplitRead, counted, send_report
 from sluicegate.spark.task_slots import capped_parallelism, task_slots
@@ -86,6 +87,8 @@ from sluicegate.spark.trigger_limits import MinRowsPerTrigger, PlannedPart, cut_
 log = logging.getLogger("sluicegate.spark")
 
 FORMAT = "sluicegate"
+PYTHON_FORMAT = "sluicegate_python"
+"""The Python source's name where the Java one (jvm_sources/) owns ``FORMAT`` and forwards to it."""
 LOG_LEVEL_ENV = "SLUICEGATE_SPARK_LOG_LEVEL"
 _SQL_TYPES: dict[str, tuple[DataType, str]] = {
     "bigint": (LongType(), "int64"),
@@ -165,13 +168,25 @@ class SluicegateDataSource(DataSource):
     task_slots: ClassVar[int | None] = None
     """The session's task slots (task_slots.py), which ``register`` sets on the class it
     registers: a query that names no parallelism reads with at most that many subtasks."""
+    jvm_unavailable: ClassVar[str] = "sluicegate.spark.register(spark) was not called in the driver"
+    """Why a query with ``readPath=jvm`` reached this (Python) source: the session's JVM
+    has no JVM read path (jvm_planner.unavailable_reason), set by ``register``."""
+    registered_name: ClassVar[str] = FORMAT
 
     @classmethod
     def name(cls) -> str:
-        return FORMAT
+        return cls.registered_name
+
+    def _config(self, batch: bool = False, schema: StructType | None = None) -> SparkSourceOptions:
+        config = SparkSourceOptions.from_options(
+            self.options, batch=batch, schema_ddl=None if schema is None else schema_ddl(schema)
+        )
+        if config.read_path == JVM:
+            raise ConfigError("readPath", f"jvm cannot read in this session: {self.jvm_unavailable}")
+        return config
 
     def schema(self) -> StructType:
-        config = SparkSourceOptions.from_options(self.options)
+        config = self._config()
         own = _ranges(range_source(config.connector, config.connector_options)).arrow_schema()
         if own is not None:
             from pyspark.sql.pandas.types import from_arrow_schema
@@ -180,14 +195,12 @@ class SluicegateDataSource(DataSource):
         return source_schema(value_type_of(config.connector, config.connector_options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        config = SparkSourceOptions.from_options(self.options, schema_ddl=schema_ddl(schema))
-        return SluicegateStreamReader(config, task_slots=self.task_slots)
+        return SluicegateStreamReader(self._config(schema=schema), task_slots=self.task_slots)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from sluicegate.spark.batch import SluicegateBatchReader
 
-        config = SparkSourceOptions.from_options(self.options, batch=True, schema_ddl=schema_ddl(schema))
-        return SluicegateBatchReader(config)
+        return SluicegateBatchReader(self._config(batch=True, schema=schema))
 
 
 class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -457,18 +470,35 @@ def register(spark: Any) -> None:
     executors' Python is the deployment's to choose and is left alone.
 
     The class registered knows the session's task slots (task_slots.py): a query that
-    names no parallelism reads with at most that many subtasks."""
+    names no parallelism reads with at most that many subtasks.
+
+    Where the session's JVM has sluicegate's jar (``spark.jars``, jvm_planner.py), the Java
+    source owns ``format("sluicegate")``: this one is registered as ``sluicegate_python``,
+    which it forwards every query to but those of ``readPath=jvm``, and the planner those
+    need is left with the JVM."""
     context = spark.sparkContext
     chosen = os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python")
     if not chosen and str(context.master).startswith("local"):
         context.pythonExec = sys.executable
     conf = {str(k): str(v) for k, v in context.getConf().getAll()}
-    spark.dataSource.register(session_data_source(task_slots(str(context.master), conf, os.cpu_count() or 1)))
+    unavailable = jvm_planner.unavailable_reason(spark)
+    data_source = session_data_source(
+        task_slots(str(context.master), conf, os.cpu_count() or 1),
+        PYTHON_FORMAT if unavailable is None else FORMAT,
+        unavailable or "",
+    )
+    spark.dataSource.register(data_source)
+    if unavailable is None:
+        jvm_planner.install_factory(spark, data_source)
 
 
-def session_data_source(slots: int | None) -> type[SluicegateDataSource]:
+def session_data_source(slots: int | None, name: str = FORMAT, jvm_unavailable: str = "") -> type[SluicegateDataSource]:
     """The data source class of one session: ``SluicegateDataSource`` knowing the
-    session's task slots. Spark pickles a registered class and unpickles it in the
-    Python process that plans the query; a class made here is not importable by its
-    name, so cloudpickle carries it by value, ``task_slots`` included."""
-    return type("SessionDataSource", (SluicegateDataSource,), {"task_slots": slots, "__module__": __name__})
+    session's task slots, the name it is registered under, and why the session has no
+    JVM read path. Spark pickles a registered class and unpickles it in the Python
+    process that plans the query; a class made here is not importable by its name, so
+    cloudpickle carries it by value, its attributes included."""
+    attributes = {"task_slots": slots, "registered_name": name, "__module__": __name__}
+    if jvm_unavailable:
+        attributes["jvm_unavailable"] = jvm_unavailable
+    return type("SessionDataSource", (SluicegateDataSource,), attributes)

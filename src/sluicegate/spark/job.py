@@ -184,12 +184,14 @@ def spark_session(
     extra_conf: Mapping[str, str] | None = None,
 ) -> Any:
     """A SparkSession with the sluicegate source registered (Python workers run this
-    interpreter). ``master`` None: the one spark-submit was given."""
+    interpreter), and where its jar is built the JVM read path in ``spark.jars`` (with
+    those ``extra_conf`` names). ``master`` None: the one spark-submit was given."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     from sluicegate.spark.datasource import register
+    from sluicegate.spark.jvm_classpath import jvm_read_path_jars
 
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
@@ -200,8 +202,12 @@ def spark_session(
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
     )
-    for key, value in (extra_conf or {}).items():
-        builder = builder.config(key, value)
+    conf = dict(extra_conf or {})
+    jars = [j for j in conf.get("spark.jars", "").split(",") if j]
+    conf["spark.jars"] = ",".join(dict.fromkeys([*jars, *jvm_read_path_jars()]))
+    for key, value in conf.items():
+        if value:
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if quiet:
         spark.sparkContext.setLogLevel("ERROR")

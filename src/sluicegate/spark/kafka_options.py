@@ -65,6 +65,9 @@ NOT_USED = {
 }
 """Spark options that make no sense here: accepted, and logged once as not used."""
 
+USED_BY_JAVA_CONSUMERS = {"kafka.max.poll.records"}
+"""Of those, the ones the executors' Java consumers of ``readPath=jvm`` use, as Spark's do."""
+
 REFUSED_AS_IN_SPARK = {
     "kafka.auto.offset.reset": "set startingOffsets instead",
     "kafka.enable.auto.commit": "offsets are kept in the query's checkpoint",
@@ -126,12 +129,17 @@ def is_spark_kafka_option(key: str) -> bool:
 
 
 def read_spark_kafka_options(
-    opts: Mapping[str, str], legacy: Mapping[str, str], environment_bootstrap: str = "", batch: bool = False
+    opts: Mapping[str, str],
+    legacy: Mapping[str, str],
+    environment_bootstrap: str = "",
+    batch: bool = False,
+    jvm: bool = False,
 ) -> SparkKafkaOptions:
     """``opts``: the query's options, lower-cased keys; ``legacy``: its ``option.*``
     connector options (the names before Spark's); ``batch``: a batch query (``spark.read``),
-    which reads from earliest to latest unless told otherwise, as in Spark. Raises
-    ConfigError naming an option."""
+    which reads from earliest to latest unless told otherwise, as in Spark; ``jvm``: the
+    query reads with ``readPath=jvm``, whose executors are Spark's own Java consumers (so
+    ``kafka.max.poll.records`` is used there). Raises ConfigError naming an option."""
     given = {name: opts[name.lower()] for name in SPARK_NAMES if name.lower() in opts}
     connector: dict[str, str] = {}
     notes: list[str] = []
@@ -153,7 +161,8 @@ def read_spark_kafka_options(
     for name, why in REFUSED_AS_IN_SPARK.items():
         if name in given:
             raise ConfigError(name, f"is not supported, as in Spark's Kafka source: {why}")
-    notes += [f"option {name} is not used: {NOT_USED[name]}" for name in NOT_USED if name in given]
+    unused = [name for name in NOT_USED if name in given and not (jvm and name in USED_BY_JAVA_CONSUMERS)]
+    notes += [f"option {name} is not used: {NOT_USED[name]}" for name in unused]
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
     if bootstrap and "bootstrap_servers" not in connector:
         connector["bootstrap_servers"] = bootstrap

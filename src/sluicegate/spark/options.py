@@ -45,6 +45,12 @@ from sluicegate.spark.read_reports import driver_host, report_url
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 CONNECTOR_PREFIX = "option."
 
+READ_PATHS = ("auto", "native", "python", "jvm")
+"""``readPath``: how executors read the kafka connector's ranges. ``auto`` (the default),
+``native`` and ``python`` are the connector's own ``read_path`` (in Spark's Python workers);
+``jvm`` is Spark's own Kafka readers in the executors' JVM (jvm_planner.py)."""
+JVM = "jvm"
+
 STREAM_ONLY = (
     "source",
     "parallelism",
@@ -70,6 +76,7 @@ KNOWN = (
     "connectorOptions",
     "kafka.bootstrap.servers",
     "arrowBatchRows",
+    "readPath",
     *SPARK_SECURITY_OPTIONS,
 )
 """Every option of ``format("sluicegate")`` besides ``option.<connector option>`` and
@@ -101,6 +108,7 @@ class SparkSourceOptions:
     read figures to; default: its address towards the Kafka bootstrap servers).
     ``coordinator``: ``auto`` (the default: the driver coordinates the source when nobody
     else does), ``embedded`` (at once) or ``external`` (a deployed coordinator must).
+    ``readPath`` (kafka connector): ``auto``, ``native``, ``python`` or ``jvm`` (READ_PATHS).
     """
 
     source: str
@@ -141,6 +149,8 @@ class SparkSourceOptions:
     coordinator: CoordinatorMode = CoordinatorMode.AUTO
     """Whether the driver coordinates the source itself when nobody does
     (coordinator/embedded.py): ``auto``, ``embedded`` or ``external``."""
+    read_path: str = "auto"
+    """``readPath`` (READ_PATHS); other than ``jvm`` it is also the connector's ``read_path``."""
     notes: tuple[str, ...] = field(default=(), compare=False)
     """Lines the driver logs once at the query's start (derived names, options not used,
     deprecated names)."""
@@ -159,8 +169,9 @@ class SparkSourceOptions:
         connector = _connector_of(opts)
         check_known(opts, connector)
         environment = os.environ.get(BOOTSTRAP_ENV, "").strip()
+        read_path = _read_path(opts, connector, batch)
         kafka = (
-            read_spark_kafka_options(opts, connector_options, environment, batch=batch)
+            read_spark_kafka_options(opts, connector_options, environment, batch=batch, jvm=read_path == JVM)
             if connector == KAFKA_CONNECTOR
             else None
         )
@@ -171,7 +182,9 @@ class SparkSourceOptions:
         )
         notes = list(kafka.notes if kafka else files.notes if files else ())
         if kafka is not None:
-            connector_options = dict(kafka.connector_options)
+            connector_options = _with_read_path(dict(kafka.connector_options), read_path, "readpath" in opts)
+        if read_path == JVM and "arrowbatchrows" in opts:
+            notes.append("option arrowBatchRows is not used by readPath=jvm: Spark's Kafka readers build its rows")
         if files is not None:
             connector_options = dict(files.connector_options)
         if batch:
@@ -217,6 +230,7 @@ class SparkSourceOptions:
             metrics_port=_port_option(opts, "metricsport"),
             metrics_host=_host_option(opts, "metricshost"),
             coordinator=CoordinatorMode.parse(opts.get("coordinator", "auto"), "coordinator"),
+            read_path=read_path,
             notes=tuple(notes),
         )
 
@@ -283,6 +297,42 @@ def _connector_options(opts: Mapping[str, str]) -> dict[str, str]:
     for key, value in opts.items():
         if key.startswith(CONNECTOR_PREFIX):
             connector_options[key[len(CONNECTOR_PREFIX) :]] = value
+    return connector_options
+
+
+def _read_path(opts: Mapping[str, str], connector: str, batch: bool) -> str:
+    """``readPath``, checked against what the query reads; ``jvm`` against what the JVM
+    read path leaves out (it reads with Spark's own Kafka readers, in no Python worker)."""
+    text = opts.get("readpath")
+    if text is None:
+        return "auto"
+    path = text.strip().lower()
+    if path not in READ_PATHS:
+        raise ConfigError("readPath", f"must be {', '.join(READ_PATHS[:-1])} or {READ_PATHS[-1]}, got {text!r}")
+    if connector != KAFKA_CONNECTOR:
+        raise ConfigError("readPath", f"chooses how the kafka connector is read, and this query reads {connector}")
+    if path != JVM:
+        return path
+    if batch:
+        raise ConfigError("readPath", "jvm reads streams (spark.readStream): a batch query reads with the others")
+    if "metricsport" in opts and opts["metricsport"].strip() != "0":
+        raise ConfigError(
+            "readPath",
+            "jvm has no executor-side read figures for metricsPort (Spark's own readers report none): "
+            "leave one of them out",
+        )
+    return path
+
+
+def _with_read_path(connector_options: dict[str, str], read_path: str, given: bool) -> dict[str, str]:
+    """The connector's ``read_path`` from ``readPath`` (``jvm`` is not the connector's: its
+    ranges are not read by it at all)."""
+    if not given or read_path == JVM:
+        return connector_options
+    own = connector_options.get("read_path")
+    if own is not None and own.strip().lower() != read_path:
+        raise ConfigError("readPath", f"and option.read_path={own} both choose the read path: keep readPath")
+    connector_options["read_path"] = read_path
     return connector_options
 
 

@@ -35,7 +35,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from sluicegate.devtools.broker.maven import MavenError, cache_root, is_resolved, require_executable, resolve_jars
+from sluicegate.cache_dir import cache_root
+from sluicegate.devtools.broker.maven import MavenError, is_resolved, require_executable, resolve_jars
 from sluicegate.devtools.broker.secure import ADMIN_USER, DEFAULT_USERS, SecureSetup, SecureSetupError
 from sluicegate.kafka.security import KafkaSecurity
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from sluicegate.cache_dir import cache_root
+
 #: (groupId, artifactId, version)
 Coordinate = tuple[str, str, str]
 Echo = Callable[[str], None]
@@ -57,12 +59,6 @@ class ResolvedJar:
 
 def _stderr_echo(message: str) -> None:
     print(f"sluicegate maven: {message}", file=sys.stderr, flush=True)
-
-
-def cache_root() -> Path:
-    """``$SLUICEGATE_CACHE_DIR`` if set, else ``~/.cache/sluicegate``."""
-    env = os.environ.get("SLUICEGATE_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "sluicegate"
 
 
 def require_executable(name: str, purpose: str, hint: str = "", error: type[Exception] = MavenError) -> str:

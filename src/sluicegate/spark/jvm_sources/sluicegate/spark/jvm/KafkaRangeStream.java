@@ -1,0 +1,91 @@
+package sluicegate.spark.jvm;
+
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
+import org.apache.spark.sql.kafka010.KafkaBatchInputPartition;
+import org.apache.spark.sql.kafka010.KafkaBatchReaderFactory$;
+import org.apache.spark.sql.kafka010.KafkaOffsetRange;
+import scala.Option;
+
+/**
+ * The micro-batches of a query on the JVM read path: offsets and ranges from the planner (the
+ * same coordinator, acknowledgements and offset log as the Python path), each planned range
+ * read by Spark's own {@code KafkaBatchReaderFactory} (its cached consumers, its handling of
+ * offset gaps and data loss, its row conversion). No Python worker runs on the executors.
+ */
+final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailableNow {
+    private final RangePlanner planner;
+    private final ReadSettings settings;
+
+    KafkaRangeStream(RangePlanner planner) {
+        this.planner = planner;
+        this.settings = ReadSettings.parse(planner.readSettings());
+    }
+
+    @Override
+    public Offset initialOffset() {
+        return new JsonOffset(planner.initialOffset());
+    }
+
+    @Override
+    public ReadLimit getDefaultReadLimit() {
+        long maxRows = planner.defaultMaxRows();
+        return maxRows > 0 ? ReadLimit.maxRows(maxRows) : ReadLimit.allAvailable();
+    }
+
+    @Override
+    public Offset latestOffset(Offset start, ReadLimit limit) {
+        long maxRows = limit instanceof ReadMaxRows rows ? rows.maxRows() : 0;
+        return new JsonOffset(planner.latestOffset(start.json(), maxRows));
+    }
+
+    @Override
+    public Offset latestOffset() {
+        throw new UnsupportedOperationException("Spark calls latestOffset(start, limit) on this stream");
+    }
+
+    @Override
+    public void prepareForTriggerAvailableNow() {
+        planner.prepareForTriggerAvailableNow();
+    }
+
+    @Override
+    public InputPartition[] planInputPartitions(Offset start, Offset end) {
+        List<InputPartition> partitions = new ArrayList<>();
+        for (ReadSettings.Range range : ReadSettings.ranges(planner.planRanges(start.json(), end.json()))) {
+            KafkaOffsetRange offsets = KafkaOffsetRange.apply(
+                    new TopicPartition(range.topic(), range.partition()), range.from(), range.until(), Option.empty());
+            partitions.add(KafkaBatchInputPartition.apply(
+                    offsets, settings.consumer, settings.pollTimeoutMs, settings.failOnDataLoss, settings.includeHeaders));
+        }
+        return partitions.toArray(new InputPartition[0]);
+    }
+
+    @Override
+    public PartitionReaderFactory createReaderFactory() {
+        return KafkaBatchReaderFactory$.MODULE$;
+    }
+
+    @Override
+    public Offset deserializeOffset(String json) {
+        return new JsonOffset(json);
+    }
+
+    @Override
+    public void commit(Offset end) {
+        planner.commit(end.json());
+    }
+
+    @Override
+    public void stop() {
+        planner.stop();
+    }
+}

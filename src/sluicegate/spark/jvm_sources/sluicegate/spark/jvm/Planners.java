@@ -1,0 +1,25 @@
+package sluicegate.spark.jvm;
+
+/**
+ * Where the driver's Python leaves its {@link PlannerFactory} ({@code register(spark)}, through
+ * Py4J): one per JVM, since a JVM has one driver Python.
+ */
+public final class Planners {
+    private static volatile PlannerFactory factory;
+
+    private Planners() {}
+
+    public static void install(PlannerFactory installed) {
+        factory = installed;
+    }
+
+    static PlannerFactory factory() {
+        PlannerFactory installed = factory;
+        if (installed == null) {
+            throw new IllegalStateException(
+                    "readPath=jvm needs sluicegate's planner in this session: call sluicegate.spark.register(spark) "
+                            + "in the driver (classic PySpark; Spark Connect has no driver-side Python to call)");
+        }
+        return installed;
+    }
+}

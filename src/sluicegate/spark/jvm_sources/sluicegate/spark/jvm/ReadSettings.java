@@ -1,0 +1,57 @@
+package sluicegate.spark.jvm;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/** What the planner says in JSON: how executors read, and the ranges of a micro-batch. */
+final class ReadSettings {
+    record Range(String topic, int partition, long from, long until) {}
+
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    final Map<String, Object> consumer;
+    final boolean failOnDataLoss;
+    final boolean includeHeaders;
+    final long pollTimeoutMs;
+
+    private ReadSettings(Map<String, Object> consumer, boolean failOnDataLoss, boolean includeHeaders, long pollTimeoutMs) {
+        this.consumer = consumer;
+        this.failOnDataLoss = failOnDataLoss;
+        this.includeHeaders = includeHeaders;
+        this.pollTimeoutMs = pollTimeoutMs;
+    }
+
+    static ReadSettings parse(String json) {
+        JsonNode root = tree(json);
+        Map<String, Object> consumer = new HashMap<>();
+        for (Map.Entry<String, JsonNode> setting : root.get("consumer").properties()) {
+            consumer.put(setting.getKey(), setting.getValue().asText());
+        }
+        return new ReadSettings(
+                consumer,
+                root.get("failOnDataLoss").asBoolean(),
+                root.get("includeHeaders").asBoolean(),
+                root.get("pollTimeoutMs").asLong());
+    }
+
+    static List<Range> ranges(String json) {
+        List<Range> ranges = new ArrayList<>();
+        for (JsonNode item : tree(json)) {
+            ranges.add(new Range(item.get(0).asText(), item.get(1).asInt(), item.get(2).asLong(), item.get(3).asLong()));
+        }
+        return ranges;
+    }
+
+    private static JsonNode tree(String json) {
+        try {
+            return JSON.readTree(json);
+        } catch (IOException e) {
+            throw new IllegalArgumentException("the planner's answer is not JSON: " + json, e);
+        }
+    }
+}
