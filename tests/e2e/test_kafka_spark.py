@@ -59,6 +59,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pytest
+from jvm_read_path import require_jvm_read_path
 from kafka_data import OutputReader
 from local_http import free_port, http_get, wait_until
 from processes import Proc, ProcessGroup, readers_messages, support_pythonpath
@@ -210,10 +211,16 @@ def stop_at(expected: Expected) -> str:
 
 
 def kafka_stream(
-    spark: Any, source: str, options: Mapping[str, str], bootstrap: str, max_records: int, include_headers: bool = True
+    spark: Any,
+    source: str,
+    options: Mapping[str, str],
+    bootstrap: str,
+    max_records: int,
+    include_headers: bool = True,
+    read_path: str | None = None,
 ) -> Any:
     """The query's stream; ``include_headers`` is the query's own (Spark's
-    ``includeHeaders``), the coordinator is never told."""
+    ``includeHeaders``), the coordinator is never told; so is ``read_path`` (``readPath``)."""
     reader = (
         spark.readStream.format("sluicegate")
         .option("source", source)
@@ -225,15 +232,23 @@ def kafka_stream(
     )
     for key, value in options.items():
         reader = reader.option(f"option.{key}", value)
+    if read_path is not None:
+        reader = reader.option("readPath", read_path)
     return reader.load()
 
 
 def start_parquet_query(
-    spark: Any, source: str, options: Mapping[str, str], bootstrap: str, workdir: Path, max_records: int
+    spark: Any,
+    source: str,
+    options: Mapping[str, str],
+    bootstrap: str,
+    workdir: Path,
+    max_records: int,
+    read_path: str | None = None,
 ) -> Any:
     """The bounded query: every row into Parquet (the file sink is exactly once), AvailableNow."""
     return (
-        kafka_stream(spark, source, options, bootstrap, max_records)
+        kafka_stream(spark, source, options, bootstrap, max_records, read_path=read_path)
         .writeStream.format("parquet")
         .option("path", str(workdir / "out"))
         .option("checkpointLocation", str(workdir / "checkpoint"))
@@ -359,10 +374,14 @@ def kafka_coordinator(procs: ProcessGroup, source: str, options: Mapping[str, st
     return proc
 
 
-def start_job(procs: ProcessGroup, name: str, source: str, options: Mapping[str, str], workdir: Path) -> Proc:
-    """The bounded query in a subprocess of its own session (this file run as a script)."""
+def start_job(
+    procs: ProcessGroup, name: str, source: str, options: Mapping[str, str], workdir: Path, read_path: str | None = None
+) -> Proc:
+    """The bounded query in a subprocess of its own session (this file run as a script);
+    ``read_path``: the query's ``readPath``."""
     args = [__file__, "--source", source, "--workdir", str(workdir), "--options", json.dumps(dict(options))]
     args += ["--max-records-per-trigger", str(KILL_MAX_RECORDS_PER_TRIGGER)]
+    args += ["--read-path", read_path] if read_path else []
     log_path = workdir / f"{name}.log"
     with log_path.open("ab") as handle:
         popen = subprocess.Popen(
@@ -399,13 +418,14 @@ def job_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", required=True, type=Path)
     parser.add_argument("--options", required=True)
     parser.add_argument("--max-records-per-trigger", required=True, type=int)
+    parser.add_argument("--read-path", default=None)
     args = parser.parse_args(argv)
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     session = spark_session(f"sluicegate-kafka-{args.source}")
     try:
         options = json.loads(args.options)
         query = start_parquet_query(
-            session, args.source, options, bootstrap, args.workdir, args.max_records_per_trigger
+            session, args.source, options, bootstrap, args.workdir, args.max_records_per_trigger, args.read_path
         )
         while query.isActive:
             query.awaitTermination(0.5)
@@ -445,7 +465,7 @@ SPARK_KAFKA_SCHEMA = SPARK_KAFKA_SCHEMA_WITHOUT_HEADERS + ", headers array<struc
 """Spark's Kafka source without and with includeHeaders (KafkaRecordToRowConverter)."""
 
 
-@pytest.mark.parametrize("read_path", ["native", "python"])
+@pytest.mark.parametrize("read_path", ["native", "python", "jvm"])
 def test_a_bounded_topic_is_read_exactly_once_into_parquet(
     spark: Any,
     procs: ProcessGroup,
@@ -455,8 +475,9 @@ def test_a_bounded_topic_is_read_exactly_once_into_parquet(
     tmp_path: Path,
     read_path: str,
 ) -> None:
-    """On both read paths: the fallback (confluent-kafka) must not rot while the native
-    one is the default."""
+    """On every read path: the fallback (confluent-kafka) must not rot while the native
+    one is the default, and ``readPath=jvm`` (Spark's own Kafka readers under sluicegate's
+    planning) must read the same rows."""
     from pyspark.sql.types import _parse_datatype_string
     from sluicegate_connectors.kafka.read_path import native_available
 
@@ -464,16 +485,28 @@ def test_a_bounded_topic_is_read_exactly_once_into_parquet(
         if os.environ.get("CI") == "true":
             pytest.fail("sluicegate_native is not built (make install): the build failed? see .venv/native-build.log")
         pytest.skip("sluicegate_native is not built (make install)")
+    if read_path == "jvm":
+        require_jvm_read_path()
     options = connector_options(data_topic.topic, kafka_bootstrap)
     kafka_coordinator(procs, unique_source, options)
-    options["read_path"] = read_path  # the query's own: the coordinator never reads ranges
+    # the query's own: the coordinator never reads ranges
+    spark_read_path = "jvm" if read_path == "jvm" else None
+    if spark_read_path is None:
+        options["read_path"] = read_path
 
-    schema = kafka_stream(spark, unique_source, options, kafka_bootstrap, MAX_RECORDS_PER_TRIGGER).schema
+    def stream(include_headers: bool = True) -> Any:
+        return kafka_stream(
+            spark, unique_source, options, kafka_bootstrap, MAX_RECORDS_PER_TRIGGER, include_headers, spark_read_path
+        )
+
+    schema = stream().schema
     assert schema == _parse_datatype_string(SPARK_KAFKA_SCHEMA), schema.simpleString()
-    plain = kafka_stream(spark, unique_source, options, kafka_bootstrap, MAX_RECORDS_PER_TRIGGER, False).schema
+    plain = stream(include_headers=False).schema
     assert plain == _parse_datatype_string(SPARK_KAFKA_SCHEMA_WITHOUT_HEADERS), plain.simpleString()
 
-    query = start_parquet_query(spark, unique_source, options, kafka_bootstrap, tmp_path, MAX_RECORDS_PER_TRIGGER)
+    query = start_parquet_query(
+        spark, unique_source, options, kafka_bootstrap, tmp_path, MAX_RECORDS_PER_TRIGGER, spark_read_path
+    )
     progress = run_query(query, timeout_s=240)
 
     sizes = [p["numInputRows"] for p in progress if p["numInputRows"]]
@@ -544,12 +577,22 @@ def served_by_split(text: bytes) -> dict[str, dict[str, float]]:
     return out
 
 
+@pytest.mark.parametrize("read_path", [None, "jvm"])
 def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
-    procs: ProcessGroup, first_half: Expected, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+    procs: ProcessGroup,
+    first_half: Expected,
+    kafka_bootstrap: str,
+    unique_source: str,
+    tmp_path: Path,
+    read_path: str | None,
 ) -> None:
+    """With the confluent-kafka read path (PYTHON_READ_PATH) and with readPath=jvm, whose
+    planner lives in the killed driver's own Python process."""
+    if read_path == "jvm":
+        require_jvm_read_path()
     options = connector_options(first_half.topic, kafka_bootstrap, stop_at(first_half))
     # no coordinator deployed: the driver coordinates the source itself, and dies with it
-    first = start_job(procs, "job-1", unique_source, options, tmp_path)
+    first = start_job(procs, "job-1", unique_source, options, tmp_path, read_path)
     deadline = time.monotonic() + 180
     while job_rows(first) < first_half.rows // 4:
         assert first.popen.poll() is None, f"the job ended early:\n{first.tail(40)}"
@@ -560,7 +603,7 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
     assert not first.lines_with("DONE") and job_rows(first) < first_half.rows, "the job ended before it was killed"
     assert first.lines_with(f"source {unique_source}: this process coordinates it now"), first.tail(60)
 
-    second = start_job(procs, "job-2", unique_source, options, tmp_path)
+    second = start_job(procs, "job-2", unique_source, options, tmp_path, read_path)
     assert second.wait(300) == 0, second.tail(60)
     assert second.lines_with("DONE") and job_rows(second) == first_half.rows, second.tail(20)
     assert second.lines_with("restored at checkpoint"), second.tail(60)

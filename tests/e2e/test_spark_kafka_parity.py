@@ -16,6 +16,8 @@ sides must give the same schema and the same rows, for:
   left open while the queries run (both stop at its last stable offset); a topic that
   grows by two partitions between two runs of a query from its checkpoint (both read the
   new partitions from their start);
+- streams again through ``readPath=jvm`` (issue 18: sluicegate's planning, Spark's own
+  Kafka readers on the executors), a third side that must give the same rows;
 - batch queries (``spark.read``, no coordinator; the same read path as a stream's):
   Spark's batch defaults (earliest to latest) with ``minPartitions`` cutting the ranges,
   between JSON offsets, ``startingTimestamp``, a ``LogAppendTime`` topic, and a
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jvm_read_path import require_jvm_read_path
 from processes import ProcessGroup, support_pythonpath
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(700), pytest.mark.spark]
@@ -257,15 +260,22 @@ def parity(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> di
         "committed_open": committed_open,
         "offsets_compacted": offsets_compacted,
         "log": log.read_text(),
+        "cases": cases,
     }
     return results
 
 
+JVM_SIDE = "sluicegate-jvm"
+"""format("sluicegate") with readPath=jvm: streams only (a batch query refuses it)."""
+
+
 def same(case: dict[str, Any]) -> list[str]:
-    """The rows of a case, after asserting that both sides have the same schema and rows."""
-    spark_side, ours = case["kafka"], case["sluicegate"]
-    assert ours["schema"] == spark_side["schema"]
-    assert sorted(ours["rows"]) == sorted(spark_side["rows"])
+    """The rows of a case, after asserting that every side has the same schema and rows."""
+    spark_side = case["kafka"]
+    ours = [case["sluicegate"], *([case[JVM_SIDE]] if JVM_SIDE in case else [])]
+    for side in ours:
+        assert side["schema"] == spark_side["schema"]
+        assert sorted(side["rows"]) == sorted(spark_side["rows"])
     return list(spark_side["rows"])
 
 
@@ -283,6 +293,13 @@ def test_explicit_starting_offsets_read_the_same_rows_and_the_default_start_is_l
     assert f"source {topic}-latest: this process coordinates it now" not in spark_log, "the deployed one served it"
     # three partitions on local[2]: two reader subtasks, each reading its partitions' ranges in turn
     assert f"parallelism not given: 2 (the kafka connector suggests {PARTITIONS}, at most the session's 2" in spark_log
+
+
+def test_every_stream_case_ran_on_the_jvm_read_path_too(parity: dict[str, Any]) -> None:
+    """(their rows are compared by ``same`` in the tests of each case)"""
+    require_jvm_read_path()
+    streams = [case for case, spec in parity["_meta"]["cases"].items() if spec["mode"] == "stream"]
+    assert len(streams) == 4 and all(JVM_SIDE in parity[case] for case in streams), streams
 
 
 def test_a_starting_timestamp_starts_each_partition_at_its_first_record_at_or_after_it(parity: dict[str, Any]) -> None:
@@ -325,6 +342,7 @@ def test_partitions_added_between_runs_are_read_from_their_start_on_both(parity:
 def run_cases(cases: dict[str, dict[str, Any]], work: Path) -> dict[str, Any]:
     from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
     from sluicegate.spark.job import spark_session
+    from sluicegate.spark.jvm_classpath import built
 
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     jars = ",".join(str(p) for p in ensure_spark_kafka_jars())
@@ -337,19 +355,25 @@ def run_cases(cases: dict[str, dict[str, Any]], work: Path) -> dict[str, Any]:
         for run in range(2 if "grow" in spec else 1):
             if run == 1:
                 grow_topic(bootstrap, spec["grow"]["topic"], spec["grow"]["partitions"])
-            for fmt in ("kafka", "sluicegate"):
-                schema, rows = run_case(spark, spec, fmt, work / f"{case}_{fmt}")
-                results[case][fmt] = {"schema": schema, "rows": rows}
-                print(f"{case} {fmt} (run {run + 1}): {len(rows)} rows in all", flush=True)
+            jvm = [JVM_SIDE] if spec["mode"] == "stream" and built() is not None else []
+            for side in ("kafka", "sluicegate", *jvm):
+                schema, rows = run_case(spark, spec, side, work / f"{case}_{side}")
+                results[case][side] = {"schema": schema, "rows": rows}
+                print(f"{case} {side} (run {run + 1}): {len(rows)} rows in all", flush=True)
     spark.stop()
     return results
 
 
-def run_case(spark: Any, spec: dict[str, Any], fmt: str, work: Path) -> tuple[str, list[str]]:
+def run_case(spark: Any, spec: dict[str, Any], side: str, work: Path) -> tuple[str, list[str]]:
     """(schema as JSON, rows as JSON) of one side of a case. A stream writes Parquet files
     (exactly once through its checkpoint, which a second run continues from) and its rows
-    are all those files hold."""
+    are all those files hold. The JVM side's query names a source of its own (a source is
+    read by one query)."""
+    fmt = "kafka" if side == "kafka" else "sluicegate"
     given = {k: v for k, v in spec["options"].items() if fmt == "sluicegate" or k != "source"}
+    if side == JVM_SIDE:
+        topic = given["subscribe"]
+        given = {**given, "readPath": "jvm", "source": f"{given.get('source', topic)}-jvm"}
     reader = spark.readStream.format(fmt) if spec["mode"] == "stream" else spark.read.format(fmt)
     for key, value in given.items():
         reader = reader.option(key, value)

@@ -120,12 +120,18 @@ class KafkaPlannerFactory:
     def __init__(self, data_source: type[Any]) -> None:
         self.data_source = data_source
 
-    def refusal(self, options_json: str) -> str:
+    def check(self, options_json: str) -> str:
+        """The checks of the Python path's ``schema()``: the options, then the connector's
+        own (``kafka.*`` names by librdkafka, since the driver plans with it); the error,
+        or whether the rows have a headers column (``includeHeaders``)."""
+        from sluicegate.spark.datasource import range_source
+
         try:
-            SparkSourceOptions.from_options(json.loads(options_json))
+            config = SparkSourceOptions.from_options(json.loads(options_json))
+            source: Any = range_source(config.connector, config.connector_options)
         except ConfigError as exc:
-            return str(exc)
-        return ""
+            return json.dumps({"error": str(exc)})
+        return json.dumps({"includeHeaders": source.options.include_headers is True})
 
     def create(self, options_json: str) -> KafkaRangePlanner:
         from sluicegate.spark.datasource import SluicegateStreamReader, range_source

@@ -5,7 +5,6 @@ import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
-import org.apache.spark.sql.kafka010.KafkaRecordToRowConverter$;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -37,8 +36,7 @@ public final class SluicegateSource implements TableProvider, DataSourceRegister
         if (!JvmReadPath.requested(options)) {
             return python.inferSchema(options);
         }
-        JvmReadPath.check(options);
-        return kafkaSchema(options);
+        return JvmReadPath.checkedSchema(options);
     }
 
     @Override
@@ -57,8 +55,7 @@ public final class SluicegateSource implements TableProvider, DataSourceRegister
         if (!JvmReadPath.requested(options)) {
             return python.getTable(schema, partitioning, properties);
         }
-        JvmReadPath.check(options);
-        StructType kafka = kafkaSchema(options);
+        StructType kafka = JvmReadPath.checkedSchema(options);
         if (!kafka.equals(schema)) {
             // a schema of the user's own would be silently ignored by Spark's readers
             throw new IllegalArgumentException(
@@ -66,9 +63,5 @@ public final class SluicegateSource implements TableProvider, DataSourceRegister
                             + ": leave .schema(...) out (or give that one), got " + schema.simpleString());
         }
         return new KafkaRangeTable(kafka);
-    }
-
-    private static StructType kafkaSchema(CaseInsensitiveStringMap options) {
-        return KafkaRecordToRowConverter$.MODULE$.kafkaSchema(options.getBoolean("includeHeaders", false));
     }
 }

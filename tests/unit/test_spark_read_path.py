@@ -1,0 +1,144 @@
+"""``readPath``: how a query's executors read the kafka connector (issue 18). ``auto``,
+``native`` and ``python`` are the connector's read_path; ``jvm`` is Spark's own Kafka
+readers under sluicegate's planning (jvm_planner.py). Checked at start, naming the option;
+what the JVM path cannot do is refused, never ignored."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from sluicegate_connectors.kafka import KafkaOptions
+
+from sluicegate.api.errors import ConfigError
+from sluicegate.spark.datasource import PYTHON_FORMAT, session_data_source
+from sluicegate.spark.jvm_classpath import CLASSPATH_FILE, JAR_NAME, build_dir, built, jvm_read_path_jars
+from sluicegate.spark.jvm_planner import KafkaPlannerFactory, executor_consumer_settings
+from sluicegate.spark.options import SparkSourceOptions
+
+DATA = "127.0.0.1:9092"
+
+
+def options(**given: str) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": DATA, "subscribe": "orders", **given}
+
+
+def config(**given: str) -> SparkSourceOptions:
+    return SparkSourceOptions.from_options(options(**given))
+
+
+def refused(**given: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        SparkSourceOptions.from_options({"kafka.bootstrap.servers": DATA, **given})
+    assert info.value.setting == "readPath"
+    return info.value.problem
+
+
+def test_the_default_is_auto_and_the_connector_keeps_its_own_choice() -> None:
+    c = config()
+    assert c.read_path == "auto" and "read_path" not in c.options
+    assert KafkaOptions.parse(c.options).read_path == "auto"
+
+
+@pytest.mark.parametrize("path", ["native", "python", "auto", "PYTHON"])
+def test_the_python_worker_paths_become_the_connectors_read_path(path: str) -> None:
+    c = config(readPath=path)
+    assert c.read_path == path.lower() and c.options["read_path"] == path.lower()
+
+
+def test_jvm_is_not_handed_to_the_connector_and_notes_what_it_does_not_use() -> None:
+    c = config(readPath="jvm", arrowBatchRows="1000", **{"kafka.max.poll.records": "20000"})
+    assert c.read_path == "jvm" and "read_path" not in c.options
+    assert any("arrowBatchRows is not used by readPath=jvm" in note for note in c.notes)
+    assert not any("max.poll.records" in note for note in c.notes), "Spark's Java consumers use it on this path"
+    assert any("max.poll.records is not used" in n for n in config(**{"kafka.max.poll.records": "1"}).notes)
+
+
+def test_bad_values_and_what_the_jvm_path_cannot_read_fail_naming_read_path() -> None:
+    assert "must be auto, native, python or jvm, got 'jmv'" in refused(subscribe="t", readPath="jmv")
+    assert "this query reads sequence" in refused(source="s", readPath="jvm")
+    assert "metricsPort" in refused(subscribe="t", readPath="jvm", metricsPort="9400")
+    with pytest.raises(ConfigError, match="jvm reads streams"):
+        SparkSourceOptions.from_options(options(readPath="jvm"), batch=True)
+    assert "option.read_path=python both choose" in refused(
+        subscribe="t", readPath="native", **{"option.read_path": "python"}
+    )
+
+
+def test_the_python_source_refuses_jvm_saying_why_the_session_has_none() -> None:
+    source_class = session_data_source(2, jvm_unavailable="its jar is not built for these sources: make install")
+    source = source_class(options(readPath="jvm"))
+    with pytest.raises(ConfigError, match="jvm cannot read in this session: its jar is not built"):
+        source.schema()
+    assert session_data_source(2, PYTHON_FORMAT).name() == PYTHON_FORMAT
+
+
+def source_with(bootstrap: str = DATA) -> Any:
+    return SimpleNamespace(options=SimpleNamespace(bootstrap_servers=bootstrap))
+
+
+def test_executor_consumers_get_the_querys_kafka_settings_as_spark_gives_them() -> None:
+    given = options(
+        readPath="jvm",
+        **{
+            "kafka.max.poll.records": "20000",
+            "kafka.fetch.max.wait.ms": "10",
+            "kafka.group.id": "theirs",
+            "kafka.isolation.level": "read_committed",
+        },
+    )
+    settings = executor_consumer_settings(SparkSourceOptions.from_options(given), given, source_with("data:9093"))
+    assert settings["max.poll.records"] == "20000" and settings["fetch.max.wait.ms"] == "10", "Java names, unchanged"
+    assert settings["bootstrap.servers"] == "data:9093", "the connector's data cluster"
+    assert settings["group.id"] == "sluicegate-orders-executor", "no group is joined: only a label"
+    assert settings["isolation.level"] == "read_committed" and settings["auto.offset.reset"] == "none"
+    assert settings["enable.auto.commit"] == "false" and settings["receive.buffer.bytes"] == "65536"
+    assert settings["value.deserializer"].endswith("ByteArrayDeserializer")
+
+
+def test_executor_consumers_take_the_drivers_environment_security_when_the_query_names_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLUICEGATE_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("SLUICEGATE_KAFKA_SASL_MECHANISM", "PLAIN")
+    monkeypatch.setenv("SLUICEGATE_KAFKA_SASL_USERNAME", "reader")
+    monkeypatch.setenv("SLUICEGATE_KAFKA_SASL_PASSWORD", "s3cret")
+    given = options(readPath="jvm")
+    settings = executor_consumer_settings(SparkSourceOptions.from_options(given), given, source_with())
+    assert settings["security.protocol"] == "SASL_PLAINTEXT" and settings["sasl.mechanism"] == "PLAIN"
+    assert 'username="reader"' in settings["sasl.jaas.config"]
+    named = options(readPath="jvm", **{"kafka.security.protocol": "PLAINTEXT"})
+    own = executor_consumer_settings(SparkSourceOptions.from_options(named), named, source_with())
+    assert own["security.protocol"] == "PLAINTEXT" and "sasl.mechanism" not in own, "the query's own, as written"
+
+
+def test_the_factory_checks_as_the_python_path_and_says_whether_rows_have_headers() -> None:
+    factory = KafkaPlannerFactory(session_data_source(2, PYTHON_FORMAT))
+
+    def check(**given: str) -> dict[str, Any]:
+        answer: dict[str, Any] = json.loads(factory.check(json.dumps(options(readPath="jvm", **given))))
+        return answer
+
+    assert check() == {"includeHeaders": False}
+    assert check(includeHeaders="true") == {"includeHeaders": True}
+    assert check(**{"option.include_headers": "true"}) == {"includeHeaders": True}, "the connector's name too"
+    assert "kafka.fetch.wait.max.msx" in check(**{"kafka.fetch.wait.max.msx": "1"})["error"], (
+        "librdkafka's check of the kafka.* names still runs (the driver plans with librdkafka)"
+    )
+    assert "readPath" in check(metricsPort="9400")["error"]
+
+
+def test_the_jar_is_found_only_when_built_for_these_sources(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.setenv("SLUICEGATE_CACHE_DIR", str(tmp_path))
+    assert built() is None and jvm_read_path_jars() == []
+    where = build_dir()
+    where.mkdir(parents=True)
+    kafka_jar = tmp_path / "kafka-clients.jar"
+    kafka_jar.write_bytes(b"")
+    (where / JAR_NAME).write_bytes(b"")
+    (where / CLASSPATH_FILE).write_text(f"{kafka_jar}\n")
+    assert jvm_read_path_jars() == [str(where / JAR_NAME), str(kafka_jar)]
+    kafka_jar.unlink()
+    assert built() is None, "a jar it lists is gone: not usable"
