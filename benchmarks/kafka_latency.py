@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kafka_clients import KEY_BYTES, VALUE_BYTES, bench_broker, filler
 from kafka_source import (
     DEFAULT_PLOT,
-    JVM_PROTOTYPE_SIDE,
+    JVM_SIDE,
     NATIVE_DEFAULTS,
     NATIVE_MODULE,
     NATIVE_SIDES,
@@ -311,7 +311,8 @@ def delete_topic(bootstrap: str, topic: str) -> None:
 def run_side(side: str, args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[str, Any]:
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
     topic = f"sluicegate-latency-{stamp}-{side}-{secrets.token_hex(2)}"
-    read_path = side.removeprefix("sluicegate-") if side.startswith("sluicegate-") else None
+    # the executors' read path of the sluicegate sides that read in Python workers
+    read_path = side.removeprefix("sluicegate-") if side.startswith("sluicegate-") and side != JVM_SIDE else None
     paced = int(args.rate * args.duration)
     expected = paced + args.partitions  # and one warm-up record per partition
     result: dict[str, Any] = {"side": side, "topic": topic, "expected": expected, "ok": False, "error": ""}
@@ -469,7 +470,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--sides",
         default="",
         help="comma-separated subset of native-defaults, native-tuned, sluicegate-python, sluicegate-native, "
-        f"{JVM_PROTOTYPE_SIDE} (default: native-tuned and every available sluicegate read path)",
+        f"{JVM_SIDE} (default: native-tuned and every available sluicegate read path)",
     )
     parser.add_argument(
         "--max-per-trigger", type=int, default=0, help="maxOffsetsPerTrigger / maxRecordsPerTrigger (0: no limit)"
@@ -515,13 +516,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.native_tuned = {**NATIVE_TUNED, **parse_settings(args.tuned)}
     args.variants = {}
     paths = available_read_paths()
-    all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS), JVM_PROTOTYPE_SIDE]
+    all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS)]
     if args.sides:
         args.sides = [s.strip() for s in args.sides.split(",") if s.strip()]
         if bad := [s for s in args.sides if s not in all_sides]:
             parser.error(f"unknown side {bad[0]!r}: --sides is a subset of {', '.join(all_sides)}")
         if sluicegate_side("native") in args.sides and "native" not in paths:
             parser.error(f"sluicegate-native needs the module {NATIVE_MODULE}, which does not import here")
+        if JVM_SIDE in args.sides and "jvm" not in paths:
+            parser.error(f"{JVM_SIDE} needs the JVM read path's jar: make install builds it")
     else:
         args.sides = [NATIVE_TUNED_SIDE, *(sluicegate_side(p) for p in paths)]
     return args

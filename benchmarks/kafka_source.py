@@ -98,7 +98,7 @@ NATIVE_DEFAULTS = "native-defaults"
 NATIVE_TUNED_SIDE = "native-tuned"
 NATIVE_SIDES = (NATIVE_DEFAULTS, NATIVE_TUNED_SIDE)
 READ_PATH_ENV = "SLUICEGATE_KAFKA_READ_PATH"
-READ_PATHS = ("python", "native")
+READ_PATHS = ("python", "native", "jvm")
 NATIVE_MODULE = "sluicegate_native"
 #: Spark's Kafka source, "tuned": bigger polls and fetches, no waiting for a full fetch.
 NATIVE_TUNED: dict[str, str] = {
@@ -107,10 +107,9 @@ NATIVE_TUNED: dict[str, str] = {
     "kafka.fetch.max.bytes": "134217728",
     "kafka.fetch.max.wait.ms": "10",
 }
-#: benchmarks/prototypes/jvm_reader: sluicegate's planning (its coordinator, its offsets) with
-#: Spark's own Kafka partition readers, tuned as native-tuned. A side only when --sides names it.
-JVM_PROTOTYPE_SIDE = "jvm-prototype"
-JVM_PROTOTYPE_DIR = REPO / "benchmarks" / "prototypes" / "jvm_reader"
+#: format("sluicegate") with readPath=jvm: sluicegate's planning (its coordinator, its offsets)
+#: with Spark's own Kafka partition readers, given native-tuned's consumer settings.
+JVM_SIDE = "sluicegate-jvm"
 #: The sluicegate side's batches into Spark (SparkSourceOptions.arrow_batch_rows' default).
 ARROW_BATCH_ROWS = 65_536
 DEFAULT_PLOT = REPO / "docs" / "images" / "kafka-source-benchmark.png"
@@ -131,13 +130,13 @@ def is_native(side: str) -> bool:
 
 
 def is_planned_by_sluicegate(side: str) -> bool:
-    """The sides with a sluicegate coordinator and offsets: its read paths and the JVM prototype."""
-    return side.startswith("sluicegate-") or side == JVM_PROTOTYPE_SIDE
+    """The sides with a sluicegate coordinator and offsets: every sluicegate read path."""
+    return side.startswith("sluicegate-")
 
 
 def native_settings(side: str, args: argparse.Namespace) -> dict[str, str]:
-    """The reader options a native side (or the JVM prototype, Spark's readers) adds to the common ones."""
-    if side in (NATIVE_TUNED_SIDE, JVM_PROTOTYPE_SIDE):
+    """The reader options a native side (or sluicegate-jvm, Spark's readers) adds to the common ones."""
+    if side in (NATIVE_TUNED_SIDE, JVM_SIDE):
         return dict(args.native_tuned)
     if side.startswith(NATIVE_TUNED_SIDE + "+"):
         return {**args.native_tuned, **args.variants[side.split("+", 1)[1]]}
@@ -152,12 +151,17 @@ def sluicegate_variant_settings(side: str, args: argparse.Namespace) -> dict[str
 
 
 def available_read_paths() -> list[str]:
-    """``python``, and ``native`` when its module imports in this interpreter (the workers run it too)."""
+    """``python``; ``native`` when its module imports in this interpreter (the workers run it
+    too); ``jvm`` when its jar is built (make install)."""
+    from sluicegate.spark.jvm_classpath import built
+
+    paths = ["python"]
     try:
         importlib.import_module(NATIVE_MODULE)
+        paths.append("native")
     except ImportError:
-        return ["python"]
-    return ["python", "native"]
+        pass
+    return [*paths, *(["jvm"] if built() is not None else [])]
 
 
 def record_bytes(value_bytes: int) -> int:
@@ -183,8 +187,6 @@ def spark_extra_conf(side: str, read_path: str | None, spark_conf: dict[str, str
         from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
 
         extra["spark.jars"] = ",".join(str(p) for p in ensure_spark_kafka_jars())
-    if side == JVM_PROTOTYPE_SIDE:
-        extra["spark.jars"] = ",".join(_jvm_prototype().spark_jars())
     if read_path is not None:
         extra[f"spark.executorEnv.{READ_PATH_ENV}"] = read_path
     return extra
@@ -208,17 +210,14 @@ def stream_reader(spark: Any, spec: dict[str, Any]) -> Any:
         for key, value in spec.get("native_settings", {}).items():
             reader = reader.option(key, value)
         return reader
-    if side == JVM_PROTOTYPE_SIDE:
-        return _jvm_prototype().jvm_stream_reader(spark, sluicegate_options(spec), spec["native_settings"])
     reader = spark.readStream.format("sluicegate")
-    for key, value in sluicegate_options(spec).items():
+    options = sluicegate_options(spec)
+    if side == JVM_SIDE:  # Spark's readers, with the consumer settings native-tuned has
+        options = {**options, "readPath": "jvm", **spec["native_settings"]}
+        options.pop("arrowBatchRows")
+    for key, value in options.items():
         reader = reader.option(key, value)
     return reader
-
-
-def _jvm_prototype() -> Any:
-    sys.path.insert(0, str(JVM_PROTOTYPE_DIR))
-    return importlib.import_module("jvm_reader")
 
 
 def sluicegate_options(spec: dict[str, Any]) -> dict[str, str]:
@@ -601,7 +600,9 @@ def run_one(
     res = Result(side, job, repetition, record_bytes(args.value_bytes))
     coordinator = None
     out = workdir / f"result-{run}.json"
+    # the executors' read path of the sluicegate sides that read in Python workers
     read_path = side.removeprefix("sluicegate-").split("+")[0] if side.startswith("sluicegate-") else None
+    read_path = None if side == JVM_SIDE else read_path
     spec: dict[str, Any] = {
         "side": side,
         "job": job,
@@ -811,6 +812,7 @@ def plot(datasets: Sequence[dict[str, Any]], path: Path) -> None:
         NATIVE_TUNED_SIDE: "#546e7a",
         sluicegate_side("python"): "#1e88e5",
         sluicegate_side("native"): "#fb8c00",
+        JVM_SIDE: "#43a047",
     }
     panel = 0
     if throughput:
@@ -976,8 +978,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--sides",
         default="",
         help="comma-separated subset of native-defaults, native-tuned, sluicegate-python, sluicegate-native, "
-        f"{JVM_PROTOTYPE_SIDE} (default: all but {JVM_PROTOTYPE_SIDE}; sluicegate-native only when "
-        "sluicegate_native imports)",
+        f"{JVM_SIDE} (default: all; sluicegate-native only when sluicegate_native imports, {JVM_SIDE} only "
+        "when its jar is built)",
     )
     parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated subset of noop, windowed")
     parser.add_argument(
@@ -1068,13 +1070,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.variants = _labelled_settings(parser, "--variant", args.variant)
     args.sluicegate_variants = _labelled_settings(parser, "--sluicegate-variant", args.sluicegate_variant)
     paths = available_read_paths()
-    all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS), JVM_PROTOTYPE_SIDE]
+    all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS)]
     if args.sides:
         args.sides = [s.strip() for s in args.sides.split(",") if s.strip()]
         if bad := [s for s in args.sides if s not in all_sides]:
             parser.error(f"unknown side {bad[0]!r}: --sides is a subset of {', '.join(all_sides)}")
         if sluicegate_side("native") in args.sides and "native" not in paths:
             parser.error(f"sluicegate-native needs the module {NATIVE_MODULE}, which does not import here")
+        if JVM_SIDE in args.sides and "jvm" not in paths:
+            parser.error(f"{JVM_SIDE} needs the JVM read path's jar: make install builds it")
     else:
         args.sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in paths)]
     variant_sides = [f"{NATIVE_TUNED_SIDE}+{label}" for label in args.variants]
