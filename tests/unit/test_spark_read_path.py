@@ -62,9 +62,10 @@ def test_bad_values_and_what_the_jvm_path_cannot_read_fail_naming_read_path() ->
     assert "metricsPort" in refused(subscribe="t", readPath="jvm", metricsPort="9400")
     with pytest.raises(ConfigError, match="jvm reads streams"):
         SparkSourceOptions.from_options(options(readPath="jvm"), batch=True)
-    assert "option.read_path=python both choose" in refused(
-        subscribe="t", readPath="native", **{"option.read_path": "python"}
-    )
+    for path in ("native", "jvm"):
+        assert "option.read_path=python both choose" in refused(
+            subscribe="t", readPath=path, **{"option.read_path": "python"}
+        ), "neither is quietly ignored"
 
 
 def test_the_python_source_refuses_jvm_saying_why_the_session_has_none() -> None:

@@ -326,13 +326,14 @@ def _read_path(opts: Mapping[str, str], connector: str, batch: bool) -> str:
 
 def _with_read_path(connector_options: dict[str, str], read_path: str, given: bool) -> dict[str, str]:
     """The connector's ``read_path`` from ``readPath`` (``jvm`` is not the connector's: its
-    ranges are not read by it at all)."""
-    if not given or read_path == JVM:
+    ranges are not read by it at all). Both given and different: refused, not one ignored."""
+    if not given:
         return connector_options
     own = connector_options.get("read_path")
     if own is not None and own.strip().lower() != read_path:
         raise ConfigError("readPath", f"and option.read_path={own} both choose the read path: keep readPath")
-    connector_options["read_path"] = read_path
+    if read_path != JVM:
+        connector_options["read_path"] = read_path
     return connector_options
 
 
