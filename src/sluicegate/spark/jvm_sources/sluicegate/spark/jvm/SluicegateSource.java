@@ -10,11 +10,12 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * {@code format("sluicegate")} when sluicegate's jar is in the session ({@code register(spark)}
- * adds it). A query with {@code readPath=jvm} is read here: sluicegate's planning (in the
- * driver's Python, through a {@link RangePlanner}) with Spark's own Kafka partition readers on
- * the executors. Every other query goes to the Python data source, registered under {@link
- * #PYTHON_NAME}, unchanged: this class only forwards to it.
+ * {@code format("sluicegate")} when sluicegate's jar is on the session's classpath ({@code
+ * spark.jars}: {@code sluicegate.spark.jvm_read_path_jars()}). A query with {@code readPath=jvm}
+ * is read here: sluicegate's planning (in the driver's Python, through a {@link RangePlanner})
+ * with Spark's own Kafka partition readers on the executors. Every other query goes to the
+ * Python data source, which {@code register(spark)} registers under {@link #PYTHON_NAME}
+ * ({@code datasource.PYTHON_FORMAT}), unchanged: this class only forwards to it.
  */
 public final class SluicegateSource implements TableProvider, DataSourceRegister {
     public static final String NAME = "sluicegate";
