@@ -31,7 +31,8 @@ Tests 2 and 3 read the first half of each partition (``stopping_offsets`` as a J
 map). Test 2's queries (a process of their own) read with the confluent-kafka read path
 (``SLUICEGATE_KAFKA_READ_PATH=python``), the others with the default one (the native
 reader where it is built): both read paths run under Spark, with no extra Spark run
-(tests/integration/test_kafka_ranges.py compares the two row by row). The query writes
+(tests/integration/test_kafka_ranges.py compares the two row by row). Tests 1 and 2 also
+run with ``readPath=jvm`` (Spark's own Kafka readers under sluicegate's planning). The query writes
 to a Parquet file sink (exactly once through its log), read back with pyarrow from the
 files that log committed; test 4 uses the memory sink.
 Each ends with the audit of the control topics.
