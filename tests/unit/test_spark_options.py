@@ -33,6 +33,7 @@ def test_every_known_option_and_any_connector_option_is_accepted() -> None:
         ("arrowBatchRow", "arrowBatchRows"),
         ("kafka.security.protocl", "kafka.security.protocol"),
         ("metricsHots", "metricsHost"),
+        ("readPth", "readPath"),
     ],
 )
 def test_a_misspelled_option_fails_naming_it_and_the_closest_known_one(typo: str, meant: str) -> None:
