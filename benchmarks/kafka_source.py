@@ -601,8 +601,8 @@ def run_one(
     coordinator = None
     out = workdir / f"result-{run}.json"
     # the executors' read path of the sluicegate sides that read in Python workers
-    read_path = side.removeprefix("sluicegate-").split("+")[0] if side.startswith("sluicegate-") else None
-    read_path = None if side == JVM_SIDE else read_path
+    in_python = side.startswith("sluicegate-") and side != JVM_SIDE
+    read_path = side.removeprefix("sluicegate-").split("+")[0] if in_python else None
     spec: dict[str, Any] = {
         "side": side,
         "job": job,

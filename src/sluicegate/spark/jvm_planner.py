@@ -42,11 +42,12 @@ def executor_consumer_settings(config: SparkSourceOptions, options: Mapping[str,
     """The Java consumer settings of the executors, as Spark's Kafka source makes them from
     the same options: the query's ``kafka.*`` as written, bytes in, no group commits; the
     data cluster and ``read_committed`` from the connector (``source.options``)."""
-    given = {str(k).lower(): str(v) for k, v in options.items()}
+    given = {str(k).lower() for k in options}
     settings = {
-        key[len("kafka.") :]: value
-        for key, value in {str(k): str(v) for k, v in options.items()}.items()
-        if key.lower().startswith("kafka.") and key.lower() not in ("kafka.bootstrap.servers", "kafka.group.id")
+        str(key)[len("kafka.") :]: str(value)
+        for key, value in options.items()
+        if str(key).lower().startswith("kafka.")
+        and str(key).lower() not in ("kafka.bootstrap.servers", "kafka.group.id")
     }
     if not any(name.lower() in given for name in SPARK_SECURITY_OPTIONS):
         # no security option in the query: the driver's environment, as the other paths take it
