@@ -133,7 +133,7 @@ class FileOptions:
             event_time_column=event_time,
             discovery_interval_ms=int_option(options, "discovery_interval_ms", 0, 0),
             max_file_age_ms=int_option(options, "max_file_age_ms", 0, 0),
-            split_size_bytes=int_option(options, "split_size_bytes", DEFAULT_SPLIT_SIZE, 1),
+            split_size_bytes=int_option(options, "split_size_bytes", DEFAULT_SPLIT_SIZE, 0),
             on_bad_file="skip" if policy == "skip" else "fail",
             missing_path=choice_option(options, "missing_path", ("fail", "wait")),
             order=choice_option(options, "order", ORDERS),

@@ -2,7 +2,9 @@
 
 A file is one split, except a Parquet file larger than ``split_size_bytes``: its row
 groups are grouped, in order, into ranges of about that many (compressed) bytes, one
-split each (a row group is never cut, as Spark and Flink plan Parquet).
+split each (a row group is never cut, as Spark and Flink plan Parquet). With
+``split_size_bytes`` 0 every file is one split (Spark's ``readPath=jvm`` reads whole files
+and cuts large ones into tasks itself).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def plan_file(entry: FileEntry, fmt: str, groups: Sequence[RowGroup] | None, spl
     e.g. not Parquet or a footer that did not read: one split, read to its end)."""
     if groups is None:
         return [FileSplit(entry.path, entry.size, entry.mtime_ms, fmt)]
-    ranges = group_ranges(groups, split_size_bytes) if entry.size > split_size_bytes else []
+    ranges = group_ranges(groups, split_size_bytes) if 0 < split_size_bytes < entry.size else []
     if len(ranges) <= 1:
         return [FileSplit(entry.path, entry.size, entry.mtime_ms, fmt, rows=sum(g.rows for g in groups))]
     return [

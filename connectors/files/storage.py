@@ -29,9 +29,15 @@ class FileStore:
 
     def url(self, path: str) -> str:
         """A path on this filesystem as a URL people can use (local paths stay paths)."""
+        return path if self.is_local() else f"{self._protocol()}://{path}"
+
+    def is_local(self) -> bool:
+        """Whether this is the machine's own file system."""
+        return self._protocol() in ("file", "local")
+
+    def _protocol(self) -> str:
         protocol = self.fs.protocol
-        name = protocol[0] if isinstance(protocol, tuple | list) else str(protocol)
-        return path if name in ("file", "local") else f"{name}://{path}"
+        return protocol[0] if isinstance(protocol, tuple | list) else str(protocol)
 
     # -- listing ------------------------------------------------------------------
 

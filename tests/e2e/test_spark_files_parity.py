@@ -10,7 +10,8 @@ Three directories of the same rows: Parquet (five files, and a file in a subdire
 JSON Lines. The Parquet directory is read as a stream (``Trigger.AvailableNow`` into a
 memory sink, ``maxFilesPerTrigger=2``: no batch larger than two files, on both sides) and
 by a recursive batch query (``spark.read``); the CSV and JSON ones by batch queries (the
-same executor read as a stream's). Schema and rows must be the same.
+same executor read as a stream's). Schema and rows must be the same. The stream is read a
+third time with ``readPath=jvm``: sluicegate's planning, Spark's own Parquet reader.
 
 Spark runs in a subprocess (this file as a script), as in test_spark_kafka_parity.py.
 """
@@ -28,6 +29,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from jvm_read_path import require_jvm_read_path
+from processes import support_pythonpath
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420), pytest.mark.spark]
 
@@ -81,7 +84,12 @@ def test_the_same_file_query_gives_the_same_rows_through_sparks_source_and_sluic
             [sys.executable, __file__, "--cases", json.dumps(cases), "--out", str(out), "--work", str(tmp_path)],
             stdout=handle,
             stderr=subprocess.STDOUT,
-            env=dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, PYTHONUNBUFFERED="1"),
+            env=dict(
+                os.environ,
+                KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+                PYTHONUNBUFFERED="1",
+                PYTHONPATH=support_pythonpath(),
+            ),
             timeout=380,
             check=False,
         )
@@ -89,19 +97,23 @@ def test_the_same_file_query_gives_the_same_rows_through_sparks_source_and_sluic
     results = json.loads(out.read_text())
     expected = sorted(json.dumps(r, separators=(",", ":")) for f in range(FILES) for r in rows_of(f))
     for case, sides in results.items():
-        spark_side, ours = sides["spark"], sides["sluicegate"]
-        assert ours["schema"] == spark_side["schema"], case
-        assert sorted(ours["rows"]) == sorted(spark_side["rows"]), case
+        spark_side = sides["spark"]
+        for side, ours in sides.items():  # sluicegate, and for the stream sluicegate-jvm
+            assert ours["schema"] == spark_side["schema"], (case, side)
+            assert sorted(ours["rows"]) == sorted(spark_side["rows"]), (case, side)
         if case != "parquet_batch":
             assert len(spark_side["rows"]) == FILES * ROWS, f"{case}: five files, the first rows too (no header)"
     assert len(results["parquet_batch"]["spark"]["rows"]) == (FILES + 1) * ROWS, "the subdirectory's file too"
     assert sorted(_canonical(r) for r in results["json_batch"]["sluicegate"]["rows"]) == expected
-    spark_batches, our_batches = (results["parquet_stream"][side]["batches"] for side in ("spark", "sluicegate"))
-    assert spark_batches == [2 * ROWS, 2 * ROWS, ROWS], spark_batches
+    stream = results["parquet_stream"]
+    assert stream["spark"]["batches"] == [2 * ROWS, 2 * ROWS, ROWS], stream["spark"]["batches"]
     # ours as many files a batch at most (a batch may hold fewer while the files are handed out)
-    assert len(our_batches) >= 3 and max(our_batches) <= 2 * ROWS, our_batches
+    for side in (s for s in stream if s != "spark"):
+        assert len(stream[side]["batches"]) >= 3 and max(stream[side]["batches"]) <= 2 * ROWS, (side, stream[side])
     spark_log = log.read_text()
     assert "this process coordinates it now" in spark_log, "the query coordinated its source itself"
+    require_jvm_read_path()
+    assert JVM_SIDE in stream, "the stream was read on readPath=jvm too (its rows compared above)"
 
 
 def _canonical(row: str) -> str:
@@ -111,23 +123,31 @@ def _canonical(row: str) -> str:
 
 # -- the Spark side (this file run as a script) -----------------------------------------
 
+JVM_SIDE = "sluicegate-jvm"
+"""A stream is read a third time with ``readPath=jvm`` (Spark's Parquet reader, sluicegate's
+planning), which reads streams only, when its jar is built."""
+
 
 def run_cases(cases: dict[str, dict[str, Any]], work: Path) -> dict[str, Any]:
     from sluicegate.spark.datasource import register
+    from sluicegate.spark.file_options import derived_source_name
     from sluicegate.spark.job import spark_session
+    from sluicegate.spark.jvm_classpath import built
 
     spark = spark_session("sluicegate-files-parity", quiet=True)
     register(spark)
     results: dict[str, Any] = {}
     for case, spec in cases.items():
         results[case] = {}
-        for side in ("spark", "sluicegate"):
-            stream = spec["mode"] == "stream"
+        stream = spec["mode"] == "stream"
+        for side in ("spark", "sluicegate", *((JVM_SIDE,) if stream and built() else ())):
             reader = (spark.readStream if stream else spark.read).schema(SCHEMA)
             if side == "spark":
                 reader = reader.format(spec["format"])
             else:
                 reader = reader.format("sluicegate").option("format", spec["format"])
+            if side == JVM_SIDE:  # a source of its own: it plans a split a file
+                reader = reader.option("readPath", "jvm").option("source", derived_source_name(spec["path"]) + "-jvm")
             for key, value in spec["options"].items():
                 reader = reader.option(key, value)
             frame = reader.load(spec["path"])
@@ -135,7 +155,7 @@ def run_cases(cases: dict[str, dict[str, Any]], work: Path) -> dict[str, Any]:
                 rows = frame.selectExpr("to_json(struct(*)) AS row").collect()
                 results[case][side] = {"schema": frame.schema.json(), "rows": [r.row for r in rows]}
                 continue
-            name = f"{case}_{side}"
+            name = f"{case}_{side}".replace("-", "_")
             query = (
                 frame.writeStream.format("memory")
                 .queryName(name)

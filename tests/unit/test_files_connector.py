@@ -42,7 +42,7 @@ SCHEMA = "id BIGINT, name STRING, ts TIMESTAMP"
         ({"path": "/tmp", "format": "xml"}, "format"),
         ({"path": "/tmp", "on_bad_file": "ignore"}, "on_bad_file"),
         ({"path": "/tmp", "discovery_interval_ms": "-1"}, "discovery_interval_ms"),
-        ({"path": "/tmp", "split_size_bytes": "0"}, "split_size_bytes"),
+        ({"path": "/tmp", "split_size_bytes": "-1"}, "split_size_bytes"),
         ({"path": "/tmp", "schema": "id BIGINT, name STRNG"}, "schema"),
         ({"path": "/tmp", "schema": "id BIGINT, id STRING"}, "schema"),
         ({"path": "/tmp", "schema": SCHEMA, "event_time_column": "when"}, "event_time_column"),
@@ -254,6 +254,12 @@ def test_row_group_splits_read_their_own_rows_and_ranges_read_arrow(tmp_path: Pa
     assert table.column("id").to_pylist() == list(range(first_id + 10, first_id + second.rows - 5))
     assert max(b.num_rows for b in batches) <= 700
     assert table.schema == src.arrow_schema()
+
+
+def test_split_size_zero_makes_every_file_one_split(tmp_path: Path) -> None:
+    write(tmp_path / "big.parquet", rows(0, 10_000), row_group_size=1_000)
+    (whole,) = splits_of(source(tmp_path, split_size_bytes="0"))
+    assert whole.end_group is None and whole.rows == 10_000, "what readPath=jvm plans: Spark cuts it into tasks"
 
 
 def test_csv_ends_are_counted_by_the_planning_host(tmp_path: Path) -> None:

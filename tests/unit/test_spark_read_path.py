@@ -15,7 +15,7 @@ from sluicegate_connectors.kafka import KafkaOptions
 from sluicegate.api.errors import ConfigError
 from sluicegate.spark.datasource import PYTHON_FORMAT, session_data_source
 from sluicegate.spark.jvm_classpath import CLASSPATH_FILE, JAR_NAME, build_dir, built, jvm_read_path_jars
-from sluicegate.spark.jvm_planner import KafkaPlannerFactory, executor_consumer_settings
+from sluicegate.spark.jvm_planner import JvmPlannerFactory, executor_consumer_settings
 from sluicegate.spark.options import SparkSourceOptions
 
 DATA = "127.0.0.1:9092"
@@ -116,15 +116,15 @@ def test_executor_consumers_take_the_drivers_environment_security_when_the_query
 
 
 def test_the_factory_checks_as_the_python_path_and_says_whether_rows_have_headers() -> None:
-    factory = KafkaPlannerFactory(session_data_source(2, PYTHON_FORMAT))
+    factory = JvmPlannerFactory(session_data_source(2, PYTHON_FORMAT))
 
     def check(**given: str) -> dict[str, Any]:
-        answer: dict[str, Any] = json.loads(factory.check(json.dumps(options(readPath="jvm", **given))))
+        answer: dict[str, Any] = json.loads(factory.check(json.dumps(options(readPath="jvm", **given)), ""))
         return answer
 
-    assert check() == {"includeHeaders": False}
-    assert check(includeHeaders="true") == {"includeHeaders": True}
-    assert check(**{"option.include_headers": "true"}) == {"includeHeaders": True}, "the connector's name too"
+    assert check() == {"read": "kafka", "includeHeaders": False}
+    assert check(includeHeaders="true") == {"read": "kafka", "includeHeaders": True}
+    assert check(**{"option.include_headers": "true"})["includeHeaders"] is True, "the connector's name too"
     assert "kafka.fetch.wait.max.msx" in check(**{"kafka.fetch.wait.max.msx": "1"})["error"], (
         "librdkafka's check of the kafka.* names still runs (the driver plans with librdkafka)"
     )
@@ -143,3 +143,66 @@ def test_the_jar_is_found_only_when_built_for_these_sources(monkeypatch: pytest.
     assert jvm_read_path_jars() == [str(where / JAR_NAME), str(kafka_jar)]
     kafka_jar.unlink()
     assert built() is None, "a jar it lists is gone: not usable"
+
+
+# -- the files connector: Spark's Parquet reader under sluicegate's planning -----------------
+
+
+def file_options(path: str, **given: str) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": DATA, "format": "parquet", "path": path, **given}
+
+
+def file_refusal(path: str, **given: str) -> tuple[str, str]:
+    with pytest.raises(ConfigError) as info:
+        SparkSourceOptions.from_options(file_options(path, **given))
+    return info.value.setting, info.value.problem
+
+
+def test_files_on_the_jvm_path_are_planned_a_split_a_file_and_python_is_the_default() -> None:
+    jvm = SparkSourceOptions.from_options(file_options("/data", readPath="jvm", maxFilesPerTrigger="20"))
+    assert jvm.read_path == "jvm" and jvm.options["split_size_bytes"] == "0" and jvm.max_splits_per_trigger == 20
+    python = SparkSourceOptions.from_options(file_options("/data", readPath="python"))
+    assert (
+        python.read_path == "python" and "split_size_bytes" not in python.options and "read_path" not in python.options
+    )
+
+
+def test_what_the_jvm_path_cannot_read_of_files_fails_naming_the_option() -> None:
+    setting, problem = file_refusal("/data", format="csv", readPath="jvm")
+    assert setting == "readPath" and "jvm reads Parquet" in problem and "this query reads csv" in problem
+    setting, problem = file_refusal("/data", readPath="jvm", maxRecordsPerTrigger="1000")
+    assert setting == "maxRecordsPerTrigger" and "maxFilesPerTrigger" in problem, "a row limit would cut a file"
+    setting, problem = file_refusal("/data", readPath="jvm", **{"option.split_size_bytes": "1000"})
+    assert setting == "option.split_size_bytes" and "Spark cuts a large file" in problem
+    setting, problem = file_refusal("/data", readPath="native")
+    assert setting == "readPath" and "native is the kafka connector's" in problem
+    setting, _ = file_refusal("/data", readPath="jvm", metricsPort="9400")
+    assert setting == "readPath"
+
+
+def test_the_factory_gives_a_files_querys_schema_nullable_as_sparks_file_source_does(tmp_path: Any) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+    pq.write_table(pa.table({"id": [1], "name": ["a"]}, schema=schema), tmp_path / "a.parquet")
+    factory = JvmPlannerFactory(session_data_source(2, PYTHON_FORMAT))
+
+    def check(schema_json: str = "", path: str = str(tmp_path), **given: str) -> dict[str, Any]:
+        answer: dict[str, Any] = json.loads(
+            factory.check(json.dumps(file_options(path, readPath="jvm", **given)), schema_json)
+        )
+        return answer
+
+    inferred = check()
+    assert inferred["read"] == "files"
+    fields = StructType.fromJson(json.loads(inferred["schema"])).fields
+    assert [(f.name, f.dataType.simpleString(), f.nullable) for f in fields] == [
+        ("id", "bigint", True),
+        ("name", "string", True),
+    ]
+    own = StructType([StructField("id", LongType(), nullable=False)])
+    assert StructType.fromJson(json.loads(check(own.json())["schema"])).fields[0].nullable, "the query's own, nullable"
+    assert "not one" in check(path="memory://bucket/data")["error"], "an object store is refused, not read wrongly"
+    assert "maxRecordsPerTrigger" in check(maxRecordsPerTrigger="5")["error"]

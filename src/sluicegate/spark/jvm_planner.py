@@ -4,11 +4,18 @@ A Python data source costs Spark ~60 ms per micro-batch whatever it reads (a Pyt
 worker per task, the Arrow stream back, the copy into ``UnsafeRow``s:
 benchmarks/python_source_floor.py), most of the latency gap to Spark's Kafka source. With
 ``readPath=jvm`` nothing is read in Python: ``SluicegateSource`` (jvm_sources/, Java) owns
-``format("sluicegate")``, and for such a query its ``MicroBatchStream`` asks a
-``RangePlanner`` here, through Py4J, for offsets and ranges, then hands each range to
-Spark's ``KafkaBatchReaderFactory`` (Spark's cached consumers, its offset-gap and data-loss
-handling, its rows). The planner is the query's own ``SluicegateStreamReader``,
-unchanged: the same coordinator, acknowledgements and offset log as the other paths.
+``format("sluicegate")``, and asks a planner here, through Py4J, for offsets and what each
+batch reads:
+
+- a kafka query (``KafkaRangePlanner``): Kafka ranges, which its ``MicroBatchStream``
+  hands to Spark's ``KafkaBatchReaderFactory`` (Spark's cached consumers, its offset-gap
+  and data-loss handling, its rows);
+- a files query (``FileRangePlanner``): whole Parquet files, which its streaming
+  ``Source`` reads as a plan of Spark's own Parquet reader (columnar, pruned to the
+  columns the query uses, as Spark's file stream source reads them).
+
+The planner is the query's own ``SluicegateStreamReader``, unchanged: the same
+coordinator, acknowledgements and offset log as the other paths.
 Every other query is forwarded by the Java source to this package's Python data source,
 registered as ``sluicegate_python``.
 
@@ -28,7 +35,10 @@ from typing import Any
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity
+from sluicegate.spark.file_options import CONNECTOR as FILES_CONNECTOR
+from sluicegate.spark.file_options import schema_ddl
 from sluicegate.spark.jvm_classpath import BUILD_COMMAND, SOURCE_CLASS, built
+from sluicegate.spark.offsets import SourceOffset
 from sluicegate.spark.options import SparkSourceOptions
 
 log = logging.getLogger("sluicegate.spark")
@@ -69,16 +79,12 @@ def executor_consumer_settings(config: SparkSourceOptions, options: Mapping[str,
     return settings
 
 
-class KafkaRangePlanner:
-    """``sluicegate.spark.jvm.RangePlanner``: a query's ``SluicegateStreamReader`` with its
-    offsets as JSON and its partitions as Kafka ranges."""
+class QueryPlanner:
+    """``sluicegate.spark.jvm.StreamPlanner``: a query's ``SluicegateStreamReader`` with its
+    offsets as JSON, what both read paths below share."""
 
-    def __init__(self, reader: Any, read_settings: dict[str, Any]) -> None:
+    def __init__(self, reader: Any) -> None:
         self.reader = reader
-        self.read_settings = read_settings
-
-    def readSettings(self) -> str:
-        return json.dumps(self.read_settings)
 
     def initialOffset(self) -> str:
         return json.dumps(self.reader.initialOffset())
@@ -95,6 +101,23 @@ class KafkaRangePlanner:
     def prepareForTriggerAvailableNow(self) -> None:
         self.reader.prepareForTriggerAvailableNow()
 
+    def commit(self, end: str) -> None:
+        self.reader.commit(json.loads(end))
+
+    def stop(self) -> None:
+        self.reader.stop()
+
+
+class KafkaRangePlanner(QueryPlanner):
+    """``sluicegate.spark.jvm.RangePlanner``: a kafka query's partitions as Kafka ranges."""
+
+    def __init__(self, reader: Any, read_settings: dict[str, Any]) -> None:
+        super().__init__(reader)
+        self.read_settings = read_settings
+
+    def readSettings(self) -> str:
+        return json.dumps(self.read_settings)
+
     def planRanges(self, start: str, end: str) -> str:
         ranges = [
             [wire["topic"], wire["partition"], first, until]
@@ -104,38 +127,75 @@ class KafkaRangePlanner:
         ]
         return json.dumps(ranges)
 
-    def commit(self, end: str) -> None:
-        self.reader.commit(json.loads(end))
-
-    def stop(self) -> None:
-        self.reader.stop()
-
     class Java:
         implements = ["sluicegate.spark.jvm.RangePlanner"]
 
 
-class KafkaPlannerFactory:
+class FileRangePlanner(QueryPlanner):
+    """``sluicegate.spark.jvm.FilePlanner``: a files query's partitions as whole files, which
+    Spark's Parquet reader reads (the query plans a split a file: options.WHOLE_FILES)."""
+
+    def __init__(self, reader: Any, source: Any) -> None:
+        super().__init__(reader)
+        self.source = source
+
+    def planFiles(self, start: str, end: str) -> str:
+        # Spark's Source API has no start before a query's first batch, which reads nothing:
+        # its splits arrive in it and are read from the next one (offsets.plan_next)
+        since = json.loads(start) if start else SourceOffset(checkpoint_id=0).to_json()
+        files = [
+            self._whole_file(wire, first, until)
+            for partition in self.reader.partitions(since, json.loads(end))
+            for wire, first, until in partition.ranges
+            if until > first
+        ]
+        return json.dumps(files)
+
+    def _whole_file(self, wire: dict[str, Any], first: int, until: int) -> str:
+        split = self.source.split_codec.from_wire(wire)
+        rows = self.source.split_end(split)
+        if first != 0 or until != rows or split.end_group is not None:
+            raise ConfigError(
+                "readPath",
+                f"jvm reads whole files, and this batch reads rows {first}-{until} of {rows} of {split.split_id}: "
+                "the query's checkpoint was planned by another read path; finish it with readPath=python",
+            )
+        return hadoop_url(split.path)
+
+    class Java:
+        implements = ["sluicegate.spark.jvm.FilePlanner"]
+
+
+def hadoop_url(path: str) -> str:
+    """A file of the local file system as Spark's Hadoop file systems name it (a bare path
+    would be on the cluster's default file system, HDFS on many)."""
+    return f"file://{path}" if path.startswith("/") else f"file:///{path}"
+
+
+class JvmPlannerFactory:
     """``sluicegate.spark.jvm.PlannerFactory``: a planner per query, from its options, with
     the session's data source class (its task slots)."""
 
     def __init__(self, data_source: type[Any]) -> None:
         self.data_source = data_source
 
-    def check(self, options_json: str) -> str:
+    def check(self, options_json: str, schema_json: str) -> str:
         """The checks of the Python path's ``schema()``: the options, then the connector's
-        own (``kafka.*`` names by librdkafka, since the driver plans with it); the error,
-        or whether the rows have a headers column (``includeHeaders``)."""
+        own (``kafka.*`` names by librdkafka, since the driver plans with it; a files query's
+        path and the schema it infers from the first file); the error, or what the rows are."""
         from sluicegate.spark.datasource import range_source
 
         try:
-            config = SparkSourceOptions.from_options(json.loads(options_json))
+            config = _config(options_json, schema_json)
             source: Any = range_source(config.connector, config.connector_options)
+            if config.connector == FILES_CONNECTOR:
+                return json.dumps({"read": "files", "schema": _file_schema(source, schema_json)})
         except ConfigError as exc:
             return json.dumps({"error": str(exc)})
-        return json.dumps({"includeHeaders": source.options.include_headers is True})
+        return json.dumps({"read": "kafka", "includeHeaders": source.options.include_headers is True})
 
-    def create(self, options_json: str) -> KafkaRangePlanner:
-        from sluicegate.spark.datasource import SluicegateStreamReader, range_source
+    def createRangePlanner(self, options_json: str) -> KafkaRangePlanner:
+        from sluicegate.spark.datasource import range_source
 
         options: dict[str, str] = json.loads(options_json)
         config = SparkSourceOptions.from_options(options)
@@ -146,12 +206,54 @@ class KafkaPlannerFactory:
             "includeHeaders": source.options.include_headers is True,
             "pollTimeoutMs": source.options.poll_timeout_ms,
         }
-        reader = SluicegateStreamReader(config, task_slots=self.data_source.task_slots)
         log.info("source %s: readPath=jvm, Spark's Kafka readers read the planned ranges", config.source)
-        return KafkaRangePlanner(reader, read_settings)
+        return KafkaRangePlanner(self._reader(config), read_settings)
+
+    def createFilePlanner(self, options_json: str, schema_json: str) -> FileRangePlanner:
+        from sluicegate.spark.datasource import range_source
+
+        config = _config(options_json, schema_json)
+        log.info("source %s: readPath=jvm, Spark's Parquet reader reads the planned files", config.source)
+        return FileRangePlanner(self._reader(config), range_source(config.connector, config.connector_options))
+
+    def _reader(self, config: SparkSourceOptions) -> Any:
+        from sluicegate.spark.datasource import SluicegateStreamReader
+
+        return SluicegateStreamReader(config, task_slots=self.data_source.task_slots)
 
     class Java:
         implements = ["sluicegate.spark.jvm.PlannerFactory"]
+
+
+def _config(options_json: str, schema_json: str) -> SparkSourceOptions:
+    """The query's options as the Python path reads them, its schema (a files query's
+    ``.schema(...)``, or the one checked before) included as the Python path includes it."""
+    return SparkSourceOptions.from_options(json.loads(options_json), schema_ddl=_ddl(schema_json))
+
+
+def _ddl(schema_json: str) -> str | None:
+    if not schema_json:
+        return None
+    from pyspark.sql.types import StructType
+
+    return schema_ddl(StructType.fromJson(json.loads(schema_json)))
+
+
+def _file_schema(source: Any, schema_json: str) -> str:
+    """The rows' schema as Spark's file source gives it, every column nullable: the query's
+    own, or the one the connector reads (inferred from the first file)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    if not source.store().is_local():
+        raise ConfigError(
+            "readPath",
+            f"jvm reads files of the local file system, and {source.options.path} is not one: Spark's own "
+            "file systems would read it, set up apart from the storage.* options (not supported yet)",
+        )
+    given = StructType.fromJson(json.loads(schema_json)) if schema_json else from_arrow_schema(source.arrow_schema())
+    nullable = StructType([StructField(f.name, f.dataType, True, f.metadata) for f in given.fields])
+    return nullable.json()
 
 
 def jvm_class_loadable(spark: Any, name: str) -> bool:
@@ -182,4 +284,4 @@ def install_factory(spark: Any, data_source: type[Any]) -> None:
 
     gateway = spark.sparkContext._gateway
     ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
-    gateway.jvm.sluicegate.spark.jvm.Planners.install(KafkaPlannerFactory(data_source))
+    gateway.jvm.sluicegate.spark.jvm.Planners.install(JvmPlannerFactory(data_source))

@@ -46,10 +46,15 @@ BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 CONNECTOR_PREFIX = "option."
 
 READ_PATHS = ("auto", "native", "python", "jvm")
-"""``readPath``: how executors read the kafka connector's ranges. ``auto`` (the default),
-``native`` and ``python`` are the connector's own ``read_path`` (in Spark's Python workers);
-``jvm`` is Spark's own Kafka readers in the executors' JVM (jvm_planner.py)."""
+"""``readPath``: how executors read the kafka and files connectors' ranges. ``auto`` (the
+default), ``native`` and ``python`` are the kafka connector's own ``read_path`` (in Spark's
+Python workers; for files ``auto`` and ``python`` are the connector's one reader there);
+``jvm`` is Spark's own readers in the executors' JVM, its Kafka readers or its Parquet
+reader (jvm_planner.py)."""
 JVM = "jvm"
+WHOLE_FILES = "0"
+"""The files connector's ``split_size_bytes`` under ``readPath=jvm``: a split a file, which
+Spark's Parquet reader reads whole (and cuts into tasks itself when it is large)."""
 
 STREAM_ONLY = (
     "source",
@@ -108,7 +113,7 @@ class SparkSourceOptions:
     read figures to; default: its address towards the Kafka bootstrap servers).
     ``coordinator``: ``auto`` (the default: the driver coordinates the source when nobody
     else does), ``embedded`` (at once) or ``external`` (a deployed coordinator must).
-    ``readPath`` (kafka connector): ``auto``, ``native``, ``python`` or ``jvm`` (READ_PATHS).
+    ``readPath`` (kafka and files connectors): ``auto``, ``native`` (kafka), ``python`` or ``jvm`` (READ_PATHS).
     """
 
     source: str
@@ -184,9 +189,11 @@ class SparkSourceOptions:
         if kafka is not None:
             connector_options = _with_read_path(dict(kafka.connector_options), read_path, "readpath" in opts)
         if read_path == JVM and "arrowbatchrows" in opts:
-            notes.append("option arrowBatchRows is not used by readPath=jvm: Spark's Kafka readers build its rows")
+            notes.append("option arrowBatchRows is not used by readPath=jvm: Spark's readers build its rows")
         if files is not None:
             connector_options = dict(files.connector_options)
+        if read_path == JVM and connector == FILES_CONNECTOR:
+            connector_options = _whole_files(connector_options, opts)
         if batch:
             notes += [f"option {name} is not used by a batch query" for name in STREAM_ONLY if name.lower() in opts]
         source = opts.get("source", "").strip()
@@ -309,8 +316,12 @@ def _read_path(opts: Mapping[str, str], connector: str, batch: bool) -> str:
     path = text.strip().lower()
     if path not in READ_PATHS:
         raise ConfigError("readPath", f"must be {', '.join(READ_PATHS[:-1])} or {READ_PATHS[-1]}, got {text!r}")
-    if connector != KAFKA_CONNECTOR:
-        raise ConfigError("readPath", f"chooses how the kafka connector is read, and this query reads {connector}")
+    if connector not in (KAFKA_CONNECTOR, FILES_CONNECTOR):
+        raise ConfigError(
+            "readPath", f"chooses how the kafka and files connectors are read, and this query reads {connector}"
+        )
+    if connector == FILES_CONNECTOR and path == "native":
+        raise ConfigError("readPath", "native is the kafka connector's: files are read by python (the default) or jvm")
     if path != JVM:
         return path
     if batch:
@@ -322,6 +333,31 @@ def _read_path(opts: Mapping[str, str], connector: str, batch: bool) -> str:
             "leave one of them out",
         )
     return path
+
+
+def _whole_files(connector_options: Mapping[str, str], opts: Mapping[str, str]) -> dict[str, str]:
+    """The files connector's options under ``readPath=jvm``, where Spark's Parquet reader
+    reads every planned file whole: Parquet only, a split a file, and no row limit that
+    would end a batch inside a file (``maxFilesPerTrigger`` limits batches, as in Spark)."""
+    fmt = connector_options.get("format", "").strip().lower()
+    if fmt != "parquet":
+        raise ConfigError(
+            "readPath",
+            f"jvm reads Parquet with Spark's reader, and this query reads {fmt or 'files by their extension'}: "
+            "read Parquet (format parquet) or leave readPath out",
+        )
+    if "maxrecordspertrigger" in opts:
+        raise ConfigError(
+            "maxRecordsPerTrigger",
+            "would end a batch inside a file, and readPath=jvm reads whole files: "
+            "limit batches with maxFilesPerTrigger",
+        )
+    if "split_size_bytes" in connector_options:
+        raise ConfigError(
+            "option.split_size_bytes",
+            "is not used by readPath=jvm: it plans a split a file, and Spark cuts a large file into tasks itself",
+        )
+    return {**connector_options, "split_size_bytes": WHOLE_FILES}
 
 
 def _with_read_path(connector_options: dict[str, str], read_path: str, given: bool) -> dict[str, str]:

@@ -11,7 +11,7 @@ import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** A query on the JVM read path: micro-batches only (a batch query fails naming the option). */
+/** A kafka query on the JVM read path: micro-batches only (a batch query fails naming the option). */
 final class KafkaRangeTable implements SupportsRead {
     private final StructType schema;
 
@@ -46,14 +46,12 @@ final class KafkaRangeTable implements SupportsRead {
 
             @Override
             public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-                return new KafkaRangeStream(Planners.factory().create(optionsJson));
+                return new KafkaRangeStream(Planners.factory().createRangePlanner(optionsJson));
             }
 
             @Override
             public Batch toBatch() {
-                throw new UnsupportedOperationException(
-                        "readPath=jvm reads streams (spark.readStream): a batch query reads with the other read "
-                                + "paths, leave readPath out");
+                throw JvmReadPath.batchRefused();
             }
         };
     }

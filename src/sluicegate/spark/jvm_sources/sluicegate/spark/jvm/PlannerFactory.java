@@ -3,12 +3,17 @@ package sluicegate.spark.jvm;
 /** The driver's Python side of the JVM read path (sluicegate/spark/jvm_planner.py). */
 public interface PlannerFactory {
     /**
-     * The options (a JSON object of them as given) checked as the Python path checks them:
-     * {"error": why the JVM read path cannot read such a query, naming the option} or
-     * {"includeHeaders": whether its rows have Spark's headers column}.
+     * The options (a JSON object of them as given) and the query's own schema (Spark's JSON
+     * form, "" for none) checked as the Python path checks them: {"error": why the JVM read
+     * path cannot read such a query, naming the option}; or {"read": "kafka",
+     * "includeHeaders": whether its rows have Spark's headers column}; or {"read": "files",
+     * "schema": the rows' schema in Spark's JSON form}.
      */
-    String check(String optionsJson);
+    String check(String optionsJson, String schemaJson);
 
-    /** The planner of one query (one per {@code MicroBatchStream}: one per query run). */
-    RangePlanner create(String optionsJson);
+    /** The planner of one kafka query (one per {@code MicroBatchStream}: one per query run). */
+    RangePlanner createRangePlanner(String optionsJson);
+
+    /** The planner of one files query, whose rows have {@code schemaJson} (Spark's JSON form). */
+    FilePlanner createFilePlanner(String optionsJson, String schemaJson);
 }

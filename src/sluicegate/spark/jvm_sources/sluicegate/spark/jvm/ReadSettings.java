@@ -1,8 +1,6 @@
 package sluicegate.spark.jvm;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
-import java.io.IOException;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -11,8 +9,6 @@ import java.util.Map;
 /** What the planner says in JSON: how executors read, and the ranges of a micro-batch. */
 final class ReadSettings {
     record Range(String topic, int partition, long from, long until) {}
-
-    private static final ObjectMapper JSON = new ObjectMapper();
 
     final Map<String, Object> consumer;
     final boolean failOnDataLoss;
@@ -27,7 +23,7 @@ final class ReadSettings {
     }
 
     static ReadSettings parse(String json) {
-        JsonNode root = tree(json);
+        JsonNode root = JvmReadPath.tree(json);
         Map<String, Object> consumer = new HashMap<>();
         for (Map.Entry<String, JsonNode> setting : root.get("consumer").properties()) {
             consumer.put(setting.getKey(), setting.getValue().asText());
@@ -41,17 +37,9 @@ final class ReadSettings {
 
     static List<Range> ranges(String json) {
         List<Range> ranges = new ArrayList<>();
-        for (JsonNode item : tree(json)) {
+        for (JsonNode item : JvmReadPath.tree(json)) {
             ranges.add(new Range(item.get(0).asText(), item.get(1).asInt(), item.get(2).asLong(), item.get(3).asLong()));
         }
         return ranges;
-    }
-
-    private static JsonNode tree(String json) {
-        try {
-            return JSON.readTree(json);
-        } catch (IOException e) {
-            throw new IllegalArgumentException("the planner's answer is not JSON: " + json, e);
-        }
     }
 }
