@@ -13,18 +13,22 @@ place each repetition), ``--repetitions`` times:
 - ``sluicegate``: ``readStream.format("sluicegate")``, connector ``files`` with
   ``option.schema`` S (a real coordinator process per run, bounded, ``--parallelism``
   reader subtasks, a local Kafka broker unless ``--bootstrap-servers``),
-  ``maxRecordsPerTrigger`` = files per batch x rows per file: the same batches.
+  ``maxRecordsPerTrigger`` = files per batch x rows per file: the same batches;
+- ``sluicegate-jvm``: the native side's query with ``format("sluicegate")``,
+  ``option("format", "parquet")`` and ``readPath=jvm`` (sluicegate's planning, Spark's
+  Parquet reader; the query coordinates its source itself, in the driver, as a user's would),
+  ``maxFilesPerTrigger`` as on the native side, ``--parallelism`` reader subtasks.
 
 Jobs: ``noop`` (all ten columns into ``writeStream.format("noop")``), ``pruned`` (S names two
 of the ten columns, ``id, value``: Spark's reader and the connector's read only those two;
 into noop) and ``windowed`` (S all ten, the query ``groupBy(window(ts, "1 minute"))
 .agg(count, sum(value))`` into a ``memory`` sink in complete mode: Spark prunes the
 columns the query does not use, a Python streaming source cannot be told, so the
-connector reads all ten).
+connector reads all ten; on ``readPath=jvm`` Spark prunes them as on the native side).
 
 Figures are steady state: from the end of the first batch that read data to the end of
-the last. Prints the median (min - max) rows/s of each side and job and the ratio
-sluicegate / native. Exit code 1 if a query's row count is not files x rows per file or
+the last. Prints the median (min - max) rows/s of each side and job and the ratio of each
+sluicegate side to native. Exit code 1 if a query's row count is not files x rows per file or
 a window's count or sum is not the exact expected one.
 """
 
@@ -40,13 +44,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 TARGET_RATIO = 1.0
-SIDES = ("native", "sluicegate")
+SIDES = ("native", "sluicegate", "sluicegate-jvm")
 JOBS = ("noop", "pruned", "windowed")
 FULL_SCHEMA = (
     "id BIGINT, value DOUBLE, name STRING, ts TIMESTAMP, "
@@ -130,6 +134,8 @@ class FileRun:
     steady_rate: float = float("nan")
     batches: int = 0
     add_batch_ms: float = float("nan")
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    """Median ms of each part of a steady-state trigger (Spark's ``durationMs``)."""
     windows_ok: bool | None = None
     error: str = ""
 
@@ -142,10 +148,14 @@ def stream_of(
     spark: Any, side: str, job: str, args: argparse.Namespace, data: Path, source: str, bootstrap: str
 ) -> Any:
     ddl = schema_of(job)
-    if side == "native":
+    if side in ("native", "sluicegate-jvm"):
         schema = spark.createDataFrame([], ddl).schema
         reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", str(args.files_per_batch))
-        return reader.parquet(str(data))
+        if side == "native":
+            return reader.parquet(str(data))
+        reader = reader.format("sluicegate").option("format", "parquet").option("readPath", "jvm")
+        reader = reader.option("source", source).option("kafka.bootstrap.servers", bootstrap)
+        return reader.option("parallelism", str(args.parallelism)).load(str(data))
     return (
         spark.readStream.format("sluicegate")
         .option("source", source)
@@ -163,7 +173,7 @@ def run_query(spark: Any, stream: Any, run: FileRun, checkpoint: Path, timeout_s
     """Run one query to its end; (progress events, windows as {start ms: (count, sum)} or None)."""
     from pyspark.sql import functions as F
 
-    name = f"windows_{run.side}_{run.repetition}"
+    name = f"windows_{run.side}_{run.repetition}".replace("-", "_")
     if run.job == "windowed":
         windows = stream.groupBy(F.window("ts", "1 minute").alias("window")).agg(
             F.count(F.lit(1)).alias("count"), F.sum("value").alias("sum")
@@ -199,6 +209,11 @@ def summarize(run: FileRun, progress: list[dict[str, Any]]) -> None:
         steady_rows = sum(int(p["numInputRows"]) for p in data[1:])
         run.steady_rate = steady_rows / (end_s(data[-1]) - end_s(data[0]))
         run.add_batch_ms = statistics.median(float((p.get("durationMs") or {}).get("addBatch", 0)) for p in data[1:])
+        phases = {name for p in data[1:] for name in (p.get("durationMs") or {})}
+        run.phases_ms = {
+            name: statistics.median(float((p.get("durationMs") or {}).get(name, 0)) for p in data[1:])
+            for name in sorted(phases)
+        }
 
 
 def one_run(spark: Any, run: FileRun, args: argparse.Namespace, data: Path, workdir: Path, bootstrap: str) -> None:
@@ -227,33 +242,42 @@ def report(runs: list[FileRun], args: argparse.Namespace) -> int:
         f"\n{args.files} files x {args.rows_per_file:,} rows, {args.files_per_batch} files a batch; "
         f"{args.repetitions} repetition(s), median (min - max) of steady-state rows/s\n"
     )
-    print(f"{'job':<9} {'side':<11} {'rows/s':>12} {'(min - max)':>27} {'addBatch ms':>12}")
+    print(f"{'job':<9} {'side':<15} {'rows/s':>12} {'(min - max)':>27} {'addBatch ms':>12}")
     medians: dict[tuple[str, str], float] = {}
     for job in args.jobs:
-        for side in SIDES:
+        for side in args.sides:
             good = [
                 r for r in runs if r.side == side and r.job == job and not r.error and r.steady_rate == r.steady_rate
             ]
             if not good:
-                print(f"{job:<9} {side:<11} {'FAILED':>12}")
+                print(f"{job:<9} {side:<15} {'FAILED':>12}")
                 continue
             rates = [r.steady_rate for r in good]
             medians[(job, side)] = statistics.median(rates)
             spread = f"({min(rates):,.0f} - {max(rates):,.0f})"
             add_batch = statistics.median(r.add_batch_ms for r in good)
-            print(f"{job:<9} {side:<11} {medians[(job, side)]:>12,.0f} {spread:>27} {add_batch:>12,.0f}")
+            print(f"{job:<9} {side:<15} {medians[(job, side)]:>12,.0f} {spread:>27} {add_batch:>12,.0f}")
     print()
     for job in args.jobs:
-        if (job, "native") in medians and (job, "sluicegate") in medians:
-            ratio = medians[(job, "sluicegate")] / medians[(job, "native")]
-            print(f"{job}: sluicegate / native = {ratio:.2f} (target >= {TARGET_RATIO})")
+        for side in args.sides:
+            if side != "native" and (job, "native") in medians and (job, side) in medians:
+                ratio = medians[(job, side)] / medians[(job, "native")]
+                print(f"{job}: {side} / native = {ratio:.2f} (target >= {TARGET_RATIO})")
+    print("\nwhere a steady-state trigger's time goes, ms (median of the runs' medians, Spark's durationMs):")
+    for job in args.jobs:
+        for side in args.sides:
+            done = [r for r in runs if r.side == side and r.job == job and r.phases_ms]
+            if done:
+                names = sorted({n for r in done for n in r.phases_ms})
+                parts = ", ".join(f"{n} {statistics.median(r.phases_ms.get(n, 0) for r in done):,.0f}" for n in names)
+                print(f"  {job:<9} {side:<15} {parts}")
     print()
     ok = True
     for r in runs:
-        good = r.rows == total and not r.error and r.windows_ok is not False
-        ok = ok and good
+        exact = r.rows == total and not r.error and r.windows_ok is not False
+        ok = ok and exact
         windows = "" if r.windows_ok is None else f", windows {'OK' if r.windows_ok else 'WRONG'}"
-        verdict = "OK" if good else "WRONG"
+        verdict = "OK" if exact else "WRONG"
         print(f"{r.job} {r.side} #{r.repetition + 1}: rows {r.rows:,} of {total:,}{windows} -> {verdict}")
         if r.error:
             print(f"  {r.error}")
@@ -280,9 +304,10 @@ def run(args: argparse.Namespace) -> int:
             broker = LocalKafkaBroker(run_dir=workdir / "broker", die_with_parent=True)
             bootstrap = broker.start(timeout_s=180)
         spark = spark_session("sluicegate-file-bench", args.master, quiet=True)
-        count = args.repetitions * len(args.jobs) * len(SIDES)
+        count = args.repetitions * len(args.jobs) * len(args.sides)
         for repetition in range(args.repetitions):
-            sides = SIDES[repetition % 2 :] + SIDES[: repetition % 2]
+            first = repetition % len(args.sides)
+            sides = args.sides[first:] + args.sides[:first]
             for job in args.jobs:
                 for side in sides:
                     run = FileRun(side, job, repetition)
@@ -308,7 +333,8 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--rows-per-file", type=int, default=100_000)
     parser.add_argument("--files-per-batch", type=int, default=20)
-    parser.add_argument("--parallelism", type=int, default=2, help="the sluicegate side's reader subtasks")
+    parser.add_argument("--parallelism", type=int, default=2, help="the sluicegate sides' reader subtasks")
+    parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated subset of " + ", ".join(SIDES))
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated subset of " + ", ".join(JOBS))
     parser.add_argument("--master", default="local[2]")
@@ -320,6 +346,9 @@ def main() -> int:
     unknown = sorted(set(args.jobs) - set(JOBS))
     if unknown:
         parser.error(f"unknown job(s) {', '.join(unknown)}; the jobs are {', '.join(JOBS)}")
+    args.sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    if "native" not in args.sides or set(args.sides) - set(SIDES):
+        parser.error(f"--sides: native and any of {', '.join(SIDES[1:])}")
     return run(args)
 
 

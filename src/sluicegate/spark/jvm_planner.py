@@ -284,4 +284,8 @@ def install_factory(spark: Any, data_source: type[Any]) -> None:
 
     gateway = spark.sparkContext._gateway
     ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
+    # Each planner call carries an offset (KBs): without this every call of more than 8 KB
+    # waited 40 ms for a delayed TCP acknowledgement (CallbackNoDelay.java says why)
+    if not gateway.jvm.sluicegate.spark.jvm.CallbackNoDelay.apply(gateway.java_gateway_server):
+        log.warning("readPath=jvm: Py4J's callbacks keep Nagle's algorithm (an unknown Py4J): offsets over 8 KB wait")
     gateway.jvm.sluicegate.spark.jvm.Planners.install(JvmPlannerFactory(data_source))
