@@ -206,20 +206,27 @@ class JvmPlannerFactory:
             "includeHeaders": source.options.include_headers is True,
             "pollTimeoutMs": source.options.poll_timeout_ms,
         }
-        log.info("source %s: readPath=jvm, Spark's Kafka readers read the planned ranges", config.source)
+        self._log_read_path(config, "Spark's Kafka readers read the planned ranges")
         return KafkaRangePlanner(self._reader(config), read_settings)
 
     def createFilePlanner(self, options_json: str, schema_json: str) -> FileRangePlanner:
         from sluicegate.spark.datasource import range_source
 
         config = _config(options_json, schema_json)
-        log.info("source %s: readPath=jvm, Spark's Parquet reader reads the planned files", config.source)
+        self._log_read_path(config, "Spark's Parquet reader reads the planned files")
         return FileRangePlanner(self._reader(config), range_source(config.connector, config.connector_options))
 
     def _reader(self, config: SparkSourceOptions) -> Any:
         from sluicegate.spark.datasource import SluicegateStreamReader
 
         return SluicegateStreamReader(config, task_slots=self.data_source.task_slots)
+
+    @staticmethod
+    def _log_read_path(config: SparkSourceOptions, what: str) -> None:
+        from sluicegate.spark.datasource import configure_logging
+
+        configure_logging()  # the reader's own logs are set up later, at its first offset
+        log.info("source %s: readPath=jvm, %s", config.source, what)
 
     class Java:
         implements = ["sluicegate.spark.jvm.PlannerFactory"]
