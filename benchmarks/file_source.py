@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/file_source.py                 # 200 files x 100,000 rows, 3 repetitions
     .venv/bin/python benchmarks/file_source.py --files 40 --repetitions 1 --jobs noop      # a smoke run
+    .venv/bin/python benchmarks/file_source.py --replot R.json                             # the picture again
 
 Writes the files once into a temporary directory: ten columns, ``id BIGINT, value DOUBLE,
 name STRING, ts TIMESTAMP`` and six more (``c4`` .. ``c9``, doubles and strings), ``ts`` =
@@ -26,15 +27,21 @@ into noop) and ``windowed`` (S all ten, the query ``groupBy(window(ts, "1 minute
 columns the query does not use, a Python streaming source cannot be told, so the
 connector reads all ten; on ``readPath=jvm`` Spark prunes them as on the native side).
 
-Figures are steady state: from the end of the first batch that read data to the end of
-the last. Prints the median (min - max) rows/s of each side and job and the ratio of each
-sluicegate side to native. Exit code 1 if a query's row count is not files x rows per file or
-a window's count or sum is not the exact expected one.
+Each job runs once on the native side before the measured runs, not counted: a session's
+first queries run up to 1.5x slower while the JVM compiles Spark's code, which would
+penalize whichever side went first (``--no-warmup`` leaves it out). Figures are steady
+state: from the end of the first batch that read data to the end of the last. Prints the
+median (min - max) rows/s of each side and job, the ratio of each sluicegate side to native,
+and where a trigger's time goes; saves them as JSON (``--results``) and draws rows/s per job
+and side into a PNG (``--plot``, docs/images/file-source-benchmark.png). Exit code 1 if a
+query's row count is not files x rows per file or a window's count or sum is not the exact
+expected one.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import shutil
@@ -44,7 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -57,6 +64,9 @@ FULL_SCHEMA = (
     "c4 DOUBLE, c5 STRING, c6 DOUBLE, c7 STRING, c8 DOUBLE, c9 STRING"
 )
 PRUNED_SCHEMA = "id BIGINT, value DOUBLE"
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_PLOT = REPO / "docs" / "images" / "file-source-benchmark.png"
+COLORS = {"native": "#546e7a", "sluicegate": "#1e88e5", "sluicegate-jvm": "#43a047"}
 TS_ORIGIN_MS = 1_700_000_000_000
 WINDOW_MS = 60_000
 
@@ -284,6 +294,78 @@ def report(runs: list[FileRun], args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def summary(runs: list[FileRun], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Per job and side: the median and range of the steady-state rows/s of its exact runs."""
+    rows = []
+    for job in args.jobs:
+        for side in args.sides:
+            rates = [r.steady_rate for r in runs if r.side == side and r.job == job and not r.error]
+            rates = [rate for rate in rates if rate == rate]
+            if rates:
+                rows.append(
+                    {
+                        "job": job,
+                        "side": side,
+                        "rows_per_s": statistics.median(rates),
+                        "min": min(rates),
+                        "max": max(rates),
+                    }
+                )
+    return rows
+
+
+def save_results(runs: list[FileRun], args: argparse.Namespace, path: Path) -> None:
+    config = {
+        k: getattr(args, k) for k in ("files", "rows_per_file", "files_per_batch", "repetitions", "jobs", "sides")
+    }
+    data = {"config": config, "cpus": os.cpu_count(), "summary": summary(runs, args), "runs": [asdict(r) for r in runs]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+    print(f"results saved to {path}")
+
+
+def plot(data: dict[str, Any], path: Path) -> None:
+    """Rows/s per job and side: the median, whiskers from the slowest to the fastest run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    config, rows = data["config"], data["summary"]
+    jobs, sides = config["jobs"], config["sides"]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    width = 0.8 / len(sides)
+    for i, side in enumerate(sides):
+        found = [(jobs.index(r["job"]), r) for r in rows if r["side"] == side]
+        xs = [j + (i - (len(sides) - 1) / 2) * width for j, _ in found]
+        ys = [r["rows_per_s"] / 1e6 for _, r in found]
+        errors = [
+            [(r["rows_per_s"] - r["min"]) / 1e6 for _, r in found],
+            [(r["max"] - r["rows_per_s"]) / 1e6 for _, r in found],
+        ]
+        bars = ax.bar(xs, ys, width, label=side, color=COLORS.get(side), yerr=errors, capsize=3)
+        tops = [r["max"] / 1e6 for _, r in found]  # above the whisker
+        for bar, y, top in zip(bars, ys, tops, strict=True):
+            where = (bar.get_x() + bar.get_width() / 2, top)
+            ax.annotate(f"{y:.2f}M", where, xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
+    labels = {"noop": "noop (10 columns)", "pruned": "pruned (2 of 10)", "windowed": "windowed (uses 2 of 10)"}
+    ax.set_xticks(range(len(jobs)), [labels.get(j, j) for j in jobs])
+    ax.set_ylabel("million rows/s (steady state, median)")
+    ax.set_title(
+        f"Parquet file stream, {config['files']} files x {config['rows_per_file']:,} rows, "
+        f"{config['files_per_batch']} files a batch, median of {config['repetitions']} alternating runs"
+    )
+    ax.margins(y=0.2)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.text(0.01, 0.005, f"Spark local[2], {data.get('cpus', '?')} cores; benchmarks/file_source.py", fontsize=7)
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"picture written to {path}")
+
+
 def run(args: argparse.Namespace) -> int:
     from sluicegate.devtools.broker.local import LocalKafkaBroker
     from sluicegate.spark.job import spark_session
@@ -304,6 +386,11 @@ def run(args: argparse.Namespace) -> int:
             broker = LocalKafkaBroker(run_dir=workdir / "broker", die_with_parent=True)
             bootstrap = broker.start(timeout_s=180)
         spark = spark_session("sluicegate-file-bench", args.master, quiet=True)
+        for job in args.jobs if args.warmup else ():
+            # the session's first queries run up to 1.5x slower (the JVM compiles Spark's
+            # reader and operators as they run): whichever side went first would pay for it
+            print(f"warm-up (not counted): native / {job}", flush=True)
+            one_run(spark, FileRun("native", job, -1), args, data, workdir, bootstrap)
         count = args.repetitions * len(args.jobs) * len(args.sides)
         for repetition in range(args.repetitions):
             first = repetition % len(args.sides)
@@ -325,7 +412,12 @@ def run(args: argparse.Namespace) -> int:
             broker.stop()
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)  # ~1 GB of files
-    return report(runs, args)
+    status = report(runs, args)
+    if args.results:
+        save_results(runs, args, Path(args.results))
+    if args.plot:
+        plot({"config": vars(args), "cpus": os.cpu_count(), "summary": summary(runs, args)}, Path(args.plot))
+    return status
 
 
 def main() -> int:
@@ -341,7 +433,16 @@ def main() -> int:
     parser.add_argument("--bootstrap-servers", default="")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (files, logs)")
+    parser.add_argument(
+        "--no-warmup", dest="warmup", action="store_false", help="no untimed run of each job before the measured ones"
+    )
+    parser.add_argument("--results", default="", help="save the runs as JSON here")
+    parser.add_argument("--plot", default=str(DEFAULT_PLOT), help="the PNG to draw ('' for none)")
+    parser.add_argument("--replot", default="", help="draw --plot from a --results file; runs nothing")
     args = parser.parse_args()
+    if args.replot:
+        plot(json.loads(Path(args.replot).read_text()), Path(args.plot or DEFAULT_PLOT))
+        return 0
     args.jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     unknown = sorted(set(args.jobs) - set(JOBS))
     if unknown:
