@@ -24,12 +24,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from dead_letters import dead_letters
 from kafka_data import COORDINATOR_TIMEOUTS, READER_TIMING, OutputReader, audit_ok, create_topic, option_args
 from processes import Proc, ProcessGroup
 from s3_fixture import SECRET_KEY, S3Endpoint, s3_endpoint
-
-from sluicegate.protocol.topics import ControlTopics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 __all__ = ["s3_endpoint"]
@@ -223,7 +221,7 @@ def test_bad_files_are_dead_lettered_and_counted_with_skip_and_stop_the_reader_w
         output.close()
     check_exactly_once(output.rows, 2)
     assert first.lines_with("2 dead-lettered"), first.tail()
-    letters = _dead_letters(kafka_bootstrap, ControlTopics.for_source(source).dead_letter)
+    letters = dead_letters(kafka_bootstrap, source)
     assert sorted(Path(h["sluicegate.origin.topic"]).name for h in letters) == ["0002-bad.parquet", "0003-wrong.csv"]
     assert all(h["sluicegate.error.kind"] == "bad-file" for h in letters)
     assert (
@@ -241,23 +239,3 @@ def test_bad_files_are_dead_lettered_and_counted_with_skip_and_stop_the_reader_w
     assert code not in (None, 0), log
     assert "0002-bad.parquet" in log and "on_bad_file=fail" in log, log
     assert "Traceback" not in log, log
-
-
-def _dead_letters(bootstrap: str, topic: str) -> list[dict[str, str]]:
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "sluicegate-test-unused", "enable.partition.eof": True}
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    found: list[dict[str, str]] = []
-    deadline = time.monotonic() + 30
-    try:
-        while time.monotonic() < deadline:
-            for message in consumer.consume(100, timeout=0.5):
-                error = message.error()
-                if error is not None:
-                    assert error.code() == KafkaError._PARTITION_EOF, error
-                    return found
-                found.append({k: v.decode() for k, v in message.headers() or []})
-    finally:
-        consumer.close()
-    raise AssertionError(f"could not read {topic} to its end")
