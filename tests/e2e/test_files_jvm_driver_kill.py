@@ -23,7 +23,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -80,16 +79,6 @@ def batches_with_rows(proc: Proc) -> int:
     """Batches the sink wrote that had rows (a query's first batch reads none: its files
     arrive in it and are read from the next one)."""
     return len([line for line in proc.lines_with("wrote batch ") if not line.endswith("rows=0")])
-
-
-@pytest.fixture
-def procs(tmp_path: Path, kafka_bootstrap: str) -> Iterator[ProcessGroup]:
-    group = ProcessGroup(tmp_path, kafka_bootstrap)
-    yield group
-    for proc in group.procs:
-        if proc.popen.poll() is None:
-            proc.kill_group()
-    group.stop_all()
 
 
 def test_a_killed_driver_on_the_jvm_read_path_restarts_without_loss_or_duplicate(

@@ -50,7 +50,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,16 +206,6 @@ def _run_query(spark: Any, side: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- the parent -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def procs(tmp_path: Path, kafka_bootstrap: str) -> Iterator[ProcessGroup]:
-    group = ProcessGroup(tmp_path, kafka_bootstrap)
-    yield group
-    for proc in group.procs:
-        if proc.popen.poll() is None:
-            proc.kill_group()  # the Spark child's JVM and Python workers too
-    group.stop_all()
 
 
 def _run_spark(procs: ProcessGroup, tmp_path: Path, spec: dict[str, Any]) -> dict[str, Any]:

@@ -356,16 +356,6 @@ def spark(kafka_bootstrap: str) -> Iterator[Any]:
     session.stop()
 
 
-@pytest.fixture
-def procs(tmp_path: Path, kafka_bootstrap: str) -> Iterator[ProcessGroup]:
-    group = ProcessGroup(tmp_path, kafka_bootstrap)
-    yield group
-    for proc in group.procs:
-        if proc.popen.poll() is None:
-            proc.kill_group()
-    group.stop_all()
-
-
 def kafka_coordinator(procs: ProcessGroup, source: str, options: Mapping[str, str], *extra: str) -> Proc:
     args = ["coordinator", "--source", source, "--connector", "kafka", "--max-parallelism", str(PARALLELISM)]
     for key, value in options.items():
