@@ -219,6 +219,9 @@ class KafkaSource(
     def event_time_before(self, split: KafkaPartitionSplit, position: int) -> int | None:
         return self._view().timestamp_before(split, position)
 
+    def event_times_before(self, wanted: Sequence[tuple[KafkaPartitionSplit, int]]) -> list[int | None]:
+        return self._view().timestamps_before(wanted)
+
     def event_time_at(self, split: KafkaPartitionSplit, position: int) -> int | None:
         return self._view().timestamp_at(split, position)
 

@@ -20,7 +20,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka_data import create_topic
 from sluicegate_connectors.kafka.options import KafkaOptions
-from sluicegate_connectors.kafka.ranges import RANGE_READ_DEFAULTS, RangeReader, arrow_schema
+from sluicegate_connectors.kafka.ranges import RANGE_READ_DEFAULTS, PlanningView, RangeReader, arrow_schema
 from sluicegate_connectors.kafka.read_path import RangeConsumer, native_available, new_range_consumer
 from sluicegate_connectors.kafka.reader import DataLossError
 from sluicegate_connectors.kafka.split import KafkaPartitionSplit
@@ -239,3 +239,37 @@ def test_the_forced_path_is_used_and_a_missing_native_one_is_named(monkeypatch: 
     monkeypatch.delenv(module.ENV)
     monkeypatch.setattr(module, "_chosen", None)
     assert module.read_path() == "python"
+
+
+def test_event_times_before_many_positions_in_one_call_match_the_records_read(
+    kafka_bootstrap: str, mixed_topic: tuple[str, list[tuple[bytes | None, bytes | None]]]
+) -> None:
+    """What a Spark driver's watermarks ask (PlanningView.timestamps_before): the timestamp
+    of the last record before each position, every partition in one pass. It must see
+    through transaction markers and aborted records as a read does, and answer a
+    partition asked at two positions, a position 0 and one past the end."""
+    topic, _expected = mixed_topic
+    lso, _high = stable_end(kafka_bootstrap, topic, 0)
+    other = f"ranges-et-{secrets.token_hex(4)}"
+    create_topic(kafka_bootstrap, other, 3)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    for i in range(60):
+        producer.produce(other, value=b"v", partition=i % 3, timestamp=1_800_000_000_000 + i)
+    producer.flush(30)
+    read_records = make_reader("python")(options(kafka_bootstrap, topic))
+    table = read(read_records, topic, 0, 0, lso, max_rows=1000)
+    stamps = dict(zip(table.column("offset").to_pylist(), table.column("timestamp").cast("int64").to_pylist(), strict=True))
+
+    def last_before(position: int) -> int | None:
+        before = [offset for offset in stamps if offset < position]
+        return stamps[max(before)] // 1000 if before else None
+
+    wanted = [(topic, 0, p) for p in (0, 1, 20, 36, 40, 47, 50, lso)]  # 36-48: the aborted transaction
+    wanted += [(other, p, 20) for p in range(3)] + [(other, 1, 7), (other, 2, 500)]
+    view = PlanningView(options(kafka_bootstrap, f"{topic},{other}"))
+    got = view.timestamps_before([(KafkaPartitionSplit(t, p, 0), pos) for t, p, pos in wanted])
+    expected = [last_before(pos) for _, _, pos in wanted[:8]]
+    expected += [1_800_000_000_000 + 19 * 3 + p for p in range(3)]  # record 19 of partition p is i = 57 + p
+    expected += [1_800_000_000_000 + 6 * 3 + 1, None]  # past the end: nothing there to read
+    assert got == expected
+    assert expected[0] is None and len(set(expected[1:8])) > 3

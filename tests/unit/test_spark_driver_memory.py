@@ -410,6 +410,51 @@ def test_split_idleness_splits_held_back_by_the_alignment_bound_are_not_idle(
     assert eventually(lambda: heartbeats(coordinator)[-1].idle)
 
 
+class SlowEventTimes(SequenceSource):
+    """A source whose event times take as long as the test says (the kafka connector reads
+    them from the cluster)."""
+
+    answer = threading.Event()
+
+    def event_times_before(self, wanted: Any) -> list[int | None]:
+        assert self.answer.wait(10)
+        return list(super().event_times_before(wanted))
+
+
+def test_an_acknowledgement_does_not_wait_for_its_event_times_and_the_watermark_follows_them() -> None:
+    """The next micro-batch waits for the acknowledgement, so reading event times (a
+    fetch round trip for Kafka) is not on its path: the ack is delivered while they are
+    being read, and the heartbeats' watermark rises once they are known."""
+    broker = MemoryBroker()
+    broker.create_control_topics(TOPICS, 1)
+    source = SlowEventTimes(SequenceSource.from_options({"splits": "2", "records_per_split": "100"}).options)
+    settings = DriverSettings(
+        source=SOURCE, parallelism=1, bootstrap_servers="memory:0", heartbeat_interval_ms=50, session_timeout_ms=2_000
+    )
+    driver = SparkReaderDriver(settings, source, channel=MemoryControlChannel(broker, TOPICS))
+    driver.start(None)
+    try:
+        coordinator = Coordinator(broker, driver)
+        registration = eventually(lambda: coordinator.inbox(ReaderRegistration))[0]
+        coordinator.send(0, ReaderRegistered(body(registration, ReaderRegistration).incarnation, 1, []), None)
+        eventually(driver.all_active)
+        coordinator.send(0, AddSplits(seq=1, splits=[wire(0), wire(1)]), attempt=1)
+        state = eventually(lambda: (s := driver.planning_state()) and len(s.views[0].splits) == 2 and s)
+        offset = plan_next(SourceOffset(1), state.views, None, lambda o, base: base)
+        offset = plan_next(offset, state.views, None, lambda o, base: base + 10)
+        began = time.monotonic()
+        assert driver.acknowledge(offset)  # the event times are not known yet
+        assert time.monotonic() - began < 2
+        assert coordinator.inbox(CheckpointAck)
+        time.sleep(0.2)
+        assert {hb.watermark for hb in heartbeats(coordinator)} == {None}
+        SlowEventTimes.answer.set()
+        assert eventually(lambda: heartbeats(coordinator)[-1].watermark == START_MS + 90)
+    finally:
+        SlowEventTimes.answer.set()
+        driver.close()
+
+
 class ListeningSequence(SequenceSource, LowWatermarkListener):  # type: ignore[misc]
     """A source that hears the low watermark on the Spark host (FLINK-4576's listener)."""
 

@@ -140,6 +140,12 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
         split's watermark once everything before ``position`` is durably planned."""
         return None
 
+    def event_times_before(self, wanted: Sequence[tuple[SplitT, int]]) -> list[int | None]:
+        """``event_time_before`` of each (split, position), in order. It may block: a
+        connector whose event times live elsewhere reads them here, in one request for
+        all (the ``kafka`` connector: one fetch for every partition)."""
+        return [self.event_time_before(split, position) for split, position in wanted]
+
     def event_time_at(self, split: SplitT, position: int) -> int | None:
         """The event time of the record at ``position`` (None: none there yet, or no
         event time). With ``position_after_event_time`` it lets a planning host align

@@ -78,6 +78,7 @@ from sluicegate.reader.state import ReaderCheckpoint
 from sluicegate.reader.timing import KAFKA_WAIT_S, SPARK_NAMES, TOPIC_WAIT_S, ReaderTiming
 from sluicegate.reader.watermark import SplitWatermarks
 from sluicegate.spark.acknowledgement import PlannedPositions, acknowledged_splits
+from sluicegate.spark.event_times import EventTimeProbe
 from sluicegate.spark.metrics import DriverMetrics, DriverSnapshot, SubtaskFigures
 from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SubtaskOffset, SubtaskView
 
@@ -173,6 +174,8 @@ class SparkReaderDriver:
         self.protocols: dict[int, ReaderProtocol] = {}
         self._watermarks: dict[int, SplitWatermarks] = {s: self._new_watermarks() for s in range(settings.parallelism)}
         """Per subtask: each owned split's event time up to its durably planned position."""
+        self._event_times = EventTimeProbe(self.ranges, self.codec, self._watermarks_of, _monotonic_ms)
+        """Each acknowledged split's event time, read off the acknowledgement's path."""
         self._planned = PlannedPositions()
         """Each split's last acknowledged position: a split counts as active when it advances."""
         self._acked: dict[int, tuple[int, int]] = {}
@@ -384,6 +387,7 @@ class SparkReaderDriver:
         ]
 
     async def _shutdown(self) -> None:
+        await self._event_times.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -699,11 +703,12 @@ class SparkReaderDriver:
         watermarks = self._watermarks[s]
         watermarks.remove(finished)
         watermarks.remove(plan.returned_split_ids)
-        # only a split whose planned position advanced is active (split idleness)
+        # only a split whose planned position advanced is active (split idleness); its
+        # event time there comes later (event_times.py)
         clock_ms = _monotonic_ms()
         for sid, e in unfinished.items():
-            moved = self._planned.moved(sid, e.pos)
-            watermarks.advance(sid, self._event_time_before(e.split, e.pos), clock_ms, active=moved)
+            watermarks.advance(sid, None, clock_ms, active=self._planned.moved(sid, e.pos))
+            self._event_times.want(s, sid, e.split, e.pos)
         self._planned.forget([*finished, *plan.returned_split_ids])
         if finished or plan.returned:
             log.info(
@@ -723,8 +728,8 @@ class SparkReaderDriver:
     def _wire_at(self, wire: WireSplit, position: int) -> WireSplit:
         return self.codec.to_wire(self.ranges.with_position(self.codec.from_wire(wire), position))
 
-    def _event_time_before(self, wire: WireSplit, position: int) -> int | None:
-        return self.ranges.event_time_before(self.codec.from_wire(wire), position)
+    def _watermarks_of(self, subtask: int) -> SplitWatermarks:
+        return self._watermarks[subtask]
 
     async def _status(self) -> DriverStatus:
         return DriverStatus(
