@@ -258,7 +258,9 @@ def test_event_times_before_many_positions_in_one_call_match_the_records_read(
     producer.flush(30)
     read_records = make_reader("python")(options(kafka_bootstrap, topic))
     table = read(read_records, topic, 0, 0, lso, max_rows=1000)
-    stamps = dict(zip(table.column("offset").to_pylist(), table.column("timestamp").cast("int64").to_pylist(), strict=True))
+    stamps = dict(
+        zip(table.column("offset").to_pylist(), table.column("timestamp").cast("int64").to_pylist(), strict=True)
+    )
 
     def last_before(position: int) -> int | None:
         before = [offset for offset in stamps if offset < position]
