@@ -410,7 +410,7 @@ def test_split_idleness_splits_held_back_by_the_alignment_bound_are_not_idle(
     assert eventually(lambda: heartbeats(coordinator)[-1].idle)
 
 
-class SlowEventTimes(SequenceSource):
+class SlowEventTimes(SequenceSource):  # type: ignore[misc]
     """A source whose event times take as long as the test says (the kafka connector reads
     them from the cluster)."""
 
