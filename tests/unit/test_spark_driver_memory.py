@@ -375,19 +375,19 @@ def test_split_idleness_a_split_whose_planned_position_stands_still_stops_holdin
     stops counting in its subtask's heartbeat watermark; all of them still: idle."""
     driver, coordinator, state = idle_driver
     offset = read_both_to_10(driver, coordinator, state)
-    step = 0
 
     def only_split_0(o: Any, base: int) -> int:
         return base + 1 if o.split_id == "seq-00000" else base
 
     def split_1_idle() -> bool:
-        nonlocal offset, step
-        step += 1
+        nonlocal offset
         offset = plan_next(offset, state.views, None, only_split_0)
         assert driver.acknowledge(offset)
         time.sleep(0.02)
-        expected = Heartbeat(watermark=START_MS + (9 + step) * 10, idle=False)
-        return heartbeats(coordinator)[-1] == expected and step > 5
+        # split 1 stays at START_MS + 90: a watermark past it is split 0's alone (the
+        # event times follow within a heartbeat interval, event_times.py)
+        last = heartbeats(coordinator)[-1]
+        return last.watermark is not None and last.watermark > START_MS + 90 and not last.idle
 
     assert eventually(split_1_idle)  # split 0 alone makes the watermark: split 1 is idle
     assert eventually(lambda: heartbeats(coordinator)[-1].idle)  # nothing advances: every split idle

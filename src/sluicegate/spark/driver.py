@@ -174,7 +174,9 @@ class SparkReaderDriver:
         self.protocols: dict[int, ReaderProtocol] = {}
         self._watermarks: dict[int, SplitWatermarks] = {s: self._new_watermarks() for s in range(settings.parallelism)}
         """Per subtask: each owned split's event time up to its durably planned position."""
-        self._event_times = EventTimeProbe(self.ranges, self.codec, self._watermarks_of, _monotonic_ms)
+        self._event_times = EventTimeProbe(
+            self.ranges, self.codec, self._watermarks_of, _monotonic_ms, settings.heartbeat_interval_ms / 1000
+        )
         """Each acknowledged split's event time, read off the acknowledgement's path."""
         self._planned = PlannedPositions()
         """Each split's last acknowledged position: a split counts as active when it advances."""
