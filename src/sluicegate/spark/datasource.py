@@ -337,18 +337,8 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return self._min_rows.admits(new_rows, now_ms)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        start_offset = SourceOffset.from_json(start)
+        self.acknowledge_planned(end)
         end_offset = SourceOffset.from_json(end)
-        driver = self._ensure_driver(end_offset)
-        # Spark has written end_offset to its offset log: tell the coordinator while the
-        # executors read. The next latestOffset plans nothing until this ack is delivered
-        # (planner._acknowledged), so no split runs ahead of what the coordinator holds.
-        driver.acknowledge_soon(end_offset)
-        planned = ranges_between(start_offset, end_offset)
-        parts = [
-            PlannedPart(subtask, tuple((r.split, r.start, r.end) for r in ranges))
-            for subtask, ranges in sorted(planned.items())
-        ]
         return [
             SluicegatePartition(
                 part.subtask,
@@ -357,8 +347,26 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 list(part.ranges),
                 self._report_to,
             )
-            for part in cut_ranges(parts, self.config.min_partitions)
+            for part in self.planned_parts(start, end)
         ]
+
+    def acknowledge_planned(self, end: dict[str, Any]) -> None:
+        """Spark has written ``end`` to its offset log (it plans a batch's partitions after
+        that): tell the coordinator while the executors read. The next latestOffset plans
+        nothing until this ack is delivered (planner._acknowledged), so no split runs ahead
+        of what the coordinator holds."""
+        end_offset = SourceOffset.from_json(end)
+        self._ensure_driver(end_offset).acknowledge_soon(end_offset)
+
+    def planned_parts(self, start: dict[str, Any], end: dict[str, Any]) -> list[PlannedPart[Any]]:
+        """What a batch from ``start`` to ``end`` reads, a part per Spark partition
+        (``minPartitions`` cuts ranges); the same for the same two offsets, anywhere."""
+        planned = ranges_between(SourceOffset.from_json(start), SourceOffset.from_json(end))
+        parts = [
+            PlannedPart(subtask, tuple((r.split, r.start, r.end) for r in ranges))
+            for subtask, ranges in sorted(planned.items())
+        ]
+        return cut_ranges(parts, self.config.min_partitions)
 
     def commit(self, end: dict[str, Any]) -> None:
         if self._driver is not None:

@@ -24,10 +24,12 @@ import scala.Option;
 final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailableNow {
     private final RangePlanner planner;
     private final ReadSettings settings;
+    private final PlannedBatches batches;
 
     KafkaRangeStream(RangePlanner planner) {
         this.planner = planner;
         this.settings = ReadSettings.parse(planner.readSettings());
+        this.batches = new PlannedBatches(planner);
     }
 
     @Override
@@ -44,7 +46,9 @@ final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailab
     @Override
     public Offset latestOffset(Offset start, ReadLimit limit) {
         long maxRows = limit instanceof ReadMaxRows rows ? rows.maxRows() : 0;
-        return new JsonOffset(planner.latestOffset(start.json(), maxRows));
+        ReadSettings.Planned planned = ReadSettings.Planned.parse(planner.latestOffsetAndRanges(start.json(), maxRows));
+        batches.planned(start.json(), planned);
+        return new JsonOffset(planned.end());
     }
 
     @Override
@@ -60,7 +64,7 @@ final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailab
     @Override
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
         List<InputPartition> partitions = new ArrayList<>();
-        for (ReadSettings.Range range : ReadSettings.ranges(planner.planRanges(start.json(), end.json()))) {
+        for (ReadSettings.Range range : batches.ranges(start.json(), end.json())) {
             KafkaOffsetRange offsets = KafkaOffsetRange.apply(
                     new TopicPartition(range.topic(), range.partition()), range.from(), range.until(), Option.empty());
             partitions.add(KafkaBatchInputPartition.apply(
@@ -86,6 +90,7 @@ final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailab
 
     @Override
     public void stop() {
+        batches.stop();
         planner.stop();
     }
 }

@@ -8,6 +8,18 @@ public interface RangePlanner extends StreamPlanner {
      */
     String readSettings();
 
-    /** The Kafka ranges between two offsets: a JSON list of [topic, partition, from, until]. */
+    /**
+     * {@code latestOffset}, with the ranges from {@code start} to it: {"end": offset, "ranges":
+     * [[topic, partition, from, until], ...]}.
+     */
+    String latestOffsetAndRanges(String start, long maxRows);
+
+    /** Spark has written {@code end} to its offset log: tell the coordinator (it does not wait). */
+    void acknowledge(String end);
+
+    /**
+     * The Kafka ranges between two offsets, as in {@code latestOffsetAndRanges}, acknowledging
+     * {@code end}.
+     */
     String planRanges(String start, String end);
 }

@@ -35,9 +35,24 @@ final class ReadSettings {
                 root.get("pollTimeoutMs").asLong());
     }
 
+    /**
+     * A batch's end offset (the planner's JSON text: Spark tells offsets apart by their text)
+     * and its ranges, as {@code latestOffsetAndRanges} gives them.
+     */
+    record Planned(String end, List<Range> ranges) {
+        static Planned parse(String json) {
+            JsonNode root = JvmReadPath.tree(json);
+            return new Planned(root.get("end").asText(), ReadSettings.ranges(root.get("ranges")));
+        }
+    }
+
     static List<Range> ranges(String json) {
+        return ranges(JvmReadPath.tree(json));
+    }
+
+    private static List<Range> ranges(JsonNode list) {
         List<Range> ranges = new ArrayList<>();
-        for (JsonNode item : JvmReadPath.tree(json)) {
+        for (JsonNode item : list) {
             ranges.add(new Range(item.get(0).asText(), item.get(1).asInt(), item.get(2).asLong(), item.get(3).asLong()));
         }
         return ranges;
