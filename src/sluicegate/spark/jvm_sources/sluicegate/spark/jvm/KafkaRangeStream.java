@@ -85,7 +85,7 @@ final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailab
 
     @Override
     public void commit(Offset end) {
-        planner.commit(end.json());
+        batches.commit(end.json());
     }
 
     @Override

@@ -24,6 +24,7 @@ final class PlannedBatches {
     private String start;
     private ReadSettings.Planned planned;
     private boolean acknowledged;
+    private String acknowledgedEnd;
 
     PlannedBatches(RangePlanner planner) {
         this.planner = planner;
@@ -41,16 +42,32 @@ final class PlannedBatches {
         }
         if (!acknowledged) {
             acknowledged = true;
-            acknowledgements.execute(() -> {
-                try {
-                    planner.acknowledge(end);
-                } catch (RuntimeException e) {
-                    // Not lost: the next latestOffset sends it again and plans nothing until
-                    // the coordinator has it (and raises whatever stops the query).
-                }
-            });
+            acknowledgedEnd = end;
+            inBackground(() -> planner.acknowledge(end));
         }
         return planned.ranges();
+    }
+
+    /**
+     * Spark's {@code commit(end)}, a batch after the batch ran: nothing to tell the coordinator
+     * when this stream acknowledged {@code end} already (the batch it planned last); else (the
+     * first batch after a restart) the planner's {@code commit}, not waited for either.
+     */
+    synchronized void commit(String end) {
+        if (!end.equals(acknowledgedEnd)) {
+            inBackground(() -> planner.commit(end));
+        }
+    }
+
+    private void inBackground(Runnable call) {
+        acknowledgements.execute(() -> {
+            try {
+                call.run();
+            } catch (RuntimeException e) {
+                // Not lost: the next latestOffset acknowledges its start and plans nothing
+                // until the coordinator has it (and raises whatever stops the query).
+            }
+        });
     }
 
     void stop() {
