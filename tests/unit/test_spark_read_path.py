@@ -15,8 +15,9 @@ from sluicegate_connectors.kafka import KafkaOptions
 from sluicegate.api.errors import ConfigError
 from sluicegate.spark.datasource import PYTHON_FORMAT, session_data_source
 from sluicegate.spark.jvm_classpath import CLASSPATH_FILE, JAR_NAME, build_dir, built, jvm_read_path_jars
-from sluicegate.spark.jvm_planner import JvmPlannerFactory, executor_consumer_settings
+from sluicegate.spark.jvm_planner import JvmPlannerFactory, KafkaRangePlanner, executor_consumer_settings
 from sluicegate.spark.options import SparkSourceOptions
+from sluicegate.spark.trigger_limits import PlannedPart
 
 DATA = "127.0.0.1:9092"
 
@@ -206,3 +207,48 @@ def test_the_factory_gives_a_files_querys_schema_nullable_as_sparks_file_source_
     assert StructType.fromJson(json.loads(check(own.json())["schema"])).fields[0].nullable, "the query's own, nullable"
     assert "not one" in check(path="memory://bucket/data")["error"], "an object store is refused, not read wrongly"
     assert "maxRecordsPerTrigger" in check(maxRecordsPerTrigger="5")["error"]
+
+
+class PlanningReader:
+    """What KafkaRangePlanner asks of the query's stream reader, recorded."""
+
+    def __init__(self, end: dict[str, Any]) -> None:
+        self.end = end
+        self.acknowledged: list[dict[str, Any]] = []
+        self.config = SimpleNamespace(max_records_per_trigger=None)
+
+    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+        return self.end
+
+    def planned_parts(self, start: dict[str, Any], end: dict[str, Any]) -> list[PlannedPart[Any]]:
+        assert end == self.end
+        wire = {"topic": "orders", "partition": 0}
+        return [
+            PlannedPart(0, ((wire, 5, 9), ({"topic": "orders", "partition": 1}, 3, 3))),
+            PlannedPart(1, (({"topic": "orders", "partition": 2}, 0, 4),)),
+        ]
+
+    def acknowledge_planned(self, end: dict[str, Any]) -> None:
+        self.acknowledged.append(end)
+
+
+def test_latest_offset_brings_the_batchs_ranges_and_acknowledges_nothing_before_sparks_log() -> None:
+    """readPath=jvm: one call a micro-batch gives the end offset (the planner's own text,
+    which Spark compares) and the ranges; the coordinator hears of the end only once Spark
+    has written it (acknowledge, or planRanges for a batch the stream did not plan)."""
+    start = {"checkpoint_id": 1, "subtasks": {}}
+    end = {"checkpoint_id": 2, "subtasks": {"0": {"splits": {}}}}
+    reader = PlanningReader(end)
+    planner = KafkaRangePlanner(reader, {})
+    planned = json.loads(planner.latestOffsetAndRanges(json.dumps(start), 0))
+    assert planned["end"] == planner.latestOffset(json.dumps(start), 0) == json.dumps(end)
+    ranges = [["orders", 0, 5, 9], ["orders", 2, 0, 4]]  # the empty range is no Spark partition
+    assert planned["ranges"] == ranges
+    assert reader.acknowledged == []
+    planner.acknowledge(planned["end"])
+    assert reader.acknowledged == [end]
+    assert json.loads(planner.planRanges(json.dumps(start), planned["end"])) == ranges
+    assert reader.acknowledged == [end, end]
+    reader.end = start  # nothing new: the offset is the start, and no ranges
+    nothing = json.loads(planner.latestOffsetAndRanges(json.dumps(start), 0))
+    assert nothing == {"end": json.dumps(start), "ranges": []}
