@@ -47,11 +47,15 @@ LOOK_BACK = 16
 """How many offsets before a position a probe reads to find its last record (the
 offsets just before a position may be transaction markers)."""
 PROBE_DEADLINE_S = 10.0
-PROBE_FETCH_WAIT_MS = 10
-"""The probe's fetch.wait.max.ms. A probe re-assigns its consumer for every read, and a
-new partition's fetch waits for the fetch in flight, which the broker holds up to
-fetch.wait.max.ms (librdkafka: 500 ms) once the previous partition has no more data
-for it: with the default, every probe read after the first took ~0.5 s."""
+PROBE_SETTINGS: dict[str, Any] = {"fetch.wait.max.ms": 10, "max.partition.fetch.bytes": 64 * 1024}
+"""The probe consumer's fetches: it reads a few records a partition, then is assigned
+elsewhere. ``fetch.wait.max.ms``: a new partition's fetch waits for the fetch in flight,
+which the broker holds up to it (librdkafka: 500 ms) once the previous partition has no
+more data: with the default, every probe read after the first took ~0.5 s. The fetch
+size: at librdkafka's 1 MB a partition, the records of the partitions that came first had
+to be passed over to reach the others (8 partitions of 110 B records: 50-110 ms and 80-150
+ms of CPU a probe; at 64 KB, 2-7 ms and as much CPU). (A smaller ``queued.min.messages``
+made it worse: 300,000 records passed over a probe.)"""
 
 
 def arrow_schema(include_headers: bool = True) -> Any:
@@ -262,7 +266,7 @@ class PlanningView:
 
     def _probe_consumer(self) -> Consumer:
         if self._probe is None:
-            self._probe = Consumer({**self.options.consumer_config(), "fetch.wait.max.ms": PROBE_FETCH_WAIT_MS})
+            self._probe = Consumer({**self.options.consumer_config(), **PROBE_SETTINGS})
         return self._probe
 
     def _read_before(self, until: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, list[int]]:
@@ -276,7 +280,8 @@ class PlanningView:
         try:
             deadline = time.monotonic() + PROBE_DEADLINE_S
             while open_ and time.monotonic() < deadline:
-                for message in probe.consume(num_messages=LOOK_BACK * len(until), timeout=0.5):
+                # consume(n) returns once it has n records or at its timeout: a short one
+                for message in probe.consume(num_messages=LOOK_BACK * len(until), timeout=0.01):
                     tp = (message.topic(), message.partition())
                     if tp not in open_:
                         continue
