@@ -4,16 +4,17 @@ Once Spark has written a batch's offset, the driver acknowledges it, and each sp
 watermark becomes the event time of its last record before the acknowledged position.
 The executors do not tell the driver their records' event times (on the JVM read path no
 sluicegate code sees a record), so the driver asks the connector, and the ``kafka``
-connector reads the records just before each position back from the cluster: one fetch
-round trip, 15-30 ms, and broker work. The next micro-batch waits for the
-acknowledgement, so the acknowledgement does not wait for that: ``EventTimeProbe`` asks
+connector reads the records just before each position back from the cluster: a fetch
+round trip and broker work. The next micro-batch waits for the acknowledgement, so the
+acknowledgement does not wait for that: ``EventTimeProbe`` asks
 on a worker thread, for the newest acknowledged position of each split, and raises the
 watermarks when the answer comes. A heartbeat in between carries the watermark of the
 batch before, which is still true (a watermark only says what has been read).
 
 Watermarks leave the driver in heartbeats, one a ``heartbeat_interval_ms``: the probe
 asks at most that often, not once a micro-batch (at 8 batches a second over 8
-partitions, asking every batch cost the broker ~5-10 % of a core).
+partitions, the broker used 3.7-6.4 CPU s in 10 s with a probe every batch and 3.0-3.9
+with none; Spark's own source, 2.3-3.0).
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ class EventTimeProbe:
         self._last_asked_s = float("-inf")
         self._wanted: dict[tuple[int, str], tuple[WireSplit, int]] = {}
         self._task: asyncio.Task[None] | None = None
-        self.probes = 0
 
     def want(self, subtask: int, split_id: str, split: WireSplit, position: int) -> None:
         """The split's event time before ``position`` is wanted (a later position of the
@@ -59,11 +59,6 @@ class EventTimeProbe:
         self._wanted[(subtask, split_id)] = (split, position)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sluicegate-event-times")
-
-    async def settled(self) -> None:
-        """Until every wanted event time is in the watermarks (tests, shutdown)."""
-        while self._task is not None and not self._task.done():
-            await asyncio.shield(self._task)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -84,7 +79,6 @@ class EventTimeProbe:
             except Exception as exc:  # the data cluster may be down: the next ack asks again
                 log.warning("event times of %d splits could not be read now: %s", len(keys), exc)
                 continue
-            self.probes += 1
             now_ms = self._clock_ms()
             for (subtask, split_id), event_time_ms in zip(keys, times, strict=True):
                 # not active: the acknowledgement already marked the splits that moved
