@@ -5,6 +5,7 @@ planning, acknowledgement and fencing, in well under a second."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import socket
 import threading
@@ -324,21 +325,23 @@ def test_a_split_asked_back_is_planned_no_further_and_returned_with_the_next_off
     assert fourth.parked["seq-00000"].pos == 10 and "seq-00000" not in fourth.subtasks[0].splits
 
 
-@pytest.fixture
-def idle_driver() -> Iterator[tuple[SparkReaderDriver, Coordinator, PlanningState]]:
-    """One subtask with splits 0 and 1 (split idle timeout 300 ms), both read to position 10."""
+@contextlib.contextmanager
+def two_splits_on_one_subtask(
+    source: SequenceSource, **settings: Any
+) -> Iterator[tuple[SparkReaderDriver, Coordinator, PlanningState]]:
+    """A driver of one subtask (heartbeats every 50 ms, ``settings`` besides), registered
+    and given splits 0 and 1 of ``source``, both at position 0."""
     broker = MemoryBroker()
     broker.create_control_topics(TOPICS, 1)
-    source = SequenceSource.from_options({"splits": "2", "records_per_split": "100"})
-    settings = DriverSettings(
+    driver_settings = DriverSettings(
         source=SOURCE,
         parallelism=1,
         bootstrap_servers="memory:0",
         heartbeat_interval_ms=50,
         session_timeout_ms=2_000,
-        split_idle_timeout_ms=300,
+        **settings,
     )
-    driver = SparkReaderDriver(settings, source, channel=MemoryControlChannel(broker, TOPICS))
+    driver = SparkReaderDriver(driver_settings, source, channel=MemoryControlChannel(broker, TOPICS))
     driver.start(None)
     coordinator = Coordinator(broker, driver)
     try:
@@ -350,6 +353,14 @@ def idle_driver() -> Iterator[tuple[SparkReaderDriver, Coordinator, PlanningStat
         yield driver, coordinator, state
     finally:
         driver.close()
+
+
+@pytest.fixture
+def idle_driver() -> Iterator[tuple[SparkReaderDriver, Coordinator, PlanningState]]:
+    """One subtask with splits 0 and 1 (split idle timeout 300 ms)."""
+    source = SequenceSource.from_options({"splits": "2", "records_per_split": "100"})
+    with two_splits_on_one_subtask(source, split_idle_timeout_ms=300) as started:
+        yield started
 
 
 START_MS = 1_700_000_000_000
@@ -425,34 +436,21 @@ def test_an_acknowledgement_does_not_wait_for_its_event_times_and_the_watermark_
     """The next micro-batch waits for the acknowledgement, so reading event times (a
     fetch round trip for Kafka) is not on its path: the ack is delivered while they are
     being read, and the heartbeats' watermark rises once they are known."""
-    broker = MemoryBroker()
-    broker.create_control_topics(TOPICS, 1)
     source = SlowEventTimes(SequenceSource.from_options({"splits": "2", "records_per_split": "100"}).options)
-    settings = DriverSettings(
-        source=SOURCE, parallelism=1, bootstrap_servers="memory:0", heartbeat_interval_ms=50, session_timeout_ms=2_000
-    )
-    driver = SparkReaderDriver(settings, source, channel=MemoryControlChannel(broker, TOPICS))
-    driver.start(None)
     try:
-        coordinator = Coordinator(broker, driver)
-        registration = eventually(lambda: coordinator.inbox(ReaderRegistration))[0]
-        coordinator.send(0, ReaderRegistered(body(registration, ReaderRegistration).incarnation, 1, []), None)
-        eventually(driver.all_active)
-        coordinator.send(0, AddSplits(seq=1, splits=[wire(0), wire(1)]), attempt=1)
-        state = eventually(lambda: (s := driver.planning_state()) and len(s.views[0].splits) == 2 and s)
-        offset = plan_next(SourceOffset(1), state.views, None, lambda o, base: base)
-        offset = plan_next(offset, state.views, None, lambda o, base: base + 10)
-        began = time.monotonic()
-        assert driver.acknowledge(offset)  # the event times are not known yet
-        assert time.monotonic() - began < 2
-        assert coordinator.inbox(CheckpointAck)
-        time.sleep(0.2)
-        assert {hb.watermark for hb in heartbeats(coordinator)} == {None}
-        SlowEventTimes.answer.set()
-        assert eventually(lambda: heartbeats(coordinator)[-1].watermark == START_MS + 90)
+        with two_splits_on_one_subtask(source) as (driver, coordinator, state):
+            offset = plan_next(SourceOffset(1), state.views, None, lambda o, base: base)
+            offset = plan_next(offset, state.views, None, lambda o, base: base + 10)
+            began = time.monotonic()
+            assert driver.acknowledge(offset)  # the event times are not known yet
+            assert time.monotonic() - began < 2
+            assert coordinator.inbox(CheckpointAck)
+            time.sleep(0.2)
+            assert {hb.watermark for hb in heartbeats(coordinator)} == {None}
+            SlowEventTimes.answer.set()
+            assert eventually(lambda: heartbeats(coordinator)[-1].watermark == START_MS + 90)
     finally:
-        SlowEventTimes.answer.set()
-        driver.close()
+        SlowEventTimes.answer.set()  # never leave the driver's probe thread waiting
 
 
 class ListeningSequence(SequenceSource, LowWatermarkListener):  # type: ignore[misc]
