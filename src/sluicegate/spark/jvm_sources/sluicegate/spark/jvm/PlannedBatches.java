@@ -23,7 +23,6 @@ final class PlannedBatches {
     });
     private String start;
     private ReadSettings.Planned planned;
-    private boolean acknowledged;
     private String acknowledgedEnd;
 
     PlannedBatches(RangePlanner planner) {
@@ -33,15 +32,13 @@ final class PlannedBatches {
     synchronized void planned(String start, ReadSettings.Planned planned) {
         this.start = start;
         this.planned = planned;
-        this.acknowledged = false;
     }
 
     synchronized List<ReadSettings.Range> ranges(String start, String end) {
         if (planned == null || !start.equals(this.start) || !end.equals(planned.end())) {
             return ReadSettings.ranges(planner.planRanges(start, end));
         }
-        if (!acknowledged) {
-            acknowledged = true;
+        if (!end.equals(acknowledgedEnd)) {
             acknowledgedEnd = end;
             inBackground(() -> planner.acknowledge(end));
         }
