@@ -16,6 +16,7 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.spark.datasource import PYTHON_FORMAT, session_data_source
 from sluicegate.spark.jvm_classpath import CLASSPATH_FILE, JAR_NAME, build_dir, built, jvm_read_path_jars
 from sluicegate.spark.jvm_planner import JvmPlannerFactory, KafkaRangePlanner, executor_consumer_settings
+from sluicegate.spark.offsets import SourceOffset
 from sluicegate.spark.options import SparkSourceOptions
 from sluicegate.spark.trigger_limits import PlannedPart
 
@@ -212,15 +213,15 @@ def test_the_factory_gives_a_files_querys_schema_nullable_as_sparks_file_source_
 class PlanningReader:
     """What KafkaRangePlanner asks of the query's stream reader, recorded."""
 
-    def __init__(self, end: dict[str, Any]) -> None:
+    def __init__(self, end: SourceOffset) -> None:
         self.end = end
-        self.acknowledged: list[dict[str, Any]] = []
+        self.acknowledged: list[SourceOffset] = []
         self.config = SimpleNamespace(max_records_per_trigger=None)
 
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
-        return self.end
+        return self.end.to_json()
 
-    def planned_parts(self, start: dict[str, Any], end: dict[str, Any]) -> list[PlannedPart[Any]]:
+    def planned_parts(self, start: SourceOffset, end: SourceOffset) -> list[PlannedPart[Any]]:
         assert end == self.end
         wire = {"topic": "orders", "partition": 0}
         return [
@@ -228,7 +229,7 @@ class PlanningReader:
             PlannedPart(1, (({"topic": "orders", "partition": 2}, 0, 4),)),
         ]
 
-    def acknowledge_planned(self, end: dict[str, Any]) -> None:
+    def acknowledge_planned(self, end: SourceOffset) -> None:
         self.acknowledged.append(end)
 
 
@@ -236,19 +237,20 @@ def test_latest_offset_brings_the_batchs_ranges_and_acknowledges_nothing_before_
     """readPath=jvm: one call a micro-batch gives the end offset (the planner's own text,
     which Spark compares) and the ranges; the coordinator hears of the end only once Spark
     has written it (acknowledge, or planRanges for a batch the stream did not plan)."""
-    start = {"checkpoint_id": 1, "subtasks": {}}
-    end = {"checkpoint_id": 2, "subtasks": {"0": {"splits": {}}}}
+    start = SourceOffset(checkpoint_id=1)
+    end = SourceOffset(checkpoint_id=2, rows=10)
     reader = PlanningReader(end)
     planner = KafkaRangePlanner(reader, {})
-    planned = json.loads(planner.latestOffsetAndRanges(json.dumps(start), 0))
-    assert planned["end"] == planner.latestOffset(json.dumps(start), 0) == json.dumps(end)
+    start_text = json.dumps(start.to_json())
+    planned = json.loads(planner.latestOffsetAndRanges(start_text, 0))
+    assert planned["end"] == planner.latestOffset(start_text, 0) == json.dumps(end.to_json())
     ranges = [["orders", 0, 5, 9], ["orders", 2, 0, 4]]  # the empty range is no Spark partition
     assert planned["ranges"] == ranges
     assert reader.acknowledged == []
     planner.acknowledge(planned["end"])
     assert reader.acknowledged == [end]
-    assert json.loads(planner.planRanges(json.dumps(start), planned["end"])) == ranges
+    assert json.loads(planner.planRanges(start_text, planned["end"])) == ranges
     assert reader.acknowledged == [end, end]
     reader.end = start  # nothing new: the offset is the start, and no ranges
-    nothing = json.loads(planner.latestOffsetAndRanges(json.dumps(start), 0))
-    assert nothing == {"end": json.dumps(start), "ranges": []}
+    nothing = json.loads(planner.latestOffsetAndRanges(start_text, 0))
+    assert nothing == {"end": start_text, "ranges": []}

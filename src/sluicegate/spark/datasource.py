@@ -337,8 +337,9 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return self._min_rows.admits(new_rows, now_ms)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        self.acknowledge_planned(end)
+        start_offset = SourceOffset.from_json(start)
         end_offset = SourceOffset.from_json(end)
+        self.acknowledge_planned(end_offset)
         return [
             SluicegatePartition(
                 part.subtask,
@@ -347,24 +348,22 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 list(part.ranges),
                 self._report_to,
             )
-            for part in self.planned_parts(start, end)
+            for part in self.planned_parts(start_offset, end_offset)
         ]
 
-    def acknowledge_planned(self, end: dict[str, Any]) -> None:
+    def acknowledge_planned(self, end: SourceOffset) -> None:
         """Spark has written ``end`` to its offset log (it plans a batch's partitions after
         that): tell the coordinator while the executors read. The next latestOffset plans
         nothing until this ack is delivered (planner._acknowledged), so no split runs ahead
         of what the coordinator holds."""
-        end_offset = SourceOffset.from_json(end)
-        self._ensure_driver(end_offset).acknowledge_soon(end_offset)
+        self._ensure_driver(end).acknowledge_soon(end)
 
-    def planned_parts(self, start: dict[str, Any], end: dict[str, Any]) -> list[PlannedPart[Any]]:
+    def planned_parts(self, start: SourceOffset, end: SourceOffset) -> list[PlannedPart[Any]]:
         """What a batch from ``start`` to ``end`` reads, a part per Spark partition
         (``minPartitions`` cuts ranges); the same for the same two offsets, anywhere."""
-        planned = ranges_between(SourceOffset.from_json(start), SourceOffset.from_json(end))
         parts = [
             PlannedPart(subtask, tuple((r.split, r.start, r.end) for r in ranges))
-            for subtask, ranges in sorted(planned.items())
+            for subtask, ranges in sorted(ranges_between(start, end).items())
         ]
         return cut_ranges(parts, self.config.min_partitions)
 

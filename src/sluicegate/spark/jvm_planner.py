@@ -124,19 +124,20 @@ class KafkaRangePlanner(QueryPlanner):
         the batch), and each Py4J call there would lengthen the micro-batch by ~1-4 ms."""
         end = self.latestOffset(start, max_rows)
         # the offset as the string Spark keeps: Spark compares offsets by their JSON text
-        return json.dumps({"end": end, "ranges": self._ranges(json.loads(start), json.loads(end))})
+        return json.dumps({"end": end, "ranges": self._ranges(_offset(start), _offset(end))})
 
     def acknowledge(self, end: str) -> None:
         """Spark wrote ``end`` to its offset log (``datasource.acknowledge_planned``)."""
-        self.reader.acknowledge_planned(json.loads(end))
+        self.reader.acknowledge_planned(_offset(end))
 
     def planRanges(self, start: str, end: str) -> str:
         """The ranges from ``start`` to ``end``, acknowledging ``end`` (a batch Spark plans
         again after a restart, or one whose ranges the stream does not have)."""
-        self.acknowledge(end)
-        return json.dumps(self._ranges(json.loads(start), json.loads(end)))
+        end_offset = _offset(end)
+        self.reader.acknowledge_planned(end_offset)
+        return json.dumps(self._ranges(_offset(start), end_offset))
 
-    def _ranges(self, start: dict[str, Any], end: dict[str, Any]) -> list[list[Any]]:
+    def _ranges(self, start: SourceOffset, end: SourceOffset) -> list[list[Any]]:
         if start == end:
             return []
         return [
@@ -148,6 +149,10 @@ class KafkaRangePlanner(QueryPlanner):
 
     class Java:
         implements = ["sluicegate.spark.jvm.RangePlanner"]
+
+
+def _offset(text: str) -> SourceOffset:
+    return SourceOffset.from_json(json.loads(text))
 
 
 class FileRangePlanner(QueryPlanner):
