@@ -239,7 +239,7 @@ class PlanningView:
         if end is not None and position >= end:
             return None
         with self._probe_lock:
-            records = self._cached(split, position, "at", lambda: self._records(split, position, None, limit=1))
+            records = self._cached(split, position, "at", lambda: self._records(split, position, limit=1))
         return records[0] if records else None
 
     def offset_after(self, split: KafkaPartitionSplit, event_time_ms: int) -> int | None:
@@ -299,8 +299,8 @@ class PlanningView:
             probe.unassign()
         return found
 
-    def _records(self, split: KafkaPartitionSplit, begin: int, until: int | None, limit: int = 16) -> list[int]:
-        """Timestamps of the records from ``begin`` (before ``until``), at most ``limit``."""
+    def _records(self, split: KafkaPartitionSplit, begin: int, limit: int) -> list[int]:
+        """Timestamps of the records from ``begin`` on, at most ``limit``."""
         probe = self._probe_consumer()
         probe.assign([TopicPartition(split.topic, split.partition, begin)])
         found: list[int] = []
@@ -313,8 +313,6 @@ class PlanningView:
                         if error.code() in (KafkaError._PARTITION_EOF, KafkaError._AUTO_OFFSET_RESET):
                             return found
                         continue
-                    if until is not None and message.offset() >= until:
-                        return found
                     found.append(message.timestamp()[1])
             return found[:limit]
         finally:
