@@ -71,6 +71,7 @@ EXAMPLES: list[Body] = [
     Heartbeat(watermark=None, idle=True),
     CheckpointAck(checkpoint_id=12, applied_seq=4, splits=[SPLIT]),
     CheckpointAck(checkpoint_id=13, applied_seq=5, splits=[], returned=[SPLIT]),
+    CheckpointAck(checkpoint_id=14, applied_seq=5, splits=[SPLIT], base_checkpoint_id=13),
     SplitsFinished(split_ids=["seq-00001", "seq-00002"]),
     ReaderLeaving(splits=[SPLIT]),
     ReaderRegistered(incarnation="3f2a", attempt=3),
@@ -131,14 +132,14 @@ def test_round_trip_of_every_message_type(body: Body) -> None:
     decoded = decode(encode(env), body.DIRECTION)
     assert decoded == env
     assert type(decoded.body) is type(body)
-    assert decoded.v == PROTOCOL_VERSION == 6
+    assert decoded.v == PROTOCOL_VERSION == 7
 
 
 def test_encoded_record_is_the_documented_envelope() -> None:
     env = _env(AddSplits(seq=1, splits=[SPLIT]), inbox_offset=7, cseq=8)
     data = orjson.loads(encode(env))
     assert data == {
-        "v": 6,
+        "v": 7,
         "type": "AddSplits",
         "source": "orders",
         "subtask": 3,
@@ -176,7 +177,7 @@ def test_a_json_value_that_is_not_an_object_is_malformed(data: Any) -> None:
     assert "object" in error.detail
 
 
-@pytest.mark.parametrize("v", [7, 0, -1, "2", 2.0, True, None])
+@pytest.mark.parametrize("v", [8, 0, -1, "2", 2.0, True, None])
 def test_unknown_version(v: Any) -> None:
     error = _decode_error(_raw(Heartbeat(watermark=1, idle=False), v=v))
     assert error.kind is DecodeErrorKind.UNKNOWN_VERSION

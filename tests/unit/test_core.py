@@ -1097,6 +1097,60 @@ def test_a_checkpoint_covering_the_request_that_keeps_the_split_drops_the_reques
     assert h.core.tracker.releasing_ids(0) == set() and h.owned(0) == {"a", "b"}
 
 
+def test_a_checkpoint_of_changes_that_keeps_a_requested_split_unmoved_drops_the_request() -> None:
+    h = scripted()
+    _owning(h, {"0": ["a", "b"], "1": ["c"]})
+    run(h, 0, ["release", 0, ["a"]])
+    h.reader(0).applied_seq = h.core.slots[0].seq
+    h.reader(0).releasing.clear()  # the reader does not give "a" back, and reads nothing
+    h.ack(0, changes_only=True)
+    assert h.counters["releases_refused"] == 1
+    assert h.core.tracker.releasing_ids(0) == set() and h.owned(0) == {"a", "b"}
+
+
+# -- acks of changes (v7) ------------------------------------------------------------------
+
+
+def _positions(h: CoreHarness, subtask: int) -> dict[str, int]:
+    return {sid: split["position"] for sid, split in h.core.tracker.owned_by_id(subtask).items()}
+
+
+def test_an_ack_of_changes_moves_the_splits_it_names_and_keeps_the_others_acknowledged_positions() -> None:
+    h = CoreHarness(
+        sequence_source(splits=3), max_parallelism=1, session_timeout_ms=1_000, reader_departure_timeout_ms=2_000
+    )
+    r0 = h.register(0)
+    r0.splits["seq-00000"]["position"] = 4
+    r0.splits["seq-00001"]["position"] = 15
+    h.ack(0)
+    r0.splits["seq-00000"]["position"] = 9
+    h.ack(0, changes_only=True)
+    acknowledged = {"seq-00000": 9, "seq-00001": 15, "seq-00002": r0.splits["seq-00002"]["position"]}
+    assert _positions(h, 0) == acknowledged
+    assert h.counters["splits_missing_from_checkpoint"] == 0, "an ack of changes leaves the unmoved out"
+    assert h.counters["checkpoint_acks_on_unknown_base"] == 0
+    # the positions hold across a coordinator restart, and the enumerator gets them back
+    h.restart_coordinator()
+    assert _positions(h, 0) == acknowledged
+    h.pass_time(5_000, alive=[])
+    assert enumerator_positions(h) == acknowledged
+
+
+def test_an_ack_of_changes_on_a_checkpoint_never_recorded_is_applied_counted_and_logged() -> None:
+    h = CoreHarness(sequence_source(splits=2), max_parallelism=1)
+    h.register(0)
+    h.ack(0)
+    last = h.core.slots[0].checkpoint_id
+    assert last is not None
+    moved = {"split_id": "seq-00000", "position": 12}
+    h.send(0, CheckpointAck(checkpoint_id=last + 2, applied_seq=0, splits=[moved], base_checkpoint_id=last + 1))
+    assert h.counters["checkpoint_acks_on_unknown_base"] == 1
+    assert _positions(h, 0)["seq-00000"] == 12
+    # a base older than the last recorded is a superset of the changes: nothing to report
+    h.send(0, CheckpointAck(checkpoint_id=last + 3, applied_seq=0, splits=[], base_checkpoint_id=last))
+    assert h.counters["checkpoint_acks_on_unknown_base"] == 1
+
+
 # -- reader records in pieces (v6) --------------------------------------------------------
 
 

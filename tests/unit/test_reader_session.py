@@ -428,6 +428,39 @@ def test_checkpoint_carries_positions_applied_seq_and_finished_splits() -> None:
     assert nxt.checkpoint_id == 6 and nxt.splits_finished() == [] and nxt.records_since_last == 1
 
 
+def test_after_its_first_ack_an_attempt_acknowledges_only_the_splits_that_moved() -> None:
+    session, _ = _reading(FakeSource())  # a, b and c at position 1
+    first = session.prepare_checkpoint()
+    assert first.ack().base_checkpoint_id is None, "an attempt's first ack names every split"
+    assert [s["split_id"] for s in first.ack().splits] == ["a", "b", "c"]
+    session.checkpoint_committed(first)
+
+    session.on_message(to_reader(AddSplits(2, [split("d", end=100)]), 1))
+    unread = session.prepare_checkpoint()
+    assert unread.checkpoint.splits == [*first.checkpoint.splits, split("d", 0, 100)], "the state stays whole"
+    ack = unread.ack()
+    assert (ack.base_checkpoint_id, ack.splits) == (first.checkpoint_id, [split("d", 0, 100)])
+
+    session.read(2)  # not committed: the next ack still names changes since the first
+    moved = session.prepare_checkpoint().ack()
+    assert moved.base_checkpoint_id == first.checkpoint_id
+    assert {s["split_id"] for s in moved.splits} == {"d"} | {
+        s["split_id"] for s in session.prepare_checkpoint().checkpoint.splits if s["position"] > 1
+    }
+
+
+def test_a_new_attempt_acknowledges_every_split_first_even_from_the_checkpoint_it_restored() -> None:
+    session, _ = _reading(FakeSource())
+    first = session.prepare_checkpoint()
+    session.checkpoint_committed(first)
+    session.on_message(to_reader(SplitsReleased("session-timeout", 1, []), 1))
+    assert not session.active
+    registered(session, attempt=2)
+    ack = session.prepare_checkpoint().ack()
+    assert ack.base_checkpoint_id is None
+    assert [s["split_id"] for s in ack.splits] == ["a", "b", "c"]
+
+
 def test_splits_finished_in_one_checkpoint_beyond_one_record_go_in_records_that_each_fit() -> None:
     many = [f"split-{k:06d}" for k in range(80_000)]  # about 1.2 MB of ids
     plan = CheckpointPlan(ReaderCheckpoint(SOURCE, SUBTASK, 1, 0, []), many)

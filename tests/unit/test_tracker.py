@@ -170,8 +170,10 @@ def test_returned_splits_leave_at_the_returned_positions(tracker: SplitAssignmen
 
 def test_a_checkpoint_covering_a_request_that_keeps_the_split_refuses_it(tracker: SplitAssignmentTracker) -> None:
     tracker.request_release(0, 3, ["a", "b"])
-    assert tracker.refused_releases(0, 2, [split("a"), split("b")]) == [], "not applied yet"
-    assert tracker.refused_releases(0, 3, [split("b")]) == ["b"]
-    assert tracker.releasing_ids(0) == {"a"}
-    tracker.take(0, ["a"])  # finished or failed: the request goes with it
+    tracker.request_release(0, 4, ["c"])
+    assert tracker.refused_releases(0, 2) == [], "not applied yet"
+    tracker.take_returned(0, [split("a", 7)])
+    assert tracker.refused_releases(0, 3) == ["b"], "given back: a; still owned: b"
+    assert tracker.releasing_ids(0) == {"c"}
+    tracker.take(0, ["c"])  # finished or failed: the request goes with it
     assert tracker.releasing_ids(0) == set() and tracker.drop_releases(0) == []

@@ -669,9 +669,11 @@ class CoordinatorCore(Generic[SplitT]):
                 slot.seq,
             )
             return
+        self._check_base(slot, body)
         returned = self._take_returned(slot, body) if body.returned else []
-        outcome = self.tracker.on_checkpoint(slot.subtask, body.applied_seq, body.splits)
-        refused = self.tracker.refused_releases(slot.subtask, body.applied_seq, body.splits)
+        complete = body.base_checkpoint_id is None
+        outcome = self.tracker.on_checkpoint(slot.subtask, body.applied_seq, body.splits, complete=complete)
+        refused = self.tracker.refused_releases(slot.subtask, body.applied_seq)
         slot.checkpoint_id = body.checkpoint_id
         if outcome.unknown:
             self.metrics.counter("checkpointed_splits_not_owned", len(outcome.unknown))
@@ -683,6 +685,24 @@ class CoordinatorCore(Generic[SplitT]):
         )
         # Only now, with the checkpoint recorded: the enumerator may give them to another reader.
         self._release(slot, ReleaseReason.RETURNED, None, returned)
+
+    def _check_base(self, slot: SubtaskSlot, body: CheckpointAck) -> None:
+        """An ack of changes (v7) is relative to a checkpoint this coordinator must have
+        recorded already. Its base may be older than the last one recorded (a reader that did
+        not learn that its last commit went through diffs against the one before: a superset
+        of the changes, still right); a base never recorded means the splits it leaves out
+        keep older positions. Applied anyway (they only move forward), counted and logged."""
+        base = body.base_checkpoint_id
+        if base is None or (slot.checkpoint_id is not None and base <= slot.checkpoint_id):
+            return
+        self.metrics.counter("checkpoint_acks_on_unknown_base")
+        log.warning(
+            "subtask %d acknowledged checkpoint %d as changes since checkpoint %d, but the last one recorded is %s",
+            slot.subtask,
+            body.checkpoint_id,
+            base,
+            slot.checkpoint_id,
+        )
 
     def _odd_splits(self, counter: str, message: str, subtask: int, split_ids: Sequence[str]) -> None:
         """Splits a reader or an enumerator named that the protocol did not expect there:

@@ -121,10 +121,13 @@ class SplitAssignmentTracker:
         self._seqs.setdefault(subtask, {}).update(dict.fromkeys(ids, seq))
         self._owner.update(dict.fromkeys(ids, subtask))
 
-    def on_checkpoint(self, subtask: int, applied_seq: int, splits: Iterable[WireSplit]) -> CheckpointOutcome:
-        """Record a durable reader checkpoint: positions of its splits up to ``applied_seq``."""
+    def on_checkpoint(
+        self, subtask: int, applied_seq: int, splits: Iterable[WireSplit], *, complete: bool = True
+    ) -> CheckpointOutcome:
+        """Record a durable reader checkpoint: positions of its splits up to ``applied_seq``.
+        ``complete``: ``splits`` names every split of the checkpoint, so an owned split it
+        leaves out is missing; a v7 ack of changes only names those that moved."""
         owned = self._splits.setdefault(subtask, {})
-        seqs = self._seqs.setdefault(subtask, {})
         applied_seq = max(applied_seq, self.applied_seq(subtask))
         self._applied_seq[subtask] = applied_seq
         seen: set[str] = set()
@@ -136,6 +139,9 @@ class SplitAssignmentTracker:
                 continue
             seen.add(split_id)
             owned[split_id] = split
+        if not complete:
+            return CheckpointOutcome(missing=[], unknown=unknown)
+        seqs = self._seqs.setdefault(subtask, {})
         missing = [sid for sid, seq in seqs.items() if seq <= applied_seq and sid not in seen]
         return CheckpointOutcome(missing=missing, unknown=unknown)
 
@@ -173,13 +179,16 @@ class SplitAssignmentTracker:
             taken.append(split)
         return ReturnOutcome(taken=taken, unrequested=unrequested, not_owned=not_owned)
 
-    def refused_releases(self, subtask: int, applied_seq: int, kept: Iterable[WireSplit]) -> list[str]:
-        """Requested splits that a checkpoint covering their ReleaseRequest still holds: the
-        reader did not give them back. The requests are dropped (the enumerator may ask again)."""
+    def refused_releases(self, subtask: int, applied_seq: int) -> list[str]:
+        """Requested splits still owned after a checkpoint that covers their ReleaseRequest
+        (and took what it returned): the reader kept them. The requests are dropped (the
+        enumerator may ask again). Ownership, not the ack's list, says what was kept: an ack
+        of changes only does not name a split whose position did not move."""
         releasing = self._releasing.get(subtask)
         if not releasing:
             return []
-        refused = [s["split_id"] for s in kept if releasing.get(s["split_id"], applied_seq + 1) <= applied_seq]
+        owned = self._splits.get(subtask, {})
+        refused = [split_id for split_id, seq in releasing.items() if seq <= applied_seq and split_id in owned]
         for split_id in refused:
             del releasing[split_id]
         return refused

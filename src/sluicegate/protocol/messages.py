@@ -8,15 +8,16 @@ from typing import Any, ClassVar
 
 from sluicegate.api.split import WireSplit
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 """Version this code sends. v2 added SplitsReleased and the envelope's inbox_offset; v3 added
 slots handed out (SlotRequest, SlotGranted, RegistrationRefused, ReaderRegistration.exclusive), the
 successor named in a fence, cooperative rebalancing (ReleaseRequest, CheckpointAck.returned)
 and growing a source (MaxParallelismRaised); v4 the sender's incarnation; v5 the source's
 definition (ReaderRegistration.definition, RegistrationRefused.cause, SourceRedefined); v6
 records in pieces both ways (``more`` on CheckpointAck, ReaderRegistration, ReaderLeaving and
-ReaderRegistered: protocol/pieces.py)."""
-ACCEPTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
+ReaderRegistered: protocol/pieces.py); v7 acks that name only what moved
+(CheckpointAck.base_checkpoint_id)."""
+ACCEPTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7})
 
 PIECE_FIELDS = frozenset({"piece", "more"})
 """v6: the fields of a record sent in pieces (protocol/pieces.py)."""
@@ -135,7 +136,7 @@ class Heartbeat(Body):
 @dataclass(frozen=True, slots=True)
 class CheckpointAck(Body):
     TYPE = "CheckpointAck"
-    ONLY_WHEN_SET = PIECE_FIELDS
+    ONLY_WHEN_SET = PIECE_FIELDS | {"base_checkpoint_id"}
     DIRECTION = Direction.TO_COORDINATOR
     checkpoint_id: int
     applied_seq: int
@@ -143,6 +144,10 @@ class CheckpointAck(Body):
     returned: list[WireSplit] = field(default_factory=list)
     """v3: splits given back after a ReleaseRequest, at the positions of this checkpoint;
     ``splits`` no longer holds them."""
+    base_checkpoint_id: int | None = None
+    """v7: set, ``splits`` names only the splits whose state differs from checkpoint
+    ``base_checkpoint_id`` of the same attempt, acknowledged before (new ones included); the
+    others keep the positions acknowledged then. Unset, ``splits`` names every split."""
     piece: int = 0
     """v6: which piece of the record this is (0, 1, 2 ...; protocol/pieces.py)."""
     more: bool = False

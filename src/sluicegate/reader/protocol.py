@@ -20,7 +20,8 @@ every reader host must get right in the same way:
 - request pacing: at most one ``RequestSplit`` a second while there is nothing
   to read;
 - checkpoint acceptance: durable positions in, ``SplitsFinished`` and
-  ``CheckpointAck`` out (``CheckpointPlan``), state changed only once committed;
+  ``CheckpointAck`` out (``CheckpointPlan``; after an attempt's first, an ack names only
+  the splits that moved since its last, v7), state changed only once committed;
 - cooperative rebalancing: splits a ``ReleaseRequest`` asks for go out in the
   ``returned`` of the next checkpoint that covers its ``seq``, with their positions
   as of that checkpoint, and leave ownership once it is committed.
@@ -238,6 +239,9 @@ class CheckpointPlan:
     records_since_last: int = 0
     returned: list[WireSplit] = field(default_factory=list)
     """Splits given back (a ReleaseRequest), at this checkpoint's positions; not in the state record."""
+    base: ReaderCheckpoint | None = None
+    """The last checkpoint of this attempt the coordinator was told of: the ack names only
+    what changed since (v7). None: the first of the attempt, which names every split."""
 
     @property
     def returned_split_ids(self) -> list[str]:
@@ -248,11 +252,17 @@ class CheckpointPlan:
         return self.checkpoint.checkpoint_id
 
     def ack(self) -> CheckpointAck:
+        """Every split of the checkpoint, or (with a base) those whose state moved since it:
+        at a million splits the coordinator reads the splits being read, not all it gave."""
+        splits = self.checkpoint.splits
+        if self.base is not None:
+            splits = splits_changed(self.base.splits, splits)
         return CheckpointAck(
             checkpoint_id=self.checkpoint.checkpoint_id,
             applied_seq=self.checkpoint.applied_seq,
-            splits=self.checkpoint.splits,
+            splits=splits,
             returned=list(self.returned),
+            base_checkpoint_id=None if self.base is None else self.base.checkpoint_id,
         )
 
     def acks(self) -> list[CheckpointAck]:
@@ -270,6 +280,12 @@ class CheckpointPlan:
     def messages(self) -> list[Body]:
         """What goes to the coordinator, in order: the SplitsFinished (if any), then the ack."""
         return [*self.splits_finished(), *self.acks()]
+
+
+def splits_changed(before: list[WireSplit], now: list[WireSplit]) -> list[WireSplit]:
+    """The splits of ``now`` that ``before`` does not hold as they are (moved, or new)."""
+    known = {split["split_id"]: split for split in before}
+    return [split for split in now if known.get(split["split_id"]) != split]
 
 
 class ReaderProtocol:
@@ -292,6 +308,9 @@ class ReaderProtocol:
         self.counters: Counter[str] = Counter()
         self.last_checkpoint: ReaderCheckpoint | None = restored
         """The last durable checkpoint: restored at start, then each committed one."""
+        self.acknowledged: ReaderCheckpoint | None = None
+        """The last checkpoint this attempt committed with its ack: what the next ack names
+        changes against (v7)."""
         self.highest_epoch = restored.epoch if restored else 0
         self.phase = Phase.UNREGISTERED
         self.incarnation = ""
@@ -426,6 +445,7 @@ class ReaderProtocol:
         self.attempt = attempt
         self.phase = Phase.ACTIVE
         self.fenced_reason = None
+        self.acknowledged = None
         cp = self.last_checkpoint
         self.applied_seq = cp.applied_seq if cp else 0
         self.no_more_splits = False
@@ -642,12 +662,20 @@ class ReaderProtocol:
             no_more_splits=self.no_more_splits if no_more_splits is None else no_more_splits,
         )
         done = list(self.finished_pending) if finished is None else list(finished)
-        return CheckpointPlan(checkpoint, done, records_since_last, returned)
+        return CheckpointPlan(checkpoint, done, records_since_last, returned, base=self._ack_base())
+
+    def _ack_base(self) -> ReaderCheckpoint | None:
+        """The checkpoint the next ack may name changes against: the last one this attempt
+        committed. A new attempt's first ack names every split: the coordinator may hold
+        other positions for them than a restored checkpoint (one of a source defined anew)."""
+        return self.acknowledged if self.phase is Phase.ACTIVE else None
 
     def checkpoint_committed(self, plan: CheckpointPlan) -> None:
         """The plan is durable and its messages were delivered: its finished splits
         leave ownership (if they had not yet)."""
         self.last_checkpoint = plan.checkpoint
+        if plan.checkpoint.attempt == self.attempt:  # (not an ack of an attempt fenced meanwhile)
+            self.acknowledged = plan.checkpoint
         for split_id in plan.returned_split_ids:
             self.owned.pop(split_id, None)
             self.releasing.pop(split_id, None)

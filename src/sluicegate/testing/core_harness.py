@@ -49,6 +49,7 @@ from sluicegate.protocol.messages import (
     WatermarkAnnouncement,
 )
 from sluicegate.protocol.pieces import Assembly, body_in_pieces
+from sluicegate.reader.protocol import splits_changed
 
 B = TypeVar("B", bound=Body)
 
@@ -294,9 +295,10 @@ class CoreHarness:
     def heartbeat(self, subtask: int, watermark: int | None = None, idle: bool = False) -> Effects:
         return self.send(subtask, Heartbeat(watermark=watermark, idle=idle))
 
-    def ack(self, subtask: int) -> Effects:
+    def ack(self, subtask: int, changes_only: bool = False) -> Effects:
         """The reader's host checkpointed durably: its splits and its last applied seq; the
-        splits asked back go in ``returned`` and the reader stops reading them."""
+        splits asked back go in ``returned`` and the reader stops reading them.
+        ``changes_only``: the ack names only what moved since the reader's last one (v7)."""
         reader = self.reader(subtask)
         returned = [reader.splits.pop(sid) for sid in sorted(reader.releasing) if sid in reader.splits]
         reader.releasing.clear()
@@ -305,13 +307,16 @@ class CoreHarness:
             reader.applied_seq,
             [dict(s) for s in reader.splits.values()],
         )
+        base = reader.checkpoint if changes_only else None
+        splits = [dict(s) for s in checkpoint.splits]
         effects = self.send_whole(
             subtask,
             CheckpointAck(
                 checkpoint_id=checkpoint.checkpoint_id,
                 applied_seq=checkpoint.applied_seq,
-                splits=[dict(s) for s in checkpoint.splits],
+                splits=splits if base is None else splits_changed(base.splits, splits),
                 returned=returned,
+                base_checkpoint_id=None if base is None else base.checkpoint_id,
             ),
         )
         reader.checkpoint = checkpoint
