@@ -82,6 +82,10 @@ class Figures:
     """... of them at a position past the first acknowledged."""
     checkpointed: int = 0
     """Splits in some CheckpointAck or finished by a checkpoint (its SplitsFinished commit with it)."""
+    named_by_whole_acks: list[int] = field(default_factory=list)
+    """Splits named by each whole ack (an attempt's first)."""
+    named_by_acks_of_changes: list[int] = field(default_factory=list)
+    """Splits named by each ack of changes (v7: those that moved since the attempt's last)."""
     epochs: list[int] = field(default_factory=list)
     takeovers: int = 0
     audit_exit: int | None = None
@@ -237,6 +241,8 @@ async def _control_topics(bootstrap: str, source: str, f: Figures) -> None:
             if whole is None:
                 continue
             if isinstance(whole.body, CheckpointAck):
+                named = f.named_by_whole_acks if whole.body.base_checkpoint_id is None else f.named_by_acks_of_changes
+                named.append(len(whole.body.splits))
                 for split in whole.body.splits:
                     acked.add(split["split_id"])
                     first = starts.setdefault(split["split_id"], split["position"])
@@ -297,6 +303,14 @@ async def _audit(bootstrap: str, source: str, workdir: Path, f: Figures) -> None
         f.audit_finished = summary["splits_finished"]
 
 
+def _spread(named: list[int]) -> str:
+    """How many acks, and the median and largest number of splits one named."""
+    if not named:
+        return "none"
+    ordered = sorted(named)
+    return f"{len(ordered):,}, naming {ordered[len(ordered) // 2]:,} splits at the median, {ordered[-1]:,} at most"
+
+
 def _print(f: Figures, args: argparse.Namespace) -> bool:
     def mark(ok: bool) -> str:
         return "ok" if ok else "MISSED"
@@ -326,6 +340,8 @@ def _print(f: Figures, args: argparse.Namespace) -> bool:
         f"({f.acked_moved:,} of them acked again further on), the rest finished by a checkpoint  "
         f"[{mark(checks['acked'])}]"
     )
+    for kind, named in (("whole", f.named_by_whole_acks), ("of changes", f.named_by_acks_of_changes)):
+        print(f"  acks {kind:<25} {_spread(named)}")
     print(
         f"  audit                          exit {f.audit_exit}, {f.audit_finished:,} splits finished, "
         f"epochs served {f.epochs} ({f.takeovers} takeover), {f.audit_s:.0f} s  [{mark(checks['audit'])}]"
