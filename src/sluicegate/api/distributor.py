@@ -58,11 +58,16 @@ class SplitDistributor(Generic[SplitT]):
         self._rebalance = rebalance and cooperative and assigner.rebalancing
         self._planned: dict[str, int] = {}
         """Split asked back -> the live subtask the plan gives it to once returned."""
+        self._landed: dict[str, None] = {}
+        """Planned splits added back since the last round, in arrival order: what a round
+        looks up in ``_planned``, so that it costs what came back, not what is on its way."""
         self._readers_seen: frozenset[int] = frozenset()
         self._readers_changed_ms: int | None = None
         self._settle_due_ms: int | None = None
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
+        if self._planned:
+            self._landed.update((s.split_id, None) for s in splits if s.split_id in self._planned)
         self.assigner.add_splits(splits)
 
     def distribute(self, requester: int | None = None) -> int:
@@ -111,9 +116,10 @@ class SplitDistributor(Generic[SplitT]):
     def _take_planned(self, live: Mapping[int, int]) -> dict[int, list[SplitT]]:
         """The returned splits that a plan gives to a reader that is still live (no plan,
         the common case, costs nothing: a round must not cost what is live)."""
-        if not self._planned:
+        if not self._landed:
             return {}
-        returned = [sid for sid in self._planned if sid in self.assigner]
+        returned = [sid for sid in self._landed if sid in self._planned and sid in self.assigner]
+        self._landed.clear()
         if not returned:
             return {}
         out: dict[int, list[SplitT]] = {}

@@ -1053,6 +1053,12 @@ class _LiveLoads(ReaderLoads):
         self._refresh()
         return self._loads[subtask]
 
+    def __contains__(self, subtask: object) -> bool:
+        """Whether the subtask is live, read off its slot: no refresh, so a round may ask it
+        of every split it places (a refresh costs every slot touched in the step)."""
+        slots = self._core.slots
+        return isinstance(subtask, int) and 0 <= subtask < len(slots) and slots[subtask].live
+
     def __iter__(self) -> Iterator[int]:
         self._refresh()
         return iter(sorted(self._loads))  # subtask order, as registered_readers() always gave
