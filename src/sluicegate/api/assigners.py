@@ -512,19 +512,25 @@ def balance(
     target = {s: floor + (1 if rank < extra else 0) for rank, s in enumerate(ranked)}
     room = {s: target[s] - load[s] for s in load if load[s] < target[s]}
     plan = RebalancePlan()
+    # The reader with the most room next (then the fewest owned, then the lowest subtask):
+    # a heap, so that placing m splits costs O(m log readers), not O(m * readers).
+    neediest = [(-r, load[s], s) for s, r in room.items()]
+    heapq.heapify(neediest)
 
-    def neediest() -> int:
-        return max(room, key=lambda s: (room[s], -load[s], -s))
+    def take_room() -> int:
+        minus_room, owned, receiver = heapq.heappop(neediest)
+        if minus_room < -1:
+            heapq.heappush(neediest, (minus_room + 1, owned, receiver))
+        room[receiver] -= 1
+        return receiver
 
     for split_id in flexible:
-        plan.placed[split_id] = receiver = neediest()
-        room[receiver] -= 1
+        plan.placed[split_id] = take_room()
     budget = min(max_moves, sum(room.values()))
     for subtask in ranked:
         excess = min(load[subtask] - target[subtask], len(movable.get(subtask, ())), budget)
         for split_id in movable.get(subtask, ())[: max(0, excess)]:
-            plan.moves.setdefault(subtask, {})[split_id] = receiver = neediest()
-            room[receiver] -= 1
+            plan.moves.setdefault(subtask, {})[split_id] = take_room()
             budget -= 1
     return plan
 

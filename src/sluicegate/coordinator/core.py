@@ -1088,6 +1088,9 @@ class _LiveReaders(Mapping[int, ReaderInfo[SplitT]]):
             raise KeyError(subtask)
         return self._core.reader_info(subtask)
 
+    def __contains__(self, subtask: object) -> bool:
+        return subtask in self._core._loads  # (Mapping's would build a ReaderInfo, decoding its splits)
+
     def __iter__(self) -> Iterator[int]:
         return iter(self._core._loads)
 
