@@ -60,3 +60,15 @@ def test_a_fair_share_rebalance_of_many_owned_splits_decodes_the_ones_it_moves()
     assert set(plan.moves) == {0} and set(plan.moves[0].values()) == {1, 2}
     assert list(plan.moves[0]) == [f"a{k}" for k in range(1_000)], "the oldest move first"
     assert decode.calls == 1_000
+
+
+def test_splits_asked_back_are_placed_by_id_without_decoding_one() -> None:
+    decode = CountingDecode()
+    first, second = _view(50_000, "a", decode), _view(50_000, "b", decode)
+    in_flight = OwnedSplits.joined([first.only(["a7", "a3", "gone"]), second.without(["b1"]).only(["b1", "b2"])])
+    assert len(in_flight) == 3 and in_flight.split_ids() == ["a7", "a3", "b2"]
+    owned = {0: first.without(["a7", "a3"]), 1: _view(0, "c", decode), 2: _view(0, "d", decode)}
+    plan = FairShareAssigner[Split]().rebalance(RebalanceRound(3, owned, in_flight, max_moves=10))
+    assert set(plan.placed) == {"a7", "a3", "b2"} and set(plan.placed.values()) <= {1, 2}
+    assert decode.calls == plan.move_count == 10, "only the splits asked for now are decoded"
+    assert list(in_flight) == [Split("a7"), Split("a3"), Split("b2")]

@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, overload
 
-from sluicegate.api.enumerator import ReaderLoads
+from sluicegate.api.enumerator import OwnedSplits, ReaderLoads
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.split import SplitT
 
@@ -190,7 +190,7 @@ class SplitAssigner(ABC, Generic[SplitT]):
         below theirs, the fewest-owned first."""
         load = {s: len(splits) for s, splits in round_.owned.items()}
         movable = {s: _SplitIds(splits) for s, splits in round_.owned.items()}
-        return balance(load, movable, [split.split_id for split in round_.in_flight], round_.max_moves)
+        return balance(load, movable, split_ids_of(round_.in_flight), round_.max_moves)
 
     def next_deadline_ms(self) -> int | None:
         """When the grace delay of a waiting split runs out (None: nothing waits)."""
@@ -471,6 +471,11 @@ class PullAssigner(SplitAssigner[SplitT]):
 
     def rebalance(self, round_: RebalanceRound[SplitT]) -> RebalancePlan:
         return RebalancePlan()
+
+
+def split_ids_of(splits: Sequence[Any]) -> list[str]:
+    """The splits' ids; a view of owned splits gives them without decoding a split."""
+    return splits.split_ids() if isinstance(splits, OwnedSplits) else [split.split_id for split in splits]
 
 
 class _SplitIds(Sequence[str]):

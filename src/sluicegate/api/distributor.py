@@ -14,7 +14,7 @@ from sluicegate.api.assigners import (
     SplitAssigner,
     rebalance_budget,
 )
-from sluicegate.api.enumerator import ReaderLoads, SplitEnumeratorContext
+from sluicegate.api.enumerator import OwnedSplits, ReaderLoads, SplitEnumeratorContext
 from sluicegate.api.split import SplitT
 
 
@@ -140,18 +140,19 @@ class SplitDistributor(Generic[SplitT]):
             return 0
         try:
             owned: dict[int, Sequence[SplitT]] = {}
-            in_flight: list[SplitT] = []
+            asked_back: list[OwnedSplits[SplitT]] = []
             for subtask in readers:
                 asked = self.context.releasing_split_ids(subtask)
                 splits = self.context.owned_split_view(subtask)  # decoded only as far as the assigner reads
                 owned[subtask] = splits.without(asked)
-                in_flight += splits.picked(asked)
+                asked_back.append(splits.only(asked))
+            in_flight = OwnedSplits.joined(asked_back)  # at 1M splits, 100,000s: none decoded here
             budget = rebalance_budget(sum(map(len, owned.values())) + len(in_flight))
             round_ = RebalanceRound(self.context.current_parallelism(), owned, in_flight, max_moves=budget)
             plan = self.assigner.rebalance(round_)
             # A plan whose split is no longer on its way (its owner failed, it finished) is void;
             # the splits in flight may get a new receiver (they have not landed yet).
-            flying = {s.split_id for s in in_flight}
+            flying = set(in_flight.split_ids())
             self._planned = {sid: to for sid, to in self._planned.items() if sid in flying and to in readers}
             self._planned.update(plan.placed)
             for subtask, moves in sorted(plan.moves.items()):

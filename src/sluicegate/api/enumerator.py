@@ -119,6 +119,25 @@ class OwnedSplits(Sequence[SplitT]):
         """Those of ``split_ids`` in this view, decoded."""
         return [self._decode(self._by_id[i]) for i in split_ids if i in self._by_id and i not in self._excluded]
 
+    def only(self, split_ids: Iterable[str]) -> OwnedSplits[SplitT]:
+        """A view of those of ``split_ids`` in this one, decoded only when read."""
+        by_id = self._by_id
+        return OwnedSplits({i: by_id[i] for i in split_ids if i in by_id and i not in self._excluded}, self._decode)
+
+    @classmethod
+    def joined(cls, views: Sequence[OwnedSplits[SplitT]]) -> OwnedSplits[SplitT]:
+        """One view of several (of one coordinator: one decoding), in their order."""
+        if not views:
+            return cls({}, lambda split: split)
+        by_id: dict[str, Any] = {}
+        for view in views:
+            by_id.update((k, view._by_id[k]) for k in view.split_ids())
+        return cls(by_id, views[0]._decode)
+
+    def split_ids(self) -> list[str]:
+        """The ids in this view, oldest first, none decoded."""
+        return [k for k in self._by_id if k not in self._excluded] if self._excluded else list(self._by_id)
+
     def __len__(self) -> int:
         return len(self._by_id) - len(self._excluded)
 
