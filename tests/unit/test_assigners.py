@@ -538,6 +538,12 @@ class FakeContext(SplitEnumeratorContext[Split]):
         self.owned: dict[str, int] = {}
         self.assignments: list[dict[int, list[str]]] = []
         self.timers: list[tuple[Callable[[], Any], Callable[[Any, BaseException | None], None], int, int]] = []
+        self.handles: list[AsyncCallHandle] = []
+        """One per timer, as the host's: a cancelled timer's handler never runs."""
+
+    def armed(self) -> int:
+        """Timers neither cancelled nor fired."""
+        return sum(1 for handle in self.handles if not handle.cancelled)
 
     def current_parallelism(self) -> int:
         return self.parallelism
@@ -572,11 +578,18 @@ class FakeContext(SplitEnumeratorContext[Split]):
         period_ms: int = 0,
     ) -> AsyncCallHandle:
         self.timers.append((callable_, handler, initial_delay_ms, period_ms))
-        return AsyncCallHandle()
+        self.handles.append(AsyncCallHandle())
+        return self.handles[-1]
 
     def fire(self, index: int = -1) -> None:
-        """Run a timer as the host does: the callable off the loop, then its handler."""
-        callable_, handler, _, _ = self.timers[index]
+        """Run a timer as the host does: the callable off the loop, then its handler (not
+        for a timer cancelled meanwhile). A one-shot timer is then spent."""
+        callable_, handler, _, period_ms = self.timers[index]
+        handle = self.handles[index]
+        if handle.cancelled:
+            return
+        if not period_ms:
+            handle.cancel()
         handler(callable_(), None)
 
     @property
@@ -789,6 +802,19 @@ def rebalancing(
     ctx.settle(dist)
     assert len(ctx.owned) == count and not dist.assigner.pending
     return dist, ctx, clock
+
+
+def test_readers_joining_one_by_one_leave_one_settle_timer_armed_not_one_each() -> None:
+    """Each join moves the end of the settle delay; the timer armed for the earlier end is
+    cancelled. At 64 readers joining over 30 s, 64 timers each ran a rebalance of every
+    split in flight in one coordinator step (60 s at 1M splits)."""
+    dist, ctx, clock = rebalancing("fair_share", 16, {0, 1}, 32)
+    for subtask in range(2, 10):
+        clock.now_ms += REBALANCE_SETTLE_MS // 4
+        ctx.join(dist, subtask)
+        assert ctx.armed() == 1, f"{ctx.armed()} timers armed after reader {subtask} joined"
+    ctx.settle(dist)
+    assert sorted(ctx.loads().values()) == [3] * 8 + [4] * 2
 
 
 def test_fair_share_readers_that_join_take_their_share_from_the_others_each_split_moving_once() -> None:

@@ -14,7 +14,7 @@ from sluicegate.api.assigners import (
     SplitAssigner,
     rebalance_budget,
 )
-from sluicegate.api.enumerator import OwnedSplits, ReaderLoads, SplitEnumeratorContext
+from sluicegate.api.enumerator import AsyncCallHandle, OwnedSplits, ReaderLoads, SplitEnumeratorContext
 from sluicegate.api.split import SplitT
 
 
@@ -53,6 +53,7 @@ class SplitDistributor(Generic[SplitT]):
         self._all_discovered = all_discovered
         """Whether the enumerator will never find another split (bounded and fully discovered)."""
         self._timer_due_ms: int | None = None
+        self._timer: AsyncCallHandle | None = None
         # a context that cannot take splits back (e.g. a test's, or an older host's) turns it off
         cooperative = type(context).request_split_release is not SplitEnumeratorContext.request_split_release
         self._rebalance = rebalance and cooperative and assigner.rebalancing
@@ -64,6 +65,7 @@ class SplitDistributor(Generic[SplitT]):
         self._readers_seen: frozenset[int] = frozenset()
         self._readers_changed_ms: int | None = None
         self._settle_due_ms: int | None = None
+        self._settle_timer: AsyncCallHandle | None = None
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
         if self._planned:
@@ -176,11 +178,16 @@ class SplitDistributor(Generic[SplitT]):
         due = self._readers_changed_ms + settle
         if self._settle_due_ms is None or self._settle_due_ms < due:
             self._settle_due_ms = due
-            self.context.call_async(_nothing, self._on_settled, initial_delay_ms=max(1, due - now))
+            # One timer at a time: 64 readers registering over 30 s armed 64 timers, and each
+            # that fired ran a rebalance of everything in flight (a 60 s step at 1M splits).
+            if self._settle_timer is not None:
+                self._settle_timer.cancel()
+            self._settle_timer = self.context.call_async(_nothing, self._on_settled, initial_delay_ms=max(1, due - now))
         return False
 
     def _on_settled(self, _result: None, _error: BaseException | None) -> None:
         self._settle_due_ms = None  # fired early (clocks disagree a little): rebalance re-arms
+        self._settle_timer = None
         self.rebalance()
 
     def _arm_timer(self, now_ms: int) -> None:
@@ -189,10 +196,13 @@ class SplitDistributor(Generic[SplitT]):
             return
         self._timer_due_ms = deadline
         delay = max(1, deadline - now_ms)
-        self.context.call_async(_nothing, self._on_timer, initial_delay_ms=delay)
+        if self._timer is not None:
+            self._timer.cancel()  # due later: the earlier one's round does what it would
+        self._timer = self.context.call_async(_nothing, self._on_timer, initial_delay_ms=delay)
 
     def _on_timer(self, _result: None, _error: BaseException | None) -> None:
         self._timer_due_ms = None
+        self._timer = None
         self._assign_now()
 
 
