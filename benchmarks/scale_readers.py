@@ -6,8 +6,9 @@
 One bounded ``sequence`` source of N splits, two coordinator workers (active and standby,
 as deployed), and R ``sluicegate reader`` processes, each reading about N / R splits into a
 jsonl file and checkpointing every 3 s. Each reader holds far more splits than one control
-record can name (15,600 at the defaults), so its acks, its state record and its
-registrations go in pieces (protocol v6).
+record can name (15,600 at the defaults), so its state record, its registrations and an
+ack naming them all go in pieces (protocol v6); after an attempt's first, its acks name only
+the splits that moved (v7).
 
 In the middle of the reading: one reader is SIGKILLed and started again (it restores its
 checkpoint and registers again), then the active coordinator is SIGKILLed (the standby takes
