@@ -16,7 +16,8 @@ over). Then every reader reads to the end and exits.
 
 Printed: how long the readers took to register and the splits to be assigned, the
 coordinators' RSS peaks, the largest record on each control topic, how many splits were
-acknowledged (and at a position past their start), the takeovers, the audit's verdict
+acknowledged (and at a position past their start), how many splits whole acks and acks of
+changes named, the takeovers, the audit's verdict
 (every split finished exactly once) and what the outputs hold (every value at least once;
 duplicates only from the killed reader's last unfinished checkpoint). Exit code 1 when a
 check fails.
