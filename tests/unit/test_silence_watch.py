@@ -108,8 +108,8 @@ def test_an_idle_active_coordinator_commits_every_liveness_interval() -> None:
     assert commit_due(False, False, 500.0, 1_000, 500)  # nothing to commit: a heartbeat commit
     assert not commit_due(False, False, 10_000.0, 1_000, None)  # fast takeover off: none
     assert not commit_due(False, True, 400.0, 1_000, 500)
-    assert commit_due(False, True, 1_000.0, 1_000, None)  # progress that sends nothing waits
-    assert commit_due(True, False, 0.0, 1_000, None)  # records to send: at once
+    assert commit_due(False, True, 1_000.0, 1_000, None)  # offset-only progress, as before
+    assert commit_due(True, False, 0.0, 1_000, None)  # records or state: at once
 
 
 def settings(**overrides: Any) -> CoordinatorSettings:

@@ -113,8 +113,7 @@ class CoordinatorSettings:
     web_port: int | None = None
     web_bind: str = "127.0.0.1"
     commit_interval_ms: int = 1_000
-    """How long progress that sends nothing (heartbeats, acknowledgements that only move
-    positions) may wait before it is committed."""
+    """How long offset-only progress (heartbeats) may wait before it is committed."""
     takeover_silence_ms: int = 2_000
     """A standby takes a source over once its coordinator has committed nothing for this
     long (the active one commits at least every quarter of it); 0 = off, the standby

@@ -72,25 +72,12 @@ every this many bytes (``with_keepalives``)."""
 
 
 def commit_due(
-    sending: bool,
-    progressed: bool,
-    since_ms: float,
-    commit_interval_ms: int,
-    liveness_interval_ms: int | None,
+    changed: bool, offset_moved: bool, since_ms: float, commit_interval_ms: int, liveness_interval_ms: int | None
 ) -> bool:
     """Whether to commit now, ``since_ms`` after the last commit: at once for records to
-    send, within commit_interval_ms for progress that sends nothing (the inbox offset or
-    state moved: heartbeats, acknowledgements that only move positions), and within
-    liveness_interval_ms for nothing at all (the heartbeat commit standbys watch for).
-
-    Progress may wait because nobody has seen it: a successor that restores the last
-    commit re-reads the inbox after it and steps to the same state, and what a tick or a
-    discovery changed without a message is found again. What goes out is committed with
-    the state that sent it. A Spark query acknowledges every micro-batch, ten a second at
-    low latency: a transaction each was the broker's largest load next to the query."""
-    if sending:
-        return True
-    if progressed and since_ms >= commit_interval_ms:
+    send or changed state, within commit_interval_ms for offset-only progress, and within
+    liveness_interval_ms for nothing at all (the heartbeat commit standbys watch for)."""
+    if changed or (offset_moved and since_ms >= commit_interval_ms):
         return True
     return liveness_interval_ms is not None and since_ms >= liveness_interval_ms
 
@@ -455,15 +442,15 @@ class SourceRunner:
 
     async def _commit(self, force: bool = False) -> None:
         """One transaction: pending records + changed state parts + inbox offset (in meta).
-        Progress that sends nothing waits up to commit_interval_ms (``commit_due``); with
-        nothing to commit, ``meta`` alone is committed every liveness_interval_ms."""
+        Offset-only progress (heartbeats) waits up to commit_interval_ms; with nothing
+        to commit, ``meta`` alone is committed every liveness_interval_ms."""
         assert self.core is not None
         core = self.core
-        progressed = core.inbox_offset != self._committed_offset or core.has_state_changes
+        offset_moved = core.inbox_offset != self._committed_offset
         since_ms = (self._clock.monotonic() - self._last_commit) * 1000
-        sending = bool(self._pending)
+        changed = bool(self._pending) or core.has_state_changes
         if not (
-            force or commit_due(sending, progressed, since_ms, self.commit_interval_ms, self.liveness_interval_ms)
+            force or commit_due(changed, offset_moved, since_ms, self.commit_interval_ms, self.liveness_interval_ms)
         ):
             return
         records, self._pending = self._pending, []
