@@ -27,9 +27,10 @@ into noop) and ``windowed`` (S all ten, the query ``groupBy(window(ts, "1 minute
 columns the query does not use, a Python streaming source cannot be told, so the
 connector reads all ten; on ``readPath=jvm`` Spark prunes them as on the native side).
 
-Each job runs once on the native side before the measured runs, not counted: a session's
+Each job runs once on every side before the measured runs, not counted: a session's
 first queries run up to 1.5x slower while the JVM compiles Spark's code, which would
-penalize whichever side went first (``--no-warmup`` leaves it out). Figures are steady
+penalize whichever side went first, and the broker started here (which only the sluicegate
+sides use) compiles its own (``--no-warmup`` leaves it out). Figures are steady
 state: from the end of the first batch that read data to the end of the last. Prints the
 median (min - max) rows/s of each side and job, the ratio of each sluicegate side to native,
 and where a trigger's time goes; saves them as JSON (``--results``) and draws rows/s per job
@@ -388,9 +389,12 @@ def run(args: argparse.Namespace) -> int:
         spark = spark_session("sluicegate-file-bench", args.master, quiet=True)
         for job in args.jobs if args.warmup else ():
             # the session's first queries run up to 1.5x slower (the JVM compiles Spark's
-            # reader and operators as they run): whichever side went first would pay for it
-            print(f"warm-up (not counted): native / {job}", flush=True)
-            one_run(spark, FileRun("native", job, -1), args, data, workdir, bootstrap)
+            # reader and operators as they run): whichever side went first would pay for it.
+            # Every side once: the broker (started here, used by the sluicegate sides only)
+            # compiles its request paths the same way.
+            for side in args.sides:
+                print(f"warm-up (not counted): {side} / {job}", flush=True)
+                one_run(spark, FileRun(side, job, -1), args, data, workdir, bootstrap)
         count = args.repetitions * len(args.jobs) * len(args.sides)
         for repetition in range(args.repetitions):
             first = repetition % len(args.sides)
