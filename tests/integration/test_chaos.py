@@ -29,9 +29,11 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+from acks import acknowledged_splits
 from local_http import free_port, wait_until
 from processes import Proc, ProcessGroup
 from test_takeover import (
@@ -198,15 +200,18 @@ def schedule(rng: random.Random) -> list[tuple[float, str, int, int]]:
 
 
 def last_acks(inbox: list[tuple[int, bytes | None]]) -> dict[tuple[int, int], dict[str, int]]:
-    """(subtask, attempt) -> {split_id: position} of that attempt's last CheckpointAck."""
-    acks: dict[tuple[int, int], dict[str, int]] = {}
+    """(subtask, attempt) -> {split_id: position} as that attempt's CheckpointAcks left them."""
+    records: dict[tuple[int, int], list[tuple[str, Any]]] = defaultdict(list)
     for _, value in inbox:
         if value is None:
             continue
         env = orjson.loads(value)
-        if env.get("type") == "CheckpointAck" and env.get("attempt") is not None:
-            acks[(env["subtask"], env["attempt"])] = {s["split_id"]: s["position"] for s in env["body"]["splits"]}
-    return acks
+        if env.get("attempt") is not None:
+            records[(env["subtask"], env["attempt"])].append((env.get("type"), env.get("body") or {}))
+    return {
+        key: {sid: split["position"] for sid, split in acknowledged_splits(attempt).items()}
+        for key, attempt in records.items()
+    }
 
 
 def test_chaos(kafka_bootstrap: str, unique_source: str, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
+from acks import acknowledged_splits
 from confluent_kafka import Consumer, TopicPartition
 from kafka_data import (
     BackgroundWriter,
@@ -148,8 +149,8 @@ def test_global_restore_redistributes_the_reported_splits_over_all_readers(
     # each went out at the position of the last checkpoint of the reader that reported it
     inbox = inbox_messages(kafka_bootstrap, source)
     for k in (0, 1):
-        acks = [m for m in inbox if m["type"] == "CheckpointAck" and m["subtask"] == k and m["attempt"] == 1]
-        reported = {s["split_id"]: s["position"] for s in acks[-1]["body"]["splits"]}
+        first_attempt = [(m["type"], m["body"]) for m in inbox if m["subtask"] == k and m["attempt"] == 1]
+        reported = {sid: s["position"] for sid, s in acknowledged_splits(first_attempt).items()}
         registration = [m for m in inbox if m["type"] == "ReaderRegistration" and m["subtask"] == k][-1]
         assert {s["split_id"]: s["position"] for s in registration["body"]["reported_splits"]} == reported
         for split_id, position in reported.items():
