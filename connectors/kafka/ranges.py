@@ -291,6 +291,8 @@ class PlanningView:
                             open_.discard(tp)
                         continue
                     offset = message.offset()
+                    if offset < until[tp] - LOOK_BACK:
+                        continue  # fetched for an earlier assignment of the partition
                     if offset < until[tp]:
                         found[tp].append(message.timestamp()[1])
                     if offset >= until[tp] - 1:  # nothing before the position is left to read
@@ -308,10 +310,17 @@ class PlanningView:
             deadline = time.monotonic() + PROBE_DEADLINE_S
             while time.monotonic() < deadline and len(found) < limit:
                 for message in probe.consume(num_messages=limit, timeout=0.5):
+                    # Only this partition from ``begin`` on: a record fetched for the probe's
+                    # previous assignment (all partitions at once, _read_before) may still come,
+                    # and its timestamp, remembered as this position's, would hold alignment.
+                    if (message.topic(), message.partition()) != (split.topic, split.partition):
+                        continue
                     error = message.error()
                     if error is not None:
                         if error.code() in (KafkaError._PARTITION_EOF, KafkaError._AUTO_OFFSET_RESET):
                             return found
+                        continue
+                    if message.offset() < begin:
                         continue
                     found.append(message.timestamp()[1])
             return found[:limit]
