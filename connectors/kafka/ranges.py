@@ -225,7 +225,8 @@ class PlanningView:
             this_pass = dict(reversed(missing))
             found = self._read_before(this_pass)
             for tp, position in this_pass.items():
-                self._remember((tp, position, "before"), found[tp])
+                if tp in found:  # (one the deadline cut short is asked again next time)
+                    self._remember((tp, position, "before"), found[tp])
             missing = [(tp, position) for tp, position in missing if this_pass[tp] != position]
         out: list[int | None] = []
         for tp, position in keys:
@@ -248,13 +249,16 @@ class PlanningView:
         return self._cluster.first_offsets_at([key], event_time_ms + 1)[key]
 
     def _cached(
-        self, split: KafkaPartitionSplit, position: int, kind: str, fetch: Callable[[], list[int]]
+        self, split: KafkaPartitionSplit, position: int, kind: str, fetch: Callable[[], list[int] | None]
     ) -> list[int]:
+        """``fetch`` once per key; a fetch that could not tell (None) is not remembered."""
         key = ((split.topic, split.partition), position, kind)
         if key in self._timestamps:
             self._timestamps.move_to_end(key)
             return self._timestamps[key]
         value = fetch()
+        if value is None:
+            return []
         self._remember(key, value)
         return value
 
@@ -272,7 +276,9 @@ class PlanningView:
     def _read_before(self, until: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, list[int]]:
         """The timestamps of the records in the last ``LOOK_BACK`` offsets before each
         partition's position, all partitions assigned at once: one fetch round trip for
-        them all, where a partition at a time paid one each (8 partitions: ~50 ms)."""
+        them all, where a partition at a time paid one each (8 partitions: ~50 ms). A
+        partition not read to its position by the deadline is left out: not known, so not
+        remembered as having no record."""
         found: dict[TopicPartitionKey, list[int]] = {tp: [] for tp in until}
         open_ = set(until)
         probe = self._probe_consumer()
@@ -299,10 +305,11 @@ class PlanningView:
                         open_.discard(tp)
         finally:
             probe.unassign()
-        return found
+        return {tp: timestamps for tp, timestamps in found.items() if tp not in open_}
 
-    def _records(self, split: KafkaPartitionSplit, begin: int, limit: int) -> list[int]:
-        """Timestamps of the records from ``begin`` on, at most ``limit``."""
+    def _records(self, split: KafkaPartitionSplit, begin: int, limit: int) -> list[int] | None:
+        """Timestamps of the records from ``begin`` on, at most ``limit`` (fewer: the
+        partition ends there); None when the deadline passed first (not known)."""
         probe = self._probe_consumer()
         probe.assign([TopicPartition(split.topic, split.partition, begin)])
         found: list[int] = []
@@ -323,6 +330,6 @@ class PlanningView:
                     if message.offset() < begin:
                         continue
                     found.append(message.timestamp()[1])
-            return found[:limit]
+            return found[:limit] if len(found) >= limit else None
         finally:
             probe.unassign()
