@@ -115,10 +115,6 @@ class OwnedSplits(Sequence[SplitT]):
         """This view less ``split_ids``."""
         return OwnedSplits(self._by_id, self._decode, self._excluded | frozenset(split_ids))
 
-    def picked(self, split_ids: Iterable[str]) -> list[SplitT]:
-        """Those of ``split_ids`` in this view, decoded."""
-        return [self._decode(self._by_id[i]) for i in split_ids if i in self._by_id and i not in self._excluded]
-
     def only(self, split_ids: Iterable[str]) -> OwnedSplits[SplitT]:
         """A view of those of ``split_ids`` in this one, decoded only when read."""
         by_id = self._by_id
