@@ -225,32 +225,42 @@ class PlanningReader:
         assert end == self.end
         wire = {"topic": "orders", "partition": 0}
         return [
-            PlannedPart(0, ((wire, 5, 9), ({"topic": "orders", "partition": 1}, 3, 3))),
+            PlannedPart(
+                0,
+                (
+                    (wire, 5, 9),
+                    ({"topic": "orders", "partition": 1}, 3, 3),
+                    ({"topic": "orders", "partition": 3}, 0, 2),
+                ),
+            ),
             PlannedPart(1, (({"topic": "orders", "partition": 2}, 0, 4),)),
+            PlannedPart(2, (({"topic": "orders", "partition": 4}, 7, 7),)),
         ]
 
     def acknowledge_planned(self, end: SourceOffset) -> None:
         self.acknowledged.append(end)
 
 
-def test_latest_offset_brings_the_batchs_ranges_and_acknowledges_nothing_before_sparks_log() -> None:
+def test_latest_offset_brings_the_batchs_parts_and_acknowledges_nothing_before_sparks_log() -> None:
     """readPath=jvm: one call a micro-batch gives the end offset (the planner's own text,
-    which Spark compares) and the ranges; the coordinator hears of the end only once Spark
-    has written it (acknowledge, or planRanges for a batch the stream did not plan)."""
+    which Spark compares) and the parts, a Spark task each reading its ranges in turn; the
+    coordinator hears of the end only once Spark has written it (acknowledge, or planParts
+    for a batch the stream did not plan)."""
     start = SourceOffset(checkpoint_id=1)
     end = SourceOffset(checkpoint_id=2, rows=10)
     reader = PlanningReader(end)
     planner = KafkaRangePlanner(reader, {})
     start_text = json.dumps(start.to_json())
-    planned = json.loads(planner.latestOffsetAndRanges(start_text, 0))
+    planned = json.loads(planner.latestOffsetAndParts(start_text, 0))
     assert planned["end"] == planner.latestOffset(start_text, 0) == json.dumps(end.to_json())
-    ranges = [["orders", 0, 5, 9], ["orders", 2, 0, 4]]  # the empty range is no Spark partition
-    assert planned["ranges"] == ranges
+    # a part per Spark task, its ranges read in turn; an empty range (or part) is read by nobody
+    parts = [[["orders", 0, 5, 9], ["orders", 3, 0, 2]], [["orders", 2, 0, 4]]]
+    assert planned["parts"] == parts
     assert reader.acknowledged == []
     planner.acknowledge(planned["end"])
     assert reader.acknowledged == [end]
-    assert json.loads(planner.planRanges(start_text, planned["end"])) == ranges
+    assert json.loads(planner.planParts(start_text, planned["end"])) == parts
     assert reader.acknowledged == [end, end]
-    reader.end = start  # nothing new: the offset is the start, and no ranges
-    nothing = json.loads(planner.latestOffsetAndRanges(start_text, 0))
-    assert nothing == {"end": start_text, "ranges": []}
+    reader.end = start  # nothing new: the offset is the start, and no parts
+    nothing = json.loads(planner.latestOffsetAndParts(start_text, 0))
+    assert nothing == {"end": start_text, "parts": []}

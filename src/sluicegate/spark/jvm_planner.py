@@ -7,9 +7,9 @@ benchmarks/python_source_floor.py), most of the latency gap to Spark's Kafka sou
 ``format("sluicegate")``, and asks a planner here, through Py4J, for offsets and what each
 batch reads:
 
-- a kafka query (``KafkaRangePlanner``): Kafka ranges, which its ``MicroBatchStream``
-  hands to Spark's ``KafkaBatchReaderFactory`` (Spark's cached consumers, its offset-gap
-  and data-loss handling, its rows);
+- a kafka query (``KafkaRangePlanner``): Kafka ranges in parts, a Spark task each, whose
+  ranges its ``MicroBatchStream`` reads in turn with Spark's own Kafka partition reader
+  (Spark's cached consumers, its offset-gap and data-loss handling, its rows);
 - a files query (``FileRangePlanner``): whole Parquet files, which its streaming
   ``Source`` reads as a plan of Spark's own Parquet reader (columnar, pruned to the
   columns the query uses, as Spark's file stream source reads them).
@@ -118,34 +118,37 @@ class KafkaRangePlanner(QueryPlanner):
     def readSettings(self) -> str:
         return json.dumps(self.read_settings)
 
-    def latestOffsetAndRanges(self, start: str, max_rows: int) -> str:
-        """``latestOffset``, and the ranges from ``start`` to it: Spark plans the batch's
-        partitions twice (in its planning, and again when a ``foreachBatch`` sink runs
-        the batch), and each Py4J call there would lengthen the micro-batch by ~1-4 ms."""
+    def latestOffsetAndParts(self, start: str, max_rows: int) -> str:
+        """``latestOffset``, and the batch from ``start`` to it as parts (a Spark task each):
+        Spark plans the batch's partitions twice (in its planning, and again when a
+        ``foreachBatch`` sink runs the batch), and each Py4J call there would lengthen the
+        micro-batch by ~1-4 ms."""
         end = self.latestOffset(start, max_rows)
         # the offset as the string Spark keeps: Spark compares offsets by their JSON text
-        return json.dumps({"end": end, "ranges": self._ranges(_offset(start), _offset(end))})
+        return json.dumps({"end": end, "parts": self._parts(_offset(start), _offset(end))})
 
     def acknowledge(self, end: str) -> None:
         """Spark wrote ``end`` to its offset log (``datasource.acknowledge_planned``)."""
         self.reader.acknowledge_planned(_offset(end))
 
-    def planRanges(self, start: str, end: str) -> str:
-        """The ranges from ``start`` to ``end``, acknowledging ``end`` (a batch Spark plans
-        again after a restart, or one whose ranges the stream does not have)."""
+    def planParts(self, start: str, end: str) -> str:
+        """The parts from ``start`` to ``end``, acknowledging ``end`` (a batch Spark plans
+        again after a restart, or one whose parts the stream does not have)."""
         end_offset = _offset(end)
         self.reader.acknowledge_planned(end_offset)
-        return json.dumps(self._ranges(_offset(start), end_offset))
+        return json.dumps(self._parts(_offset(start), end_offset))
 
-    def _ranges(self, start: SourceOffset, end: SourceOffset) -> list[list[Any]]:
+    def _parts(self, start: SourceOffset, end: SourceOffset) -> list[list[list[Any]]]:
+        """The batch's planned parts, each as the ``[topic, partition, from, until]`` ranges
+        one Spark task reads in turn: the tasks of the other read paths (a subtask's share,
+        cut by ``minPartitions``), where Spark's own source runs a task per topic partition."""
         if start == end:
             return []
-        return [
-            [wire["topic"], wire["partition"], first, until]
+        parts = (
+            [[wire["topic"], wire["partition"], first, until] for wire, first, until in part.ranges if until > first]
             for part in self.reader.planned_parts(start, end)
-            for wire, first, until in part.ranges
-            if until > first
-        ]
+        )
+        return [ranges for ranges in parts if ranges]
 
     class Java:
         implements = ["sluicegate.spark.jvm.RangePlanner"]

@@ -11,15 +11,15 @@ import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.kafka010.KafkaBatchInputPartition;
-import org.apache.spark.sql.kafka010.KafkaBatchReaderFactory$;
 import org.apache.spark.sql.kafka010.KafkaOffsetRange;
 import scala.Option;
 
 /**
- * The micro-batches of a query on the JVM read path: offsets and ranges from the planner (the
- * same coordinator, acknowledgements and offset log as the Python path), each planned range
- * read by Spark's own {@code KafkaBatchReaderFactory} (its cached consumers, its handling of
- * offset gaps and data loss, its row conversion). No Python worker runs on the executors.
+ * The micro-batches of a query on the JVM read path: offsets and parts from the planner (the
+ * same coordinator, acknowledgements and offset log as the Python path), a Spark task per
+ * planned part, whose ranges Spark's own Kafka partition reader reads one after another (its
+ * cached consumers, its handling of offset gaps and data loss, its row conversion:
+ * {@link KafkaRangesReaderFactory}). No Python worker runs on the executors.
  */
 final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailableNow {
     private final RangePlanner planner;
@@ -46,7 +46,7 @@ final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailab
     @Override
     public Offset latestOffset(Offset start, ReadLimit limit) {
         long maxRows = limit instanceof ReadMaxRows rows ? rows.maxRows() : 0;
-        ReadSettings.Planned planned = ReadSettings.Planned.parse(planner.latestOffsetAndRanges(start.json(), maxRows));
+        ReadSettings.Planned planned = ReadSettings.Planned.parse(planner.latestOffsetAndParts(start.json(), maxRows));
         batches.planned(start.json(), planned);
         return new JsonOffset(planned.end());
     }
@@ -64,18 +64,24 @@ final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailab
     @Override
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
         List<InputPartition> partitions = new ArrayList<>();
-        for (ReadSettings.Range range : batches.ranges(start.json(), end.json())) {
-            KafkaOffsetRange offsets = KafkaOffsetRange.apply(
-                    new TopicPartition(range.topic(), range.partition()), range.from(), range.until(), Option.empty());
-            partitions.add(KafkaBatchInputPartition.apply(
-                    offsets, settings.consumer, settings.pollTimeoutMs, settings.failOnDataLoss, settings.includeHeaders));
+        for (List<ReadSettings.Range> part : batches.parts(start.json(), end.json())) {
+            KafkaBatchInputPartition[] ranges = part.stream().map(this::sparkRange).toArray(KafkaBatchInputPartition[]::new);
+            partitions.add(new KafkaRangesPartition(ranges));
         }
         return partitions.toArray(new InputPartition[0]);
     }
 
+    /** A range as Spark's Kafka source plans one, for Spark's partition reader. */
+    private KafkaBatchInputPartition sparkRange(ReadSettings.Range range) {
+        KafkaOffsetRange offsets = KafkaOffsetRange.apply(
+                new TopicPartition(range.topic(), range.partition()), range.from(), range.until(), Option.empty());
+        return KafkaBatchInputPartition.apply(
+                offsets, settings.consumer, settings.pollTimeoutMs, settings.failOnDataLoss, settings.includeHeaders);
+    }
+
     @Override
     public PartitionReaderFactory createReaderFactory() {
-        return KafkaBatchReaderFactory$.MODULE$;
+        return KafkaRangesReaderFactory.INSTANCE;
     }
 
     @Override

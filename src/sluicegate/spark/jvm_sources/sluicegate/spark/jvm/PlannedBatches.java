@@ -5,7 +5,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 
 /**
- * The ranges of the batch {@code latestOffset} planned last, for Spark's calls of
+ * The parts of the batch {@code latestOffset} planned last, for Spark's calls of
  * {@code planInputPartitions}: Spark makes one while it plans the micro-batch and another
  * when a {@code foreachBatch} sink runs it, and a call into the driver's Python there costs
  * the micro-batch ~1-4 ms (the Python thread waits for the interpreter). The first of those
@@ -34,15 +34,15 @@ final class PlannedBatches {
         this.planned = planned;
     }
 
-    synchronized List<ReadSettings.Range> ranges(String start, String end) {
+    synchronized List<List<ReadSettings.Range>> parts(String start, String end) {
         if (planned == null || !start.equals(this.start) || !end.equals(planned.end())) {
-            return ReadSettings.ranges(planner.planRanges(start, end));
+            return ReadSettings.parts(planner.planParts(start, end));
         }
         if (!end.equals(acknowledgedEnd)) {
             acknowledgedEnd = end;
             inBackground(() -> planner.acknowledge(end));
         }
-        return planned.ranges();
+        return planned.parts();
     }
 
     /**

@@ -9,17 +9,18 @@ public interface RangePlanner extends StreamPlanner {
     String readSettings();
 
     /**
-     * {@code latestOffset}, with the ranges from {@code start} to it: {"end": offset, "ranges":
-     * [[topic, partition, from, until], ...]}.
+     * {@code latestOffset}, with the batch from {@code start} to it as parts, each the ranges
+     * one Spark task reads: {"end": offset, "parts": [[[topic, partition, from, until], ...],
+     * ...]}.
      */
-    String latestOffsetAndRanges(String start, long maxRows);
+    String latestOffsetAndParts(String start, long maxRows);
 
     /** Spark has written {@code end} to its offset log: tell the coordinator (it does not wait). */
     void acknowledge(String end);
 
     /**
-     * The Kafka ranges between two offsets, as in {@code latestOffsetAndRanges}, acknowledging
-     * {@code end}.
+     * The parts of the batch between two offsets, as in {@code latestOffsetAndParts},
+     * acknowledging {@code end}.
      */
-    String planRanges(String start, String end);
+    String planParts(String start, String end);
 }

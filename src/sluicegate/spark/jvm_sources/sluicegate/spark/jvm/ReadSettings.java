@@ -6,7 +6,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 
-/** What the planner says in JSON: how executors read, and the ranges of a micro-batch. */
+/** What the planner says in JSON: how executors read, and the parts of a micro-batch. */
 final class ReadSettings {
     record Range(String topic, int partition, long from, long until) {}
 
@@ -37,24 +37,29 @@ final class ReadSettings {
 
     /**
      * A batch's end offset (the planner's JSON text: Spark tells offsets apart by their text)
-     * and its ranges, as {@code latestOffsetAndRanges} gives them.
+     * and its parts, each the ranges one Spark task reads, as {@code latestOffsetAndParts}
+     * gives them.
      */
-    record Planned(String end, List<Range> ranges) {
+    record Planned(String end, List<List<Range>> parts) {
         static Planned parse(String json) {
             JsonNode root = JvmReadPath.tree(json);
-            return new Planned(root.get("end").asText(), ReadSettings.ranges(root.get("ranges")));
+            return new Planned(root.get("end").asText(), ReadSettings.parts(root.get("parts")));
         }
     }
 
-    static List<Range> ranges(String json) {
-        return ranges(JvmReadPath.tree(json));
+    static List<List<Range>> parts(String json) {
+        return parts(JvmReadPath.tree(json));
     }
 
-    private static List<Range> ranges(JsonNode list) {
-        List<Range> ranges = new ArrayList<>();
-        for (JsonNode item : list) {
-            ranges.add(new Range(item.get(0).asText(), item.get(1).asInt(), item.get(2).asLong(), item.get(3).asLong()));
+    private static List<List<Range>> parts(JsonNode list) {
+        List<List<Range>> parts = new ArrayList<>();
+        for (JsonNode part : list) {
+            List<Range> ranges = new ArrayList<>();
+            for (JsonNode item : part) {
+                ranges.add(new Range(item.get(0).asText(), item.get(1).asInt(), item.get(2).asLong(), item.get(3).asLong()));
+            }
+            parts.add(ranges);
         }
-        return ranges;
+        return parts;
     }
 }
