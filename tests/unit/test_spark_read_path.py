@@ -10,12 +10,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sluicegate_connectors.kafka import KafkaOptions
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.spark.datasource import PYTHON_FORMAT, session_data_source
 from sluicegate.spark.jvm_classpath import CLASSPATH_FILE, JAR_NAME, build_dir, built, jvm_read_path_jars
-from sluicegate.spark.jvm_planner import JvmPlannerFactory, KafkaRangePlanner, executor_consumer_settings
+from sluicegate.spark.jvm_planner import JvmPlannerFactory, KafkaRangePlanner, executor_consumer_settings, spread_parts
 from sluicegate.spark.offsets import SourceOffset
 from sluicegate.spark.options import SparkSourceOptions
 from sluicegate.spark.trigger_limits import PlannedPart
@@ -264,3 +266,29 @@ def test_latest_offset_brings_the_batchs_parts_and_acknowledges_nothing_before_s
     reader.end = start  # nothing new: the offset is the start, and no parts
     nothing = json.loads(planner.latestOffsetAndParts(start_text, 0))
     assert nothing == {"end": start_text, "parts": []}
+
+
+def test_a_batch_of_fewer_parts_than_task_slots_is_spread_over_them() -> None:
+    """Two subtasks' parts on a session of 4 task slots run as 4 tasks; no range is cut."""
+    reader = PlanningReader(SourceOffset(checkpoint_id=2, rows=10))
+    planner = KafkaRangePlanner(reader, {}, tasks=4)
+    start_text = json.dumps(SourceOffset(checkpoint_id=1).to_json())
+    planned = json.loads(planner.latestOffsetAndParts(start_text, 0))
+    assert planned["parts"] == [[["orders", 0, 5, 9]], [["orders", 3, 0, 2]], [["orders", 2, 0, 4]]], (
+        "three ranges are three tasks at most"
+    )
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 1000), min_size=1, max_size=12), max_size=8),
+    st.integers(0, 40),
+)
+def test_spread_parts_keeps_every_range_once_in_order_over_as_many_tasks_as_it_can(
+    parts: list[list[int]], tasks: int
+) -> None:
+    spread = spread_parts(parts, tasks)
+    assert [r for part in spread for r in part] == [r for part in parts for r in part]
+    assert all(spread), "no empty part"
+    ranges = sum(len(part) for part in parts)
+    assert len(spread) == max(len(parts), min(tasks, ranges))
+    assert spread_parts(parts, tasks) == spread, "the same for the same parts"
