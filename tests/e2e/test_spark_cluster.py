@@ -4,6 +4,9 @@ with ``spark-submit --master spark://...`` against the session broker and a coor
 process. A worker is SIGKILLed (with its executor and Python workers) once the first
 batches are committed; Spark runs the lost tasks again on the other worker, and the
 window table is still exact and the audit clean.
+
+Before it, a ``readPath=jvm`` query on the same cluster: each of its parts runs on one
+executor in every batch, and the two parts on two.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
+from kafka_data import create_topic
 from processes import Proc, ProcessGroup
 from spark_cluster import SparkCluster, kill_group, spark_bin, spark_cluster, spark_env
 
 import sluicegate.spark.job
 from sluicegate.audit.commands import run_audit
+from sluicegate.devtools.broker.local import free_port
 
 __all__ = ["spark_cluster"]
 
@@ -36,6 +42,8 @@ TOTAL = SPLITS * RECORDS_PER_SPLIT
 OPTIONS = {"splits": str(SPLITS), "records_per_split": str(RECORDS_PER_SPLIT)}
 MAX_RECORDS_PER_TRIGGER = 8_000
 """About ten data batches, so that the kill lands mid-run."""
+PLACED_RECORDS = 40_000
+"""About ten batches of the JVM path's query (maxOffsetsPerTrigger 4,000)."""
 
 
 @pytest.fixture
@@ -82,6 +90,40 @@ def _submit(group: ProcessGroup, cluster: SparkCluster, source: str, tmp_path: P
 
 def _batches(proc: Proc) -> list[tuple[int, int]]:
     return [(int(b), int(r)) for b, r in re.findall(r"progress batch=(-?\d+) rows=(\d+)", proc.log())]
+
+
+def test_on_the_jvm_path_each_part_runs_on_its_own_executor_batch_after_batch(
+    spark_cluster: SparkCluster, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    """readPath=jvm runs a Spark task per planned part; on a cluster each part prefers an
+    executor of its own (PartPlacement.java), so that a subtask's ranges are read where its
+    cached consumers are, batch after batch, and two parts do not queue on one executor.
+    (Runs before the test that kills a worker: it needs both.)"""
+    create_topic(kafka_bootstrap, unique_source, 8)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(PLACED_RECORDS):
+        producer.produce(unique_source, value=b"v", key=str(i).encode(), partition=i % 8)
+    producer.flush(30)
+    job = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).parents[1] / "support" / "jvm_placement_job.py"),
+            *(spark_cluster.master_url, kafka_bootstrap, unique_source, str(tmp_path / "checkpoint")),
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        env=spark_env(),
+        timeout=300,
+    )
+    assert job.returncode == 0, job.stderr[-3000:]
+    report = json.loads(job.stdout.strip().splitlines()[-1])
+    assert report["rows"] == PLACED_RECORDS, report
+    data_batches = [stage for stage in report["stages"] if len(stage) == PARALLELISM]
+    assert len(data_batches) >= 5, report
+    places = {index: {stage[index] for stage in data_batches} for index in data_batches[0]}
+    assert all(len(executors) == 1 for executors in places.values()), f"a part moved between executors: {places}"
+    assert len({next(iter(e)) for e in places.values()}) == PARALLELISM, f"two parts on one executor: {places}"
 
 
 def test_the_job_on_a_standalone_cluster_survives_a_killed_worker_exactly_once(

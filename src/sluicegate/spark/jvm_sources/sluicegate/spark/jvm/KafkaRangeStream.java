@@ -3,6 +3,7 @@ package sluicegate.spark.jvm;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.spark.SparkContext;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
@@ -12,7 +13,9 @@ import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.kafka010.KafkaBatchInputPartition;
 import org.apache.spark.sql.kafka010.KafkaOffsetRange;
+import org.apache.spark.sql.kafka010.KafkaSource$;
 import scala.Option;
+
 
 /**
  * The micro-batches of a query on the JVM read path: offsets and parts from the planner (the
@@ -63,10 +66,15 @@ final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailab
 
     @Override
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
+        List<List<ReadSettings.Range>> parts = batches.parts(start.json(), end.json());
+        String[] executors = KafkaSource$.MODULE$.getSortedExecutorList(SparkContext.getOrCreate());
+        List<String> places = PartPlacement.executors(parts, executors);
         List<InputPartition> partitions = new ArrayList<>();
-        for (List<ReadSettings.Range> part : batches.parts(start.json(), end.json())) {
-            KafkaBatchInputPartition[] ranges = part.stream().map(this::sparkRange).toArray(KafkaBatchInputPartition[]::new);
-            partitions.add(new KafkaRangesPartition(ranges));
+        for (int i = 0; i < parts.size(); i++) {
+            KafkaBatchInputPartition[] ranges =
+                    parts.get(i).stream().map(this::sparkRange).toArray(KafkaBatchInputPartition[]::new);
+            String place = places.get(i);
+            partitions.add(new KafkaRangesPartition(ranges, place == null ? new String[0] : new String[] {place}));
         }
         return partitions.toArray(new InputPartition[0]);
     }
