@@ -147,7 +147,7 @@ class KafkaRangePlanner(QueryPlanner):
         one Spark task reads in turn: the tasks of the other read paths (a subtask's share,
         cut by ``minPartitions``), spread over the session's task slots where they are fewer
         (``spread_parts``). Spark's own source runs a task per topic partition: at 64
-        partitions on 2 cores that cost it ~20 % of its throughput in per-task overhead."""
+        partitions on 2 cores its JVM spent ~20 % more CPU a row (benchmarks/README.md)."""
         if start == end:
             return []
         parts = (

@@ -16,7 +16,6 @@ import org.apache.spark.sql.kafka010.KafkaOffsetRange;
 import org.apache.spark.sql.kafka010.KafkaSource$;
 import scala.Option;
 
-
 /**
  * The micro-batches of a query on the JVM read path: offsets and parts from the planner (the
  * same coordinator, acknowledgements and offset log as the Python path), a Spark task per

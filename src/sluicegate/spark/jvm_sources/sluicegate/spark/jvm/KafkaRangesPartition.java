@@ -10,9 +10,9 @@ import org.apache.spark.sql.kafka010.KafkaBatchInputPartition;
  * other read paths run, and at 64 partitions on a few cores it saves Spark most of its
  * per-task cost (scheduling, launching, the task's result) at every micro-batch.
  *
- * <p>On a cluster the task prefers the executor Spark's own source would give the part's
- * first topic partition, so that a subtask's part runs where its cached consumers are, batch
- * after batch ({@code locations} is empty where Spark knows no executors, as in local mode).
+ * <p>On a cluster the task prefers an executor of its own ({@link PartPlacement}), so that a
+ * subtask's part runs where its cached consumers are, batch after batch ({@code locations} is
+ * empty where Spark knows no executors, as in local mode).
  */
 record KafkaRangesPartition(KafkaBatchInputPartition[] ranges, String[] locations) implements InputPartition {
     @Override

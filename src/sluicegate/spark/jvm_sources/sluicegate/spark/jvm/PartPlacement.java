@@ -13,11 +13,11 @@ import org.apache.kafka.common.TopicPartition;
  * after the other (or wait out {@code spark.locality.wait}) while another executor idles.
  * More parts than executors: the rest share, by hash. No executors (local mode): no preference.
  */
-public final class PartPlacement {
+final class PartPlacement {
     private PartPlacement() {}
 
     /** An executor (Spark's location string) or null for each part, in order. */
-    public static List<String> executors(List<List<ReadSettings.Range>> parts, String[] executors) {
+    static List<String> executors(List<List<ReadSettings.Range>> parts, String[] executors) {
         List<String> places = new ArrayList<>();
         boolean[] taken = new boolean[executors.length];
         int free = executors.length;
