@@ -58,6 +58,9 @@ class FreshRuns:
             self._firsts.insert(i + 1, k + 1)
             self._stop_of[k + 1] = stop
 
+    def __bool__(self) -> bool:
+        return bool(self._firsts)
+
     def runs(self) -> list[tuple[int, int]]:
         return [(first, self._stop_of[first]) for first in self._firsts]
 
@@ -133,14 +136,17 @@ class SequenceEnumerator(SplitEnumerator[SequenceSplit]):
             self._fresh.add(first, stop)
 
     def _add_others(self, splits: Sequence[SequenceSplit]) -> None:
-        for split in splits:
-            self._fresh.discard(self._options.index_of(split))  # a returned split replaces its fresh self
-            self._others[split.split_id] = split
+        if self._fresh:  # a returned split replaces its fresh self
+            for split in splits:
+                self._fresh.discard(self._options.index_of(split))
+        self._others.update((split.split_id, split) for split in splits)
         self._distributor.add_splits(splits)
 
-    def _on_removed(self, split: SequenceSplit) -> None:
-        if self._others.pop(split.split_id, None) is None:
-            self._fresh.discard(self._options.index_of(split))
+    def _on_removed(self, splits: Sequence[SequenceSplit]) -> None:
+        others = self._others
+        for split in splits:
+            if others.pop(split.split_id, None) is None and self._fresh:
+                self._fresh.discard(self._options.index_of(split))
 
     def handle_split_request(self, subtask: int, hostname: str | None) -> None:
         self._distribute(requester=subtask)

@@ -49,6 +49,20 @@ def test_double_assignment_is_refused(tracker: SplitAssignmentTracker, subtask: 
     assert tracker.owner_of("new") is None
 
 
+def test_an_assignment_is_recorded_whole_or_not_at_all(tracker: SplitAssignmentTracker) -> None:
+    before = {s: tracker.snapshot_subtask(s) for s in (0, 1, 2)}
+    with pytest.raises(SplitAlreadyOwnedError, match="'x'"):  # twice in one assignment
+        tracker.record_assignments({1: [(2, [split("w"), split("x")])], 2: [(1, [split("y")]), (2, [split("x")])]})
+    with pytest.raises(SplitAlreadyOwnedError, match="'d' is owned by subtask 1"):  # owned already
+        tracker.record_assignments({2: [(1, [split("y")])], 0: [(3, [split("z")]), (4, [split("d")])]})
+    assert {s: tracker.snapshot_subtask(s) for s in (0, 1, 2)} == before
+    assert [tracker.owner_of(sid) for sid in "wxyz"] == [None] * 4
+
+    tracker.record_assignments({1: [(2, [split("w")]), (3, [split("x")])], 2: [(1, [split("y")])]})
+    assert tracker.snapshot_subtask(1)["owned"] == [[1, split("d")], [2, split("w")], [3, split("x")]]
+    assert [tracker.owner_of(sid) for sid in "wxy"] == [1, 1, 2]
+
+
 def test_check_assignable_accepts_free_splits(tracker: SplitAssignmentTracker) -> None:
     tracker.check_assignable(1, ["x", "y"])  # does not raise, records nothing
     assert tracker.total_owned() == 4
@@ -98,6 +112,17 @@ def test_take_uncheckpointed_without_any_checkpoint_takes_everything(
     assert sorted(ids(tracker.take_uncheckpointed(0))) == ["a", "b", "c"]
     assert tracker.owned_count(0) == 0
     assert tracker.owner_of("d") == 1
+
+
+def test_taking_every_split_forgets_its_owner_and_release_requests(tracker: SplitAssignmentTracker) -> None:
+    tracker.request_release(0, 3, ["b"])
+    assert ids(tracker.take_uncheckpointed(0)) == ["a", "b", "c"]  # nothing checkpointed: all, in order
+    assert tracker.releasing_ids(0) == set()
+    assert [tracker.owner_of(sid) for sid in "abcd"] == [None, None, None, 1]
+    assert tracker.snapshot_subtask(0) == {"applied_seq": 0, "owned": []}
+    tracker.record_assignment(0, 3, [split("b")])  # free to be assigned again, with its new seq
+    tracker.on_checkpoint(0, 3, [split("b", 2)])
+    assert tracker.take_uncheckpointed(0) == []
 
 
 def test_finish_drops_owned_and_reports_the_rest(tracker: SplitAssignmentTracker) -> None:

@@ -142,26 +142,26 @@ class SplitAssigner(ABC, Generic[SplitT]):
         is the oldest: the next deadline without a scan of every waiting split."""
         self._not_waiting: list[str] = []
         """Ids added since the last round, which may not have a waiting time yet."""
-        self.on_removed: Callable[[SplitT], None] | None = None
-        """Called with each split that leaves the pending ones (assigned or removed), so an
+        self.on_removed: Callable[[Sequence[SplitT]], None] | None = None
+        """Called with the splits that leave the pending ones (assigned or removed), so an
         enumerator can keep its own account of them instead of rescanning every pending split."""
 
     # -- the pending splits --------------------------------------------------------
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
         """New or returned splits; they wait here until assigned (a known id is replaced)."""
-        for split in splits:
-            self._pending[split.split_id] = split
-            self._not_waiting.append(split.split_id)
-            self._on_added(split)
+        ids = [split.split_id for split in splits]
+        self._pending.update(zip(ids, splits, strict=True))
+        self._not_waiting.extend(ids)
+        self._on_added(ids)
 
     def remove(self, split_ids: Sequence[str]) -> list[SplitT]:
         """Take splits out (e.g. their partition was deleted); unknown ids are ignored."""
         removed = [self._pending.pop(sid) for sid in split_ids if sid in self._pending]
         for split in removed:
             self._waiting_since.pop(split.split_id, None)
-            if self.on_removed is not None:
-                self.on_removed(split)
+        if removed and self.on_removed is not None:
+            self.on_removed(removed)
         return removed
 
     @property
@@ -202,12 +202,18 @@ class SplitAssigner(ABC, Generic[SplitT]):
         since = self._waiting_since.get(split_id)
         return self.grace_ms == 0 or (since is not None and now_ms - since >= self.grace_ms)
 
-    def _take(self, split_id: str) -> SplitT:
-        self._waiting_since.pop(split_id, None)
-        split = self._pending.pop(split_id)
-        if self.on_removed is not None:
-            self.on_removed(split)
-        return split
+    def _take(self, split_ids: Iterable[str]) -> list[SplitT]:
+        """Take these pending splits out, in this order, to be assigned. One call for a
+        reader's whole share: a re-registration hands thousands back at once."""
+        forget_wait = self._waiting_since.pop
+        take = self._pending.pop
+        taken: list[SplitT] = []
+        for split_id in split_ids:
+            forget_wait(split_id, None)
+            taken.append(take(split_id))
+        if taken and self.on_removed is not None:
+            self.on_removed(taken)
+        return taken
 
     def _wait_rest(self, now_ms: int) -> None:
         # Only the splits added since the last round can lack a waiting time: a round
@@ -221,8 +227,8 @@ class SplitAssigner(ABC, Generic[SplitT]):
         deadline = self.next_deadline_ms()
         return bool(self._pending) and (self.grace_ms == 0 or (deadline is not None and now_ms >= deadline))
 
-    def _on_added(self, split: SplitT) -> None:
-        """A split entered the pending set."""
+    def _on_added(self, split_ids: list[str]) -> None:
+        """These splits entered the pending set."""
 
 
 class _OwnerAssigner(SplitAssigner[SplitT]):
@@ -245,8 +251,8 @@ class _OwnerAssigner(SplitAssigner[SplitT]):
         self._parallelism: int | None = None
         """The parallelism the owners were computed for."""
 
-    def _on_added(self, split: SplitT) -> None:
-        self._unplaced.append(split.split_id)
+    def _on_added(self, split_ids: list[str]) -> None:
+        self._unplaced.extend(split_ids)
 
     def assign(self, round_: AssignmentRound) -> dict[int, list[SplitT]]:
         live = round_.live
@@ -255,15 +261,18 @@ class _OwnerAssigner(SplitAssigner[SplitT]):
         if round_.parallelism != self._parallelism:
             self._refile(round_.parallelism)  # every owner changed: every slot is looked at
             touched = list(live)
+        going: dict[int, dict[str, None]] = {}  # (an id added twice is listed twice)
         for split_id in self._unplaced:
             if split_id in self._pending:
                 owner = self._file(split_id, round_.parallelism)
                 if owner in live:  # new, or back: its reader is there
-                    out.setdefault(owner, []).append(self._take(split_id))
+                    going.setdefault(owner, {})[split_id] = None
         self._unplaced.clear()
+        for owner, split_ids in going.items():
+            out.setdefault(owner, []).extend(self._take(split_ids))
         for subtask in touched:
             if subtask in self._by_owner and subtask in live:
-                out.setdefault(subtask, []).extend(self._take(sid) for sid in list(self._by_owner[subtask]))
+                out.setdefault(subtask, []).extend(self._take(list(self._by_owner[subtask])))
         if live and self._any_overdue(round_.now_ms):
             self._assign_overdue(round_, out)
         self._wait_rest(round_.now_ms)
@@ -287,10 +296,10 @@ class _OwnerAssigner(SplitAssigner[SplitT]):
         for split_id in overdue:
             owner = self._owner_of[split_id]
             if owner in live:
-                out.setdefault(owner, []).append(self._take(split_id))
+                out.setdefault(owner, []).extend(self._take((split_id,)))
                 continue
             load, subtask = heapq.heappop(heap)
-            out.setdefault(subtask, []).append(self._take(split_id))
+            out.setdefault(subtask, []).extend(self._take((split_id,)))
             heapq.heappush(heap, (load + 1, subtask))
 
     def _file(self, split_id: str, parallelism: int) -> int:
@@ -310,14 +319,16 @@ class _OwnerAssigner(SplitAssigner[SplitT]):
         for split_id in self._pending:
             self._file(split_id, parallelism)
 
-    def _take(self, split_id: str) -> SplitT:
-        owner = self._owner_of.pop(split_id, None)
-        if owner is not None:
-            bucket = self._by_owner[owner]
-            del bucket[split_id]
-            if not bucket:
-                del self._by_owner[owner]
-        return super()._take(split_id)
+    def _take(self, split_ids: Iterable[str]) -> list[SplitT]:
+        split_ids = list(split_ids)
+        for split_id in split_ids:
+            owner = self._owner_of.pop(split_id, None)
+            if owner is not None:
+                bucket = self._by_owner[owner]
+                del bucket[split_id]
+                if not bucket:
+                    del self._by_owner[owner]
+        return super()._take(split_ids)
 
     def remove(self, split_ids: Sequence[str]) -> list[SplitT]:
         removed = super().remove(split_ids)
@@ -398,9 +409,11 @@ class RoundRobinAssigner(_OwnerAssigner[SplitT]):
         super().__init__(grace_ms)
         self._turns: dict[str, int] = {}
 
-    def _on_added(self, split: SplitT) -> None:
-        self._turns.setdefault(split.split_id, len(self._turns))
-        super()._on_added(split)
+    def _on_added(self, split_ids: list[str]) -> None:
+        turns = self._turns
+        for split_id in split_ids:
+            turns.setdefault(split_id, len(turns))
+        super()._on_added(split_ids)
 
     def owner(self, split: SplitT, parallelism: int) -> int:
         return self._turns[split.split_id] % parallelism
@@ -440,7 +453,7 @@ class FairShareAssigner(SplitAssigner[SplitT]):
             if room <= 0 or not self._pending:
                 break  # fewest-owned first: every later subtask has no room either
             ids = list(itertools.islice(self._pending, room))
-            out[subtask] = [self._take(sid) for sid in ids]
+            out[subtask] = self._take(ids)
         self._wait_rest(round_.now_ms)
         return out
 
@@ -462,7 +475,7 @@ class PullAssigner(SplitAssigner[SplitT]):
         share = math.ceil((len(self._pending) + round_.outstanding) / max(1, len(round_.live)))
         room = max(1, share - round_.live[requester])
         ids = list(itertools.islice(self._pending, room))
-        out = {requester: [self._take(sid) for sid in ids]}
+        out = {requester: self._take(ids)}
         self._wait_rest(round_.now_ms)
         return out
 

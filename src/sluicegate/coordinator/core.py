@@ -851,23 +851,21 @@ class CoordinatorCore(Generic[SplitT]):
         for s in assignment:
             if not (0 <= s < self.config.max_parallelism) or not self.slots[s].live:
                 raise NoLiveReaderError(s)
-        wire = {s: [self._codec.to_wire(split) for split in splits] for s, splits in assignment.items() if splits}
-        # Refuse the whole assignment before any seq or record is spent.
-        ids = {s: [split["split_id"] for split in splits] for s, splits in wire.items()}
-        for s, subtask_ids in ids.items():
-            self.tracker.check_assignable(s, subtask_ids)
-        all_ids = [split_id for subtask_ids in ids.values() for split_id in subtask_ids]
-        if len(set(all_ids)) != len(all_ids):
-            repeated = Counter(all_ids).most_common(1)[0][0]
-            raise ValueError(f"split {repeated!r} appears more than once in one assignment")
-        for s, splits in wire.items():
+        to_wire = self._codec.to_wire
+        records = {
+            s: list(enumerate(self._chunks([to_wire(split) for split in splits]), start=self.slots[s].seq + 1))
+            for s, splits in assignment.items()
+            if splits
+        }
+        # The tracker refuses the whole assignment before any seq or record is spent.
+        self.tracker.record_assignments(records)
+        for s, chunks in records.items():
             slot = self.slots[s]
             self._touch(s)
-            for chunk in self._chunks(splits):
-                slot.seq += 1
-                self.tracker.record_assignment(s, slot.seq, chunk)
-                self._send(s, slot.attempt, AddSplits(seq=slot.seq, splits=chunk))
-            self.metrics.counter("splits_assigned", len(splits))
+            for seq, chunk in chunks:
+                slot.seq = seq
+                self._send(s, slot.attempt, AddSplits(seq=seq, splits=chunk))
+            self.metrics.counter("splits_assigned", sum(len(chunk) for _, chunk in chunks))
 
     def _chunks(self, items: list[_Item]) -> list[list[_Item]]:
         """Cut a list (splits of an AddSplits, split ids of a release) into pieces that

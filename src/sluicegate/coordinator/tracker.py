@@ -9,7 +9,7 @@ to it part of the subtask's durable state; a failure hands back the rest
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,15 +111,29 @@ class SplitAssignmentTracker:
                 raise SplitAlreadyOwnedError(split_id, owner, subtask)
 
     def record_assignment(self, subtask: int, seq: int, splits: Iterable[WireSplit]) -> None:
-        splits = list(splits)
-        ids = [split["split_id"] for split in splits]
-        self.check_assignable(subtask, ids)
-        if len(set(ids)) != len(ids):
-            repeated = next(sid for sid in ids if ids.count(sid) > 1)
-            raise SplitAlreadyOwnedError(repeated, subtask, subtask)
-        self._splits.setdefault(subtask, {}).update(zip(ids, splits, strict=True))
-        self._seqs.setdefault(subtask, {}).update(dict.fromkeys(ids, seq))
-        self._owner.update(dict.fromkeys(ids, subtask))
+        self.record_assignments({subtask: [(seq, list(splits))]})
+
+    def record_assignments(self, records: Mapping[int, Sequence[tuple[int, Sequence[WireSplit]]]]) -> None:
+        """Record a whole assignment or none of it: subtask -> its AddSplits as (seq,
+        splits). Refused, before anything is recorded, if a split is owned already or
+        appears twice in it. Checked once for the whole: a re-registration assigns
+        thousands of splits in one step."""
+        ids = {s: [split["split_id"] for _, splits in chunks for split in splits] for s, chunks in records.items()}
+        for subtask, subtask_ids in ids.items():
+            self.check_assignable(subtask, subtask_ids)
+        all_ids = [split_id for subtask_ids in ids.values() for split_id in subtask_ids]
+        if len(set(all_ids)) != len(all_ids):
+            repeated = Counter(all_ids).most_common(1)[0][0]
+            first, *others = [s for s, subtask_ids in ids.items() if repeated in subtask_ids]
+            raise SplitAlreadyOwnedError(repeated, first, others[0] if others else first)
+        for subtask, chunks in records.items():
+            owned = self._splits.setdefault(subtask, {})
+            seqs = self._seqs.setdefault(subtask, {})
+            for seq, splits in chunks:
+                chunk_ids = [split["split_id"] for split in splits]
+                owned.update(zip(chunk_ids, splits, strict=True))
+                seqs.update(dict.fromkeys(chunk_ids, seq))
+            self._owner.update(dict.fromkeys(ids[subtask], subtask))
 
     def on_checkpoint(
         self, subtask: int, applied_seq: int, splits: Iterable[WireSplit], *, complete: bool = True
@@ -204,14 +218,35 @@ class SplitAssignmentTracker:
     def take_uncheckpointed(self, subtask: int) -> list[WireSplit]:
         """Release the splits assigned after the subtask's last checkpoint (attempt failure)."""
         applied = self.applied_seq(subtask)
-        return self.take(subtask, [sid for sid, seq in self._seqs.get(subtask, {}).items() if seq > applied])
+        seqs = self._seqs.get(subtask, {})
+        if seqs and min(seqs.values()) > applied:  # none checkpointed yet: all of them, in bulk
+            return self._take_every(subtask)
+        return self.take(subtask, [sid for sid, seq in seqs.items() if seq > applied])
 
     def take_all(self, subtask: int, positions: Mapping[str, WireSplit] | None = None) -> list[WireSplit]:
         """Release every split of the subtask, preferring the given positions."""
-        released = self.take(subtask, list(self._splits.get(subtask, ())))
+        released = self._take_every(subtask)
         if not positions:
             return released
         return [positions.get(split["split_id"], split) for split in released]
+
+    def _take_every(self, subtask: int) -> list[WireSplit]:
+        """What ``take`` of every owned id does, without its per-split lookups: a reader
+        that re-registers hands back thousands of splits in one step."""
+        owned = self._splits.get(subtask)
+        if not owned:
+            return []
+        released = list(owned.values())
+        owner = self._owner
+        for split_id in owned:
+            del owner[split_id]
+        releasing = self._releasing.get(subtask)
+        if releasing:
+            for split_id in owned:
+                releasing.pop(split_id, None)
+        owned.clear()
+        self._seqs[subtask].clear()
+        return released
 
     def take(self, subtask: int, split_ids: Iterable[str]) -> list[WireSplit]:
         """Release the named splits the subtask owns (others are skipped), in the given order."""
