@@ -24,6 +24,16 @@ class SplitAlreadyOwnedError(RuntimeError):
         self.split_id = split_id
 
 
+class SplitAssignedTwiceError(SplitAlreadyOwnedError):
+    """One assignment names a split twice (an enumerator's bug)."""
+
+    def __init__(self, split_id: str, subtasks: Sequence[int]) -> None:
+        RuntimeError.__init__(
+            self, f"split {split_id!r} appears more than once in one assignment (to subtasks {sorted(set(subtasks))})"
+        )
+        self.split_id = split_id
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointOutcome:
     missing: list[str]
@@ -124,8 +134,7 @@ class SplitAssignmentTracker:
         all_ids = [split_id for subtask_ids in ids.values() for split_id in subtask_ids]
         if len(set(all_ids)) != len(all_ids):
             repeated = Counter(all_ids).most_common(1)[0][0]
-            first, *others = [s for s, subtask_ids in ids.items() if repeated in subtask_ids]
-            raise SplitAlreadyOwnedError(repeated, first, others[0] if others else first)
+            raise SplitAssignedTwiceError(repeated, [s for s, subtask_ids in ids.items() if repeated in subtask_ids])
         for subtask, chunks in records.items():
             owned = self._splits.setdefault(subtask, {})
             seqs = self._seqs.setdefault(subtask, {})
