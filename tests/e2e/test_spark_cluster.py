@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from kafka_data import create_topic
+from kafka_data import DataWriter, create_topic
 from processes import Proc, ProcessGroup
 from spark_cluster import SparkCluster, kill_group, spark_bin, spark_cluster, spark_env
 
@@ -100,10 +99,9 @@ def test_on_the_jvm_path_each_part_runs_on_its_own_executor_batch_after_batch(
     cached consumers are, batch after batch, and two parts do not queue on one executor.
     (Runs before the test that kills a worker: it needs both.)"""
     create_topic(kafka_bootstrap, unique_source, 8)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for i in range(PLACED_RECORDS):
-        producer.produce(unique_source, value=b"v", key=str(i).encode(), partition=i % 8)
-    producer.flush(30)
+    writer = DataWriter(kafka_bootstrap, unique_source, 8)
+    writer.produce(PLACED_RECORDS // 8)
+    writer.flush()
     job = subprocess.run(
         [
             sys.executable,
