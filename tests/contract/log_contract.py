@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 import pytest
 
 from sluicegate.coordinator.log import CoordinatorLog, InboxRecord, LogFencedError, OutgoingRecord
+from sluicegate.coordinator.state_store import merge_records
 from sluicegate.protocol.topics import ControlTopics
 
 SUBTASKS = 2
@@ -84,6 +85,27 @@ class LogContract:
         finally:
             await old.close()
             await new.close()
+
+    async def test_a_mark_of_life_is_a_tombstone_between_commits_that_changes_no_state(
+        self, harness: LogHarness
+    ) -> None:
+        log = harness.incarnation()
+        try:
+            await log.fence()
+            await log.commit([], [(b"orders/meta", b'{"epoch": 1}')])
+            await log.mark_alive(b"orders/alive")
+            await log.mark_alive(b"orders/alive")
+            await log.commit([], [(b"orders/meta", b'{"epoch": 2}')])
+            restored = await log.restore()
+            assert restored == [
+                (b"orders/meta", b'{"epoch": 1}'),
+                (b"orders/alive", None),
+                (b"orders/alive", None),
+                (b"orders/meta", b'{"epoch": 2}'),
+            ]
+            assert merge_records("orders", restored).parts == {"meta": {"epoch": 2}}
+        finally:
+            await log.close()
 
     async def test_the_inbox_is_read_in_order_from_after_an_offset(self, harness: LogHarness) -> None:
         await harness.write_inbox([b"r%d" % i for i in range(5)])

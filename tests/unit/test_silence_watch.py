@@ -15,7 +15,15 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.coordinator.faust_app import SourceRunners
 from sluicegate.coordinator.log import OutgoingRecord
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings
-from sluicegate.coordinator.silence import LONGEST_STEP_S, SilenceWatch, Verdict, liveness_interval_ms, reaffirm_due
+from sluicegate.coordinator.silence import (
+    LONGEST_COMMIT_S,
+    LONGEST_STEP_S,
+    SilenceWatch,
+    Verdict,
+    liveness_interval_ms,
+    mark_due,
+    reaffirm_due,
+)
 from sluicegate.coordinator.source_runner import RunnerState, commit_due, with_keepalives
 from sluicegate.coordinator.takeover import poll_interval_s
 
@@ -205,3 +213,12 @@ def test_a_large_transaction_carries_the_keepalive_after_every_so_many_bytes_and
     assert [r for r in out if r is not keepalive] == records, "the records, in their order"
     assert [i for i, r in enumerate(out) if r is keepalive] == [3, 7, 11], "after 1,200 bytes, each time"
     assert with_keepalives(records[:2], keepalive, every_bytes=1000) == records[:2]
+
+
+def test_a_transaction_in_flight_is_marked_once_the_state_topic_stood_still_an_interval() -> None:
+    assert not mark_due(0.0, 5.0, 0.5), "no transaction in flight: the loop commits itself"
+    assert not mark_due(3.0, 0.4, 0.5), "moved (a commit or a mark) within the interval"
+    assert not mark_due(0.4, 5.0, 0.5), "a heartbeat commit begins an interval after the last: no mark if it is quick"
+    assert mark_due(0.5, 0.5, 0.5)
+    assert mark_due(LONGEST_COMMIT_S, 0.5, 0.5)
+    assert not mark_due(LONGEST_COMMIT_S + 0.1, 9.0, 0.5), "a transaction that long is a stall: silence"

@@ -15,6 +15,7 @@ import pytest
 from sluicegate.coordinator import silence
 from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
+from sluicegate.coordinator.state_store import merge_records
 from sluicegate.protocol.codec import decode, encode, encode_key
 from sluicegate.protocol.messages import AddSplits, Direction, Envelope, ReaderRegistered, ReaderRegistration, envelope
 from sluicegate.protocol.topics import ControlTopics
@@ -211,6 +212,52 @@ async def test_a_step_longer_than_the_longest_is_a_stall_and_no_longer_recommitt
         await until(lambda: runner.step_running_s() > 1.6)
         assert runner.stats.reaffirmed == recommitted, "a step past the longest is taken for a stall: silence"
         await until(lambda: len(assigned(broker)) == 2)
+    finally:
+        await runner.stop()
+
+
+ALIVE = f"{SOURCE}/alive".encode()
+
+
+async def test_a_commit_the_broker_keeps_waiting_marks_the_coordinator_alive_outside_it() -> None:
+    broker = MemoryLogBroker()
+    runner = start_slow(broker, add_reader_s=0.0)
+    try:
+        await until(lambda: runner.state is RunnerState.ACTIVE)
+        await asyncio.sleep(0.3)
+        assert broker.marks == 0, "commits that the broker takes at once need no mark"
+        state_before = merge_records(SOURCE, broker.state).parts
+        broker.delay_next_commits(1, 1.5)
+        await until(lambda: broker.marks > 0)
+        await until(lambda: broker.marks >= 5, timeout_s=3.0)
+        assert merge_records(SOURCE, broker.state).parts == state_before, "a mark changes no state"
+        register(broker, 0, "a")  # behind the waiting commit
+        await until(lambda: len(assigned(broker)) == 2)
+        marks = broker.marks
+        assert 5 <= marks <= 1.5 / (LIVENESS_MS / 1000) + 1, f"{marks} marks in a commit of 1.5 s"
+        assert runner.stats.marked_alive == marks
+        assert [k for k, v in broker.state if v is None] == [ALIVE] * marks, "marks are tombstones of 'alive'"
+        await asyncio.sleep(0.5)
+        assert broker.marks == marks, "no mark once the transaction is taken"
+    finally:
+        await runner.stop()
+
+
+async def test_a_commit_waiting_longer_than_the_longest_is_a_stall_and_no_longer_marked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(silence, "LONGEST_COMMIT_S", 0.5)
+    broker = MemoryLogBroker()
+    runner = start_slow(broker, add_reader_s=0.0)
+    try:
+        await until(lambda: runner.state is RunnerState.ACTIVE)
+        broker.delay_next_commits(1, 2.0)
+        await until(lambda: broker.marks > 0)
+        await asyncio.sleep(0.8)
+        marks = broker.marks
+        assert marks >= 2, "marked while the transaction was young"
+        await asyncio.sleep(0.8)
+        assert broker.marks == marks, "a transaction past the longest is taken for a stall: silence"
     finally:
         await runner.stop()
 

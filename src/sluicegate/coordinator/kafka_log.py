@@ -5,7 +5,9 @@
   transaction;
 - restore: the state topic read to its end, read_committed (kafka/compacted.py);
 - inbox: a consumer of partition 0 of the coordinator topic, read_committed, no group;
-- commit: one producer transaction of the records and the state records.
+- commit: one producer transaction of the records and the state records;
+- mark_alive: a plain producer of its own (not transactional, so not held up by the
+  transaction a slow commit keeps open) writes a tombstone to the state topic.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class KafkaCoordinatorLog(CoordinatorLog):
         self._inbox = TopicPartition(topics.coordinator, 0)
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._marker: AIOKafkaProducer | None = None
+        """Started at the first ``mark_alive``: most coordinators never need one."""
         self._fenced: LogFencedError | None = None
         """Once fenced, always: aiokafka's producer is then in a fatal state in which a
         next transaction fails with an AssertionError, not with the fence."""
@@ -117,8 +121,17 @@ class KafkaCoordinatorLog(CoordinatorLog):
                 f"the commit of {len(records)} records and {len(state)} state records ({size:,} bytes) failed: {exc!r}"
             ) from exc
 
+    async def mark_alive(self, key: bytes) -> None:
+        if self._marker is None:
+            # Not idempotent either: a lost or doubled tombstone of a part nobody writes
+            # changes nothing, and the principal needs no IdempotentWrite for it.
+            marker = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=0, **security_settings())
+            await marker.start()
+            self._marker = marker
+        await self._marker.send_and_wait(self.topics.coordinator_state, None, key=key, partition=0)
+
     async def close(self) -> None:
-        for client in (self._consumer, self._producer):
+        for client in (self._consumer, self._producer, self._marker):
             if client is not None:
                 with contextlib.suppress(Exception):
                     await client.stop()

@@ -13,7 +13,10 @@ only carries them out:
   written (an open transaction of a reader holds ``stable`` back: tick_gate.py);
 - ``commit(records, state)``: the outgoing records and the state records in one
   transaction: all visible or none. It fails with ``LogFencedError`` when another
-  incarnation fenced this one and with ``CommitFailedError`` for anything else.
+  incarnation fenced this one and with ``CommitFailedError`` for anything else;
+- ``mark_alive(key)``: a tombstone of ``key`` on the state topic, outside any
+  transaction, so at once, while a commit is still waiting for the broker. It moves
+  the end offset the standbys watch and changes no state (silence.py ``mark_due``).
 
 kafka_log.py is the product's adapter (aiokafka); testing/memory_log.py is the double
 the unit tests drive the loop over, both held to tests/contract/log_contract.py.
@@ -83,6 +86,9 @@ class CoordinatorLog(ABC):
 
     @abstractmethod
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None: ...
+
+    @abstractmethod
+    async def mark_alive(self, key: bytes) -> None: ...
 
     @abstractmethod
     async def close(self) -> None: ...

@@ -21,6 +21,13 @@ off the event loop (step_thread.py), and meanwhile the runner re-commits the sta
 committed every liveness interval (``reaffirm_due``); the commit of what such a step
 sends (a hundred megabytes of AddSplits) carries that ``meta`` again every megabyte
 (source_runner.py ``with_keepalives``). Either way the offset moves, and standbys wait.
+
+A commit can take longer than the silence too, with nothing to write: a loaded broker
+kept a transaction of 21 state records waiting 4 s before it took the first one (64
+readers and both coordinators on two cores), and a standby took over from a coordinator
+that was only waiting. No transaction can show life while the broker holds it, so the
+runner then writes a tombstone of a part nobody writes (``alive``) outside it, every
+liveness interval (``mark_due``): the offset moves, no state changes.
 """
 
 from __future__ import annotations
@@ -54,6 +61,23 @@ def reaffirm_due(step_running_s: float, since_commit_s: float, liveness_interval
     yet taken for a stall (LONGEST_STEP_S). SIGSTOP stops the re-affirming with the rest
     of the process, so a frozen coordinator is still taken over after the silence."""
     return 0 < step_running_s <= LONGEST_STEP_S and since_commit_s >= liveness_interval_s
+
+
+LONGEST_COMMIT_S = 60.0
+"""A transaction in flight this long is taken for a stall: the runner stops marking, and a
+standby takes over after the silence. It is the transaction timeout (aiokafka's default,
+which the coordinator keeps), after which the broker aborts the transaction anyway."""
+
+
+def mark_due(commit_running_s: float, since_moved_s: float, liveness_interval_s: float) -> bool:
+    """Whether an active coordinator whose transaction is still in flight marks itself alive
+    now (a tombstone outside the transaction), ``since_moved_s`` after it last moved the
+    state topic (a commit or a mark): the transaction has waited a liveness interval (a
+    heartbeat commit begins a whole interval after the last one, and one the broker takes
+    at once needs no mark), nothing moved for an interval, and the transaction is not yet
+    taken for a stall (LONGEST_COMMIT_S). The topic then moves at least every two
+    intervals, half the silence. Like ``reaffirm_due``, it stops under SIGSTOP."""
+    return liveness_interval_s <= commit_running_s <= LONGEST_COMMIT_S and since_moved_s >= liveness_interval_s
 
 
 class Verdict(enum.Enum):

@@ -12,7 +12,9 @@ Kafka in the product, kafka_log.py; a memory double in the unit tests) carries e
 step out, and the clock it is given says what time it is. The core's steps run on a
 thread of their own (step_thread.py), so that a step of seconds stops nothing else on
 the event loop; while one runs longer than the liveness interval, the last commit's
-``meta`` is committed again (silence.py ``reaffirm_due``) for the standbys watching.
+``meta`` is committed again (silence.py ``reaffirm_due``) for the standbys watching, and
+while a transaction waits on the broker as long, a tombstone outside it shows the same
+(silence.py ``mark_due``).
 
 Nothing leaves this process outside a transaction, so a coordinator killed at any
 instant leaves either all of a step's effects visible or none, and its successor
@@ -47,7 +49,7 @@ from sluicegate.coordinator.log import (
     StateRecord,
 )
 from sluicegate.coordinator.settings import SourceSettings
-from sluicegate.coordinator.silence import reaffirm_due
+from sluicegate.coordinator.silence import mark_due, reaffirm_due
 from sluicegate.coordinator.state_store import StateTooLargeError, StateWriter, restored_state
 from sluicegate.coordinator.step_thread import StepThread
 from sluicegate.coordinator.tick_gate import TickGate
@@ -56,7 +58,7 @@ from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
 from sluicegate.protocol.messages import Direction
 from sluicegate.protocol.names import coordinator_transactional_id
-from sluicegate.protocol.state_records import state_key
+from sluicegate.protocol.state_records import ALIVE_PART, state_key
 from sluicegate.protocol.topics import ControlTopics
 
 log = logging.getLogger("sluicegate.coordinator")
@@ -129,6 +131,8 @@ class RunnerStats:
     commits: int = 0
     reaffirmed: int = 0
     """Commits of the last committed ``meta`` again, made while a long step ran."""
+    marked_alive: int = 0
+    """Tombstones written outside a transaction that waited on the broker (``mark_alive``)."""
     last_commit_ms: float = 0.0
     """Duration of the last transaction, ms."""
     inbox_lag: int = 0
@@ -183,6 +187,10 @@ class SourceRunner:
         self._steps = StepThread(settings.source, clock.monotonic)
         self._commit_lock = asyncio.Lock()
         """One transaction at a time: the loop's commits and the re-affirming ones."""
+        self._committing_since: float | None = None
+        """The clock's monotonic() when the transaction in flight began; None: none is."""
+        self._last_mark = 0.0
+        self._alive_key = state_key(settings.source, ALIVE_PART)
         self._last_meta: StateRecord | None = None
         """The ``meta`` record of the last commit (or of the restored state): what is
         committed again while a long step runs."""
@@ -196,6 +204,7 @@ class SourceRunner:
         self._last_commit = 0.0
         self._next_tick = 0.0
         self._reaffirming: asyncio.Task[None] | None = None
+        self._marking: asyncio.Task[None] | None = None
         self._tick_gate = TickGate()
         self._freeze = freeze_restored_state
         self._froze = False
@@ -246,7 +255,9 @@ class SourceRunner:
     async def _run(self) -> None:
         if self.liveness_interval_ms is not None:
             interval_s = self.liveness_interval_ms / 1000
-            self._reaffirming = asyncio.get_running_loop().create_task(self._reaffirm_while_stepping(interval_s))
+            loop = asyncio.get_running_loop()
+            self._reaffirming = loop.create_task(self._reaffirm_while_stepping(interval_s))
+            self._marking = loop.create_task(self._mark_alive_while_committing(interval_s))
         try:
             await self._start_up()
             await self._loop()
@@ -324,8 +335,9 @@ class SourceRunner:
             # What this runner held becomes garbage now; frozen, its cycles would never be
             # freed. Every object is scanned again until the next runner's start freezes.
             gc.unfreeze()
-        if self._reaffirming is not None:
-            self._reaffirming.cancel()
+        for task in (self._reaffirming, self._marking):
+            if task is not None:
+                task.cancel()
         self._steps.close()
         if self.core is not None:
             self.core.close()  # periodic calls stop with the enumerator
@@ -466,8 +478,7 @@ class SourceRunner:
         # A failed transaction was aborted: nothing of it is visible. Failing the runner
         # (CommitFailedError) makes the host restart it from the last commit, which is
         # exactly where readers are.
-        async with self._commit_lock:
-            await self._log.commit(records, parts)
+        await self._transact(records, parts)
         self._last_meta = _last_meta(self.source, parts) or self._last_meta
         self._committed_offset = core.inbox_offset
         self._last_commit = self._clock.monotonic()
@@ -487,8 +498,7 @@ class SourceRunner:
             if meta is None or not reaffirm_due(self._steps.busy_for_s(), since_commit_s, interval_s):
                 continue
             try:
-                async with self._commit_lock:
-                    await self._log.commit([], [meta])
+                await self._transact([], [meta])
             except LogFencedError:
                 log.info("source %s: fenced while a step of %.0f s ran", self.source, self._steps.busy_for_s())
                 self._fenced = True
@@ -498,6 +508,43 @@ class SourceRunner:
                 continue
             self._last_commit = self._clock.monotonic()
             self.stats.reaffirmed += 1
+
+    async def _transact(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
+        """One transaction of the log, one at a time, timed for ``_mark_alive_while_committing``."""
+        async with self._commit_lock:
+            self._committing_since = self._clock.monotonic()
+            try:
+                await self._log.commit(records, state)
+            finally:
+                self._committing_since = None
+
+    async def _mark_alive_while_committing(self, interval_s: float) -> None:
+        """While a transaction waits on the broker for a liveness interval, write a
+        tombstone of the ``alive`` part outside it, for the standbys watching (silence.py
+        ``mark_due``). A mark that fails is no harm: the next one is due at once."""
+        warned_for: float | None = None
+        while True:
+            await asyncio.sleep(interval_s / 4)
+            now = self._clock.monotonic()
+            since = self._committing_since
+            committing_s = now - since if since is not None else 0.0
+            if not mark_due(committing_s, now - max(self._last_commit, self._last_mark), interval_s):
+                continue
+            try:
+                await self._log.mark_alive(self._alive_key)
+            except Exception as exc:  # only standbys' patience depends on it, never the state
+                once = warned_for != since  # one warning per transaction, not one every interval
+                warned_for = since
+                log.log(
+                    logging.WARNING if once else logging.DEBUG,
+                    "source %s: could not mark it alive (%r)",
+                    self.source,
+                    exc,
+                )
+                continue
+            self._last_mark = self._clock.monotonic()
+            self.stats.marked_alive += 1
+            log.debug("source %s: a transaction has waited %.1f s; marked alive", self.source, committing_s)
 
     def _stop_if_fenced(self) -> None:
         """Step down after the step that a successor fenced: the steps after it could never

@@ -7,6 +7,12 @@ from __future__ import annotations
 MANIFEST_MAGIC = b"\x00sluicegate-chunked\x00"
 """A manifest's value starts with this; a JSON part never starts with a NUL byte."""
 
+ALIVE_PART = "alive"
+"""A part that never exists: the active coordinator writes tombstones of it outside its
+transactions while one of them is slow, so that the state topic's end moves for the
+standbys (coordinator/silence.py ``mark_due``). A reader of the state deletes a part
+nobody wrote, which changes nothing, in this version and in every earlier one."""
+
 
 def state_key(source: str, part: str) -> bytes:
     """The key of a state part (``meta``, ``enumerator``, ``slot/<subtask>``) of ``source``."""

@@ -31,5 +31,8 @@ class ForwardingLog(CoordinatorLog):
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
         await self.inner.commit(records, state)
 
+    async def mark_alive(self, key: bytes) -> None:
+        await self.inner.mark_alive(key)
+
     async def close(self) -> None:
         await self.inner.close()

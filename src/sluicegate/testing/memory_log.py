@@ -6,7 +6,8 @@ coordinator's transactions made visible (outgoing records by topic, state record
 and which incarnation is the one writer. Every ``MemoryCoordinatorLog`` over the
 same broker is an incarnation: the last to ``fence()`` wins, and an earlier one's
 commit fails with ``LogFencedError``, as Kafka's transactional id does. A test can
-make the next commits fail (``fail_next_commits``: the broker aborted them).
+make the next commits fail (``fail_next_commits``: the broker aborted them) or wait
+(``delay_next_commits``: the broker's transaction coordinator is slow to take them).
 
 Held to the same contract as the Kafka adapter (tests/contract/log_contract.py).
 """
@@ -45,6 +46,9 @@ class MemoryLogBroker:
         self.aborted: set[int] = set()
         """Inbox offsets of aborted transactions' records: offsets nobody reads."""
         self._failures: list[str] = []
+        self._delays: list[float] = []
+        self.marks = 0
+        """Tombstones written outside any transaction (``mark_alive``)."""
 
     # -- what a test does ----------------------------------------------------------
 
@@ -69,6 +73,13 @@ class MemoryLogBroker:
 
     def fail_next_commits(self, count: int, why: str = "the broker aborted the transaction") -> None:
         self._failures += [why] * count
+
+    def delay_next_commits(self, count: int, seconds: float) -> None:
+        """The next ``count`` commits wait ``seconds`` before the broker takes them."""
+        self._delays += [seconds] * count
+
+    def take_delay(self) -> float:
+        return self._delays.pop(0) if self._delays else 0.0
 
     def records_to(self, topic: str) -> list[OutgoingRecord]:
         return list(self.outgoing.get(topic, []))
@@ -120,6 +131,9 @@ class MemoryCoordinatorLog(CoordinatorLog):
 
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
         broker = self.broker
+        delay = broker.take_delay()
+        if delay:
+            await asyncio.sleep(delay)
         if self.generation != broker.generation:
             raise LogFencedError(f"incarnation {self.generation} was fenced by {broker.generation}")
         why = broker.take_failure()
@@ -131,6 +145,11 @@ class MemoryCoordinatorLog(CoordinatorLog):
             broker.outgoing.setdefault(record.topic, []).append(record)
         broker.state.extend(state)
         broker.commits += 1
+
+    async def mark_alive(self, key: bytes) -> None:
+        # Outside any transaction: visible at once, between the records of commits.
+        self.broker.state.append((key, None))
+        self.broker.marks += 1
 
     async def close(self) -> None:
         self.closed = True
