@@ -512,11 +512,17 @@ class SourceRunner:
     async def _transact(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
         """One transaction of the log, one at a time, timed for ``_mark_alive_while_committing``."""
         async with self._commit_lock:
-            self._committing_since = self._clock.monotonic()
+            began, marks = self._clock.monotonic(), self.stats.marked_alive
+            self._committing_since = began
             try:
                 await self._log.commit(records, state)
             finally:
                 self._committing_since = None
+        if self.stats.marked_alive > marks:  # the broker is slow: say so once per transaction
+            waited_s = self._clock.monotonic() - began
+            log.info(
+                "source %s: the broker took %.1f s for one transaction; marked alive meanwhile", self.source, waited_s
+            )
 
     async def _mark_alive_while_committing(self, interval_s: float) -> None:
         """While a transaction waits on the broker for a liveness interval, write a

@@ -6,7 +6,8 @@ One read_uncommitted consumer per worker samples the log end offset of every wat
 ``NS.S.coordinator-state`` partition (a ListOffsets request; no record is fetched): it
 moves with every state record written, inside a transaction too, so a commit of a
 hundred megabytes that takes seconds shows as progress while it is written (the runner
-puts its last ``meta`` into a long transaction every megabyte). Every standby watches,
+puts its last ``meta`` into a long transaction every megabyte, and marks itself alive
+outside a transaction the broker keeps waiting). Every standby watches,
 and every one of them may take over: the transactional id decides. If two start at once, the later ``init_transactions``
 fences the earlier, whose open transaction is aborted and whose runner steps down;
 the survivor read the state after its own fencing, so it resumes from the last
