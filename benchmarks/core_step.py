@@ -9,6 +9,10 @@ SourceRunner commits), so the share of the end-to-end latency that is not Kafka
 is known.
 
     .venv/bin/python benchmarks/core_step.py [--splits 100000] [--readers 16] [--rounds 20]
+                                             [--collector paused|on]
+
+Steps run as the runner's step thread runs them, with the cyclic collector paused
+(coordinator/step_thread.py); ``--collector on`` measures them as before that.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ import gc
 import logging
 import statistics
 import time
+from collections.abc import Callable
 
 from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.core import CoordinatorCore
 from sluicegate.coordinator.state_store import encode_parts
+from sluicegate.coordinator.step_thread import collector_paused
 from sluicegate.protocol.codec import encode
 from sluicegate.protocol.messages import Body, Envelope, ReaderRegistration
 
@@ -31,7 +37,8 @@ SOURCE = "bench"
 
 
 class CoreDriver:
-    def __init__(self, splits: int, readers: int) -> None:
+    def __init__(self, splits: int, readers: int, collector: str = "paused") -> None:
+        self.run: Callable[[Callable[[], object]], object] = collector_paused if collector == "paused" else _call
         source = SequenceSource.from_options({"splits": str(splits), "records_per_split": "1000"})
         self.core: CoordinatorCore[object] = CoordinatorCore(
             source, CoordinatorConfig(source=SOURCE, max_parallelism=readers), epoch=1
@@ -53,15 +60,25 @@ class CoreDriver:
         )
         self.now_ms += 1
         self.offset += 1
-        t0 = time.perf_counter()
-        effects = self.core.on_message(env, self.offset, self.now_ms)
-        t1 = time.perf_counter()
-        for message in effects.messages:
-            encode(message)
-        t2 = time.perf_counter()
-        encode_parts(SOURCE, self.core.state_parts(only_changed=True))
+        times: list[float] = []
+
+        def step() -> None:  # the runner's apply step: the core, then its messages encoded
+            started = time.perf_counter()
+            effects = self.core.on_message(env, self.offset, self.now_ms)
+            stepped = time.perf_counter()
+            for message in effects.messages:
+                encode(message)
+            times.extend((started, stepped, time.perf_counter()))
+
+        self.run(step)
+        t0, t1, t2 = times
+        self.run(lambda: encode_parts(SOURCE, self.core.state_parts(only_changed=True)))
         t3 = time.perf_counter()
         return (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000
+
+
+def _call(step: Callable[[], object]) -> object:
+    return step()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -74,10 +91,16 @@ def main() -> None:
     parser.add_argument("--splits", type=int, default=100_000)
     parser.add_argument("--readers", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument(
+        "--collector",
+        choices=("paused", "on"),
+        default="paused",
+        help="the cyclic collector during steps: paused as the runner's step thread runs them, or on (as before)",
+    )
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the core logs every fenced attempt
 
-    driver = CoreDriver(args.splits, args.readers)
+    driver = CoreDriver(args.splits, args.readers, args.collector)
     started = time.perf_counter()
     for subtask in range(args.readers):
         driver.register(subtask)

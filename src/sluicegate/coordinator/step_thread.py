@@ -11,18 +11,40 @@ and the loop's readers of the core (the endpoints) look at ``busy_since`` first.
 
 The GIL still runs one of the two at a time, but it switches every few milliseconds, which
 is all the loop needs.
+
+A step runs with the cyclic garbage collector paused (``collector_paused``). A step at a
+million splits makes millions of short-lived objects (the state of a reader's 15,600
+splits, built and encoded), and each 25 % of growth set off a full collection over the
+whole heap: encoding the state of a million splits took 1,369 ms, 492 of them in 8 full
+collections that found nothing (its garbage has no cycles; reference counting frees it),
+and with the GIL held the loop could not even heartbeat meanwhile. After the step, the
+collector runs as before over what the step left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import gc
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+def collector_paused(step: Callable[[], T]) -> T:
+    """``step()`` with the automatic cyclic collector off, and back on after it if it was on
+    before (steps of several sources may overlap: the one that found it on turns it back on)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return step()
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class StepThread:
@@ -37,7 +59,7 @@ class StepThread:
         """``step()`` on the step thread; its result, or what it raised. Cancelled while the
         step runs, it waits for the step to end first: nothing may touch the core while a
         step still changes it (a step cannot be stopped half-way)."""
-        future = asyncio.get_running_loop().run_in_executor(self._executor, step)
+        future = asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(collector_paused, step))
         self.busy_since = self._monotonic()
         try:
             return await asyncio.shield(future)
