@@ -16,8 +16,9 @@ the event loop; while one runs longer than the liveness interval, the last commi
 while a transaction waits on the broker as long, a tombstone outside it shows the same
 (silence.py ``mark_due``).
 
-Nothing leaves this process outside a transaction, so a coordinator killed at any
-instant leaves either all of a step's effects visible or none, and its successor
+Nothing of the state or of what readers read leaves this process outside a transaction
+(the marks of life are tombstones of a part nobody writes), so a coordinator killed at
+any instant leaves either all of a step's effects visible or none, and its successor
 resumes from exactly there. Readers are never reset.
 """
 
@@ -529,7 +530,7 @@ class SourceRunner:
         tombstone of the ``alive`` part outside it, for the standbys watching (silence.py
         ``mark_due``). A mark that fails is no harm: the next one is due at once."""
         warned_for: float | None = None
-        while True:
+        while not self._fenced:  # a fenced runner has nobody to keep waiting
             await asyncio.sleep(interval_s / 4)
             now = self._clock.monotonic()
             since = self._committing_since
@@ -543,7 +544,7 @@ class SourceRunner:
                 warned_for = since
                 log.log(
                     logging.WARNING if once else logging.DEBUG,
-                    "source %s: could not mark it alive (%r)",
+                    "source %s: could not mark this coordinator alive while a transaction waits (%r)",
                     self.source,
                     exc,
                 )
