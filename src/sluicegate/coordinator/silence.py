@@ -75,7 +75,7 @@ def mark_due(commit_running_s: float, since_moved_s: float, liveness_interval_s:
     state topic (a commit or a mark): the transaction has waited a liveness interval (a
     heartbeat commit begins a whole interval after the last one, and one the broker takes
     at once needs no mark), nothing moved for an interval, and the transaction is not yet
-    taken for a stall (LONGEST_COMMIT_S). The topic then moves at least every two
+    taken for a stall (LONGEST_COMMIT_S). The topic then moves about every two
     intervals, half the silence. Like ``reaffirm_due``, it stops under SIGSTOP."""
     return liveness_interval_s <= commit_running_s <= LONGEST_COMMIT_S and since_moved_s >= liveness_interval_s
 

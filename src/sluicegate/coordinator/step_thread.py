@@ -17,7 +17,7 @@ million splits makes millions of short-lived objects (the state of a reader's 15
 splits, built and encoded), and each 25 % of growth set off a full collection over the
 whole heap: encoding the state of a million splits took 1,369 ms, 492 of them in 8 full
 collections that found nothing (its garbage has no cycles; reference counting frees it),
-and with the GIL held the loop could not even heartbeat meanwhile. After the step, the
+with the GIL held, so that nothing else in the process ran meanwhile. After the step, the
 collector runs as before over what the step left.
 """
 
