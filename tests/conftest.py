@@ -2,6 +2,8 @@
 ``@pytest.mark.kafka``). Helpers shared by test files live in tests/support/, which
 is on the import path through pytest's ``pythonpath`` (pyproject.toml)."""
 
+import os
+
 from hypothesis import HealthCheck, settings
 from kafka_fixture import kafka_bootstrap, unique_source
 
@@ -10,5 +12,13 @@ from kafka_fixture import kafka_bootstrap, unique_source
 # failed so beside a second suite), so neither applies here.
 settings.register_profile("sluicegate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("sluicegate")
+
+# The Spark drivers the tests start (every one through spark-submit, which reads this) compile
+# with C1 only. A test's driver lives for a minute on small data, and with C2 it spent a third
+# of its CPU compiling (README.md, "Development", has the runs). It changes no result, only
+# how hot code is compiled.
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+if QUICK_JIT not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {QUICK_JIT}".strip()
 
 __all__ = ["kafka_bootstrap", "unique_source"]

@@ -1,10 +1,12 @@
-"""The local broker's free-port check accepts a port whose old connections sit in TIME_WAIT."""
+"""The local broker: its free-port check accepts a port whose old connections sit in TIME_WAIT,
+and its command line."""
 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
-from sluicegate.devtools.broker.local import _port_is_free
+from sluicegate.devtools.broker.local import LocalKafkaBroker, _port_is_free
 
 
 def test_a_port_with_connections_in_time_wait_is_free() -> None:
@@ -28,3 +30,13 @@ def test_a_listening_port_is_not_free() -> None:
         server.bind(("127.0.0.1", 0))
         server.listen()
         assert not _port_is_free(server.getsockname()[1])
+
+
+def test_a_quick_jit_broker_compiles_with_c1_only_and_is_otherwise_the_same(tmp_path: Path) -> None:
+    full = LocalKafkaBroker(run_dir=tmp_path).java_command("java", "libs/*", tmp_path / "log4j.properties")
+    quick = LocalKafkaBroker(run_dir=tmp_path, quick_jit=True).java_command(
+        "java", "libs/*", tmp_path / "log4j.properties"
+    )
+    assert "-XX:TieredStopAtLevel=1" not in full
+    assert [arg for arg in quick if arg != "-XX:TieredStopAtLevel=1"] == full
+    assert quick.index("-XX:TieredStopAtLevel=1") < quick.index("kafka.Kafka")  # a JVM option, not the broker's

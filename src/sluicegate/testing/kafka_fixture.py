@@ -67,8 +67,9 @@ def testcontainers_kafka() -> Iterator[str]:
 
 @contextlib.contextmanager
 def local_broker(run_dir: Path, timeout_s: float = 180.0) -> Iterator[str]:
-    """A LocalKafkaBroker in ``run_dir``; killed with the session even without teardown."""
-    broker = LocalKafkaBroker(run_dir=run_dir, die_with_parent=True, echo=log.info)
+    """A LocalKafkaBroker in ``run_dir``; killed with the session even without teardown.
+    It compiles with C1 only (``quick_jit``): a test session's broker lives for minutes."""
+    broker = LocalKafkaBroker(run_dir=run_dir, die_with_parent=True, echo=log.info, quick_jit=True)
     bootstrap = broker.start(timeout_s=timeout_s)
     try:
         yield bootstrap

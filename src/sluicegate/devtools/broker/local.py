@@ -305,6 +305,10 @@ class LocalKafkaBroker:
     run_dir: Path = field(default_factory=default_run_dir)
     keep: bool = False
     heap: str = "512m"
+    #: Compile with C1 only (``-XX:TieredStopAtLevel=1``). A broker that lives for minutes,
+    #: as a test session's does, spent a third of its CPU in the C2 compiler, for code it
+    #: did not run long enough to gain from; a broker that serves for hours wants C2.
+    quick_jit: bool = False
     port: int | None = None
     controller_port: int | None = None
     stop_timeout_s: float = 20.0
@@ -465,6 +469,23 @@ class LocalKafkaBroker:
             raise BrokerError(f"broker port and controller port are both {port}")
         return port, cport
 
+    def java_command(self, java: str, classpath: str, log4j: Path) -> list[str]:
+        """The command line that runs the broker (its settings in ``server_properties``)."""
+        return [
+            java,
+            f"-Xmx{self.heap}",
+            f"-Xms{min(256, _heap_mb(self.heap))}m",
+            "-XX:+UseG1GC",
+            *(["-XX:TieredStopAtLevel=1"] if self.quick_jit else []),
+            "-Djava.awt.headless=true",
+            f"-Dlog4j.configuration=file:{log4j}",
+            f"-Dkafka.logs.dir={self.run_dir}",
+            "-cp",
+            classpath,
+            "kafka.Kafka",
+            str(self.server_properties),
+        ]
+
     def _spawn(self, timeout_s: float) -> str:
         java = _require_executable("java", "run the Kafka broker")
         libs = ensure_kafka_artifacts(self.echo)
@@ -513,19 +534,7 @@ class LocalKafkaBroker:
                 )
 
         self.echo(f"starting Kafka {KAFKA_VERSION} (KRaft) at {bootstrap}, run dir {self.run_dir}, log {self.log_file}")
-        cmd = [
-            java,
-            f"-Xmx{self.heap}",
-            f"-Xms{min(256, _heap_mb(self.heap))}m",
-            "-XX:+UseG1GC",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j.configuration=file:{log4j}",
-            f"-Dkafka.logs.dir={self.run_dir}",
-            "-cp",
-            classpath,
-            "kafka.Kafka",
-            str(self.server_properties),
-        ]
+        cmd = self.java_command(java, classpath, log4j)
         if self.log_file.exists():
             self.log_file.replace(self.log_file.with_suffix(".log.1"))
         with open(self.log_file, "wb") as log:
