@@ -7,6 +7,8 @@ import os
 from hypothesis import HealthCheck, settings
 from kafka_fixture import kafka_bootstrap, unique_source
 
+from sluicegate.devtools.broker.local import QUICK_JIT_OPTION
+
 # Property tests assert behaviour, not speed: hypothesis's 200 ms deadline per example
 # and its too-slow health check fail them on a loaded 2-core CI machine (test_names
 # failed so beside a second suite), so neither applies here.
@@ -17,8 +19,7 @@ settings.load_profile("sluicegate")
 # with C1 only. A test's driver lives for a minute on small data, and with C2 it spent a third
 # of its CPU compiling (README.md, "Development", has the runs). It changes no result, only
 # how hot code is compiled.
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
-if QUICK_JIT not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
-    os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {QUICK_JIT}".strip()
+if QUICK_JIT_OPTION not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {QUICK_JIT_OPTION}".strip()
 
 __all__ = ["kafka_bootstrap", "unique_source"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from sluicegate.devtools.broker.local import LocalKafkaBroker, _port_is_free
+from sluicegate.devtools.broker.local import QUICK_JIT_OPTION, LocalKafkaBroker, _port_is_free
 
 
 def test_a_port_with_connections_in_time_wait_is_free() -> None:
@@ -37,6 +37,7 @@ def test_a_quick_jit_broker_compiles_with_c1_only_and_is_otherwise_the_same(tmp_
     quick = LocalKafkaBroker(run_dir=tmp_path, quick_jit=True).java_command(
         "java", "libs/*", tmp_path / "log4j.properties"
     )
-    assert "-XX:TieredStopAtLevel=1" not in full
-    assert [arg for arg in quick if arg != "-XX:TieredStopAtLevel=1"] == full
-    assert quick.index("-XX:TieredStopAtLevel=1") < quick.index("kafka.Kafka")  # a JVM option, not the broker's
+    assert QUICK_JIT_OPTION == "-XX:TieredStopAtLevel=1"
+    assert QUICK_JIT_OPTION not in full
+    assert [arg for arg in quick if arg != QUICK_JIT_OPTION] == full
+    assert quick.index(QUICK_JIT_OPTION) < quick.index("kafka.Kafka")  # a JVM option, not the broker's

@@ -51,6 +51,9 @@ KAFKA_ARTIFACTS: tuple[tuple[str, str, str], ...] = (
 )
 
 _STATE_FILE = "broker.json"
+QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"
+"""The JVM option that compiles with C1 only: what a JVM living for a minute wants (the tests'
+broker and Spark drivers), not one serving for hours."""
 _LOG_FILE = "broker.log"
 
 Echo = Callable[[str], None]
@@ -305,7 +308,7 @@ class LocalKafkaBroker:
     run_dir: Path = field(default_factory=default_run_dir)
     keep: bool = False
     heap: str = "512m"
-    #: Compile with C1 only (``-XX:TieredStopAtLevel=1``). A broker that lives for minutes,
+    #: Compile with C1 only (``QUICK_JIT_OPTION``). A broker that lives for minutes,
     #: as a test session's does, spent a third of its CPU in the C2 compiler, for code it
     #: did not run long enough to gain from; a broker that serves for hours wants C2.
     quick_jit: bool = False
@@ -476,7 +479,7 @@ class LocalKafkaBroker:
             f"-Xmx{self.heap}",
             f"-Xms{min(256, _heap_mb(self.heap))}m",
             "-XX:+UseG1GC",
-            *(["-XX:TieredStopAtLevel=1"] if self.quick_jit else []),
+            *([QUICK_JIT_OPTION] if self.quick_jit else []),
             "-Djava.awt.headless=true",
             f"-Dlog4j.configuration=file:{log4j}",
             f"-Dkafka.logs.dir={self.run_dir}",
