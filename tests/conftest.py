@@ -19,7 +19,8 @@ settings.load_profile("sluicegate")
 # with C1 only. A test's driver lives for a minute on small data, and with C2 it spent a third
 # of its CPU compiling (README.md, "Development", has the runs). It changes no result, only
 # how hot code is compiled.
-if QUICK_JIT_OPTION not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
-    os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {QUICK_JIT_OPTION}".strip()
+_spark_submit_opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+if QUICK_JIT_OPTION not in _spark_submit_opts.split():
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{_spark_submit_opts} {QUICK_JIT_OPTION}".strip()
 
 __all__ = ["kafka_bootstrap", "unique_source"]
