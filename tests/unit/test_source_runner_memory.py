@@ -9,6 +9,7 @@ import asyncio
 import gc
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -294,5 +295,33 @@ async def test_a_runner_fenced_during_a_long_step_steps_down_when_the_step_ends(
         await until(lambda: runner.state is RunnerState.FENCED, timeout_s=3.0)
         assert runner.stats.records_in == 1, "it stepped on after the fenced step"
         assert to_readers(broker) == [], "nothing of the fenced runner is visible"
+    finally:
+        await runner.stop()
+
+
+async def test_a_discovery_that_finds_nothing_new_commits_nothing_and_a_found_file_at_once(tmp_path: Path) -> None:
+    """The files enumerator's discovery returns every 50 ms and flags its state changed;
+    a state part that encodes as it was written is not a change, so an idle source does
+    not commit at each discovery (it did: a transaction per discovery, ~3 a second idle
+    with 2 readers, each a few requests and log appends for the broker)."""
+    broker = MemoryLogBroker()
+    options = {"path": str(tmp_path), "format": "jsonl", "discovery_interval_ms": "50"}
+    runner = SourceRunner(
+        SourceSettings(SOURCE, "files", 2, options),
+        "memory",
+        "sluicegate",
+        tick_interval_ms=20,
+        log=MemoryCoordinatorLog(broker),
+    )
+    runner.start()
+    try:
+        await until(lambda: runner.state is RunnerState.ACTIVE)
+        await asyncio.sleep(0.3)  # the first discoveries may still record the empty listing
+        before = runner.stats.commits
+        await asyncio.sleep(1.0)  # ~20 discoveries, all finding the same empty directory
+        assert runner.stats.commits - before == 0
+        (tmp_path / "a.jsonl").write_text('{"n": 1}\n')
+        await until(lambda: runner.stats.commits > before, timeout_s=2.0)  # within a discovery or two, not 1 s
+        assert "a.jsonl" in str(merge_records(SOURCE, broker.state).parts["enumerator"])
     finally:
         await runner.stop()

@@ -115,6 +115,34 @@ def test_a_successors_writer_continues_from_the_stored_chunks() -> None:
     assert {key for key in topic.live_keys() if b"#" in key} == {f"orders/enumerator#{d}".encode() for d in named}
 
 
+def test_a_part_that_encodes_as_last_written_is_left_out_and_meta_always_goes() -> None:
+    writer, topic = StateWriter(SOURCE, {}), Topic()
+    topic.commit(writer.encode({"meta": {"epoch": 1}, "enumerator": {"listed": []}, "slot/0": {"live": True}}))
+    again = writer.encode({"meta": {"epoch": 1}, "enumerator": {"listed": []}, "slot/0": {"live": True}})
+    assert written(again) == [b"orders/meta"], "meta is every commit's mark; the equal parts are left out"
+    changed = writer.encode({"meta": {"epoch": 1}, "enumerator": {"listed": ["a"]}, "slot/0": {"live": True}})
+    assert sorted(written(changed)) == [b"orders/enumerator", b"orders/meta"]
+    topic.commit(again + changed)
+    assert topic.read() == {"meta": {"epoch": 1}, "enumerator": {"listed": ["a"]}, "slot/0": {"live": True}}
+
+
+def test_an_unchanged_chunked_part_writes_nothing_and_a_changed_one_its_chunks() -> None:
+    writer, topic = StateWriter(SOURCE, {}), Topic()
+    topic.commit(writer.encode({"enumerator": {"unassigned": splits(50_000)}}))
+    assert writer.encode({"enumerator": {"unassigned": splits(50_000)}}) == []
+    records = writer.encode({"enumerator": {"unassigned": splits(49_999, first=1)}})
+    topic.commit(records)
+    assert b"orders/enumerator" in written(records)
+    assert topic.read() == {"enumerator": {"unassigned": splits(49_999, first=1)}}
+
+
+def test_a_restored_writer_writes_an_inline_part_it_did_not_write_itself() -> None:
+    topic = Topic()
+    topic.commit(StateWriter(SOURCE, {}).encode({"slot/0": {"live": True}}))
+    successor = StateWriter.restored(SOURCE, merge_records(SOURCE, topic.records))
+    assert written(successor.encode({"slot/0": {"live": True}})) == [b"orders/slot/0"]
+
+
 def test_records_of_other_sources_are_ignored() -> None:
     records = StateWriter("other", {}).encode({"meta": {"epoch": 9}, "enumerator": {"u": splits(20_000)}})
     assert merge_records(SOURCE, records).parts == {}

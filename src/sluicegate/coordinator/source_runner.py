@@ -51,7 +51,7 @@ from sluicegate.coordinator.log import (
 )
 from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.silence import mark_due, reaffirm_due
-from sluicegate.coordinator.state_store import StateTooLargeError, StateWriter, restored_state
+from sluicegate.coordinator.state_store import ALWAYS_WRITTEN, StateTooLargeError, StateWriter, restored_state
 from sluicegate.coordinator.step_thread import StepThread
 from sluicegate.coordinator.tick_gate import TickGate
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
@@ -455,26 +455,34 @@ class SourceRunner:
 
     async def _commit(self, force: bool = False) -> None:
         """One transaction: pending records + changed state parts + inbox offset (in meta).
-        Offset-only progress (heartbeats) waits up to commit_interval_ms; with nothing
-        to commit, ``meta`` alone is committed every liveness_interval_ms."""
+        Offset-only progress (heartbeats, and parts flagged changed that encode as they
+        were written) waits up to commit_interval_ms; with nothing to commit, ``meta``
+        alone is committed every liveness_interval_ms."""
         assert self.core is not None
         core = self.core
         offset_moved = core.inbox_offset != self._committed_offset
         since_ms = (self._clock.monotonic() - self._last_commit) * 1000
-        changed = bool(self._pending) or core.has_state_changes
-        if not (
-            force or commit_due(changed, offset_moved, since_ms, self.commit_interval_ms, self.liveness_interval_ms)
-        ):
+
+        def due(changed: bool) -> bool:
+            return force or commit_due(
+                changed, offset_moved, since_ms, self.commit_interval_ms, self.liveness_interval_ms
+            )
+
+        if not due(bool(self._pending) or core.has_state_changes):
+            return
+        try:
+            parts = await self._steps.run(lambda: self._state_writer.encode(core.state_parts(only_changed=True)))
+        except StateTooLargeError as exc:
+            raise CommitFailedError(f"cannot commit: {exc}") from exc
+        if not due(bool(self._pending) or _more_than_meta(self.source, parts)):
+            # The parts flagged changed encode as they were written (an enumerator whose
+            # discovery found nothing new): offset-only progress, committed within the interval.
             return
         records, self._pending = self._pending, []
         meta = self._last_meta
         if self.liveness_interval_ms is not None and meta is not None and self._pending_bytes >= KEEPALIVE_BYTES:
             records = with_keepalives(records, OutgoingRecord(self.topics.coordinator_state, 0, *meta))
         self._pending_bytes = 0
-        try:
-            parts = await self._steps.run(lambda: self._state_writer.encode(core.state_parts(only_changed=True)))
-        except StateTooLargeError as exc:
-            raise CommitFailedError(f"cannot commit: {exc}") from exc
         started = time.perf_counter()
         # A failed transaction was aborted: nothing of it is visible. Failing the runner
         # (CommitFailedError) makes the host restart it from the last commit, which is
@@ -577,6 +585,12 @@ class SourceRunner:
             f"{counters['fenced_messages']} fenced, {self.stats.dead_letters} dead-lettered"
             + (", finished" if core.is_finished() else "")
         )
+
+
+def _more_than_meta(source: str, records: Sequence[StateRecord]) -> bool:
+    """Whether state ``records`` hold anything besides the ``meta`` every commit writes."""
+    meta = state_key(source, ALWAYS_WRITTEN)
+    return any(key != meta for key, _ in records)
 
 
 def _last_meta(source: str, records: Sequence[tuple[bytes | None, bytes | None]]) -> StateRecord | None:

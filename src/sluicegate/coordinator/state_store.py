@@ -9,8 +9,10 @@ becomes a manifest naming its chunks in order. Chunk boundaries depend on the
 bytes around them, not on offsets, so a change in the middle of a part of 80 MB
 rewrites the one or two chunks around it (and the small manifest), and no record
 is larger than ``STATE_RECORD_MAX_BYTES``: the broker's default limits suffice.
-Chunks a manifest no longer names are tombstoned in the same transaction.
-docs/state.md has the reasoning.
+Chunks a manifest no longer names are tombstoned in the same transaction. A part that
+encodes to what this writer last wrote for it is not written again (``meta`` excepted: it
+is every commit's mark): an enumerator whose periodic discovery found nothing new is
+flagged changed but is not. docs/state.md has the reasoning.
 
 The records are written in the same Kafka transaction as the coordinator's
 outgoing messages and read back with read_committed: a successor sees exactly the
@@ -23,7 +25,7 @@ import hashlib
 import logging
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -66,10 +68,16 @@ def chunk_digest(chunk: bytes) -> str:
     return hashlib.sha256(chunk).hexdigest()[:32]
 
 
+ALWAYS_WRITTEN = "meta"
+"""The part every commit writes, changed or not: the standbys watch the state topic move
+(silence.py), and its record is what a commit is known by."""
+
+
 @dataclass
 class StateWriter:
     """Turns changed parts into state records, remembering which chunks each part's
-    committed manifest names so that unchanged chunks are not written again.
+    committed manifest names so that unchanged chunks are not written again, and what it
+    last wrote for each part so that a part flagged changed but equal is left out.
 
     One writer per coordinator incarnation, seeded from the state it restored: a
     failed commit fails the incarnation, and its successor starts from what the topic
@@ -79,16 +87,21 @@ class StateWriter:
     source: str
     chunks: dict[str, list[str]]
     """Part -> the digests its last written manifest names (absent: written inline)."""
+    written: dict[str, bytes] = field(default_factory=dict)
+    """Part -> the SHA-256 of the JSON this writer last wrote inline for it (32 bytes: a
+    source of 100,000 slots keeps ~10 MB of them). A restored writer starts without: its
+    first write of each inline part is never left out."""
 
     @classmethod
     def restored(cls, source: str, stored: StoredState | None) -> StateWriter:
         return cls(source, dict(stored.chunks) if stored is not None else {})
 
     def encode(self, parts: Mapping[str, Any]) -> list[tuple[bytes, bytes | None]]:
-        """(key, value) records for ``parts``; value None is a tombstone."""
+        """(key, value) records for ``parts``, those equal to what was last written left
+        out (``ALWAYS_WRITTEN`` excepted); value None is a tombstone."""
         records: list[tuple[bytes, bytes | None]] = []
         for name, value in parts.items():
-            records += self._encode_part(name, orjson.dumps(value))
+            records += self._encode_part(name, orjson.dumps(value), always=name == ALWAYS_WRITTEN)
         for key, data in records:
             if data is not None and len(data) > STATE_RECORD_MAX_BYTES:
                 raise StateTooLargeError(
@@ -97,12 +110,20 @@ class StateWriter:
                 )
         return records
 
-    def _encode_part(self, name: str, data: bytes) -> list[tuple[bytes, bytes | None]]:
+    def _encode_part(self, name: str, data: bytes, always: bool) -> list[tuple[bytes, bytes | None]]:
         old = self.chunks.pop(name, [])
         if len(data) <= INLINE_MAX_BYTES:
+            json_digest = hashlib.sha256(data).digest()
+            if not always and not old and self.written.get(name) == json_digest:
+                return []
+            self.written[name] = json_digest
             return [(state_key(self.source, name), data), *self._tombstones(name, old, set())]
+        self.written.pop(name, None)
         pieces = [data[c.offset : c.offset + c.length] for c in _CDC.cut_buf(data)]
         digests = [chunk_digest(piece) for piece in pieces]
+        if not always and digests == old:  # the same chunks: the manifest written names them already
+            self.chunks[name] = digests
+            return []
         known = set(old)
         records: list[tuple[bytes, bytes | None]] = []
         for digest, piece in zip(digests, pieces, strict=True):
