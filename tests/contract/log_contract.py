@@ -123,6 +123,21 @@ class LogContract:
         finally:
             await log.close()
 
+    async def test_the_stable_end_counts_what_was_committed_before_it_was_asked(self, harness: LogHarness) -> None:
+        await harness.write_inbox([b"r0", b"r1"])
+        log = harness.incarnation()
+        try:
+            await log.fence()
+            await log.read_from(None)
+            assert [r.value for r in await fetch_all(log, 2)] == [b"r0", b"r1"]
+            await harness.write_inbox([b"r2"])  # after the last fetch: only a fresh look sees it
+            end = await log.stable_end()
+            assert end == (await log.behind()).position + 1
+            await harness.write_inbox([b"in an open transaction"], in_open_transaction=True)
+            assert await log.stable_end() == end, "an open transaction is not below the stable end"
+        finally:
+            await log.close()
+
     async def test_an_open_transaction_holds_the_inbox_and_its_abort_leaves_no_record(
         self, harness: LogHarness
     ) -> None:

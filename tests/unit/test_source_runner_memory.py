@@ -325,3 +325,20 @@ async def test_a_discovery_that_finds_nothing_new_commits_nothing_and_a_found_fi
         assert "a.jsonl" in str(merge_records(SOURCE, broker.state).parts["enumerator"])
     finally:
         await runner.stop()
+
+
+async def test_finish_reads_and_commits_what_was_in_the_inbox_before_it_stops() -> None:
+    """A host that ends (a bounded query done) stops its embedded coordinator last: the
+    readers' last records are in the inbox, and finishing answers them and commits that,
+    where ``stop`` would leave them to whichever coordinator serves the source next."""
+    broker = MemoryLogBroker()
+    runner = start(broker)
+    await until(lambda: runner.state is RunnerState.ACTIVE)
+    register(broker, 0, "a")
+    register(broker, 1, "b")
+    await runner.finish()
+    assert runner.state is RunnerState.STOPPED
+    assert sorted(e.subtask for e in of_type(to_readers(broker), ReaderRegistered)) == [0, 1]
+    assert len(assigned(broker)) == 4
+    meta = merge_records(SOURCE, broker.state).parts["meta"]
+    assert meta["inbox_offset"] == broker.stable - 1, "the state says both registrations were read"

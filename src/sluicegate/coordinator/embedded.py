@@ -155,8 +155,9 @@ class EmbeddedCoordinator:
             )
 
     def close(self) -> None:
-        """Stop the runner and the watch. Nothing needs to be sent: what the runner did is
-        committed, and a successor resumes from its last commit."""
+        """Stop the watch, and the runner once it has read and committed what the host's
+        readers sent before (``SourceRunner.finish``). Nothing needs to be sent: a successor
+        resumes from the last commit."""
         self._closing = True
         self._thread.stop(self._stop)
 
@@ -275,8 +276,8 @@ class EmbeddedCoordinator:
                 await self._watch_task
         runner, self.runner = self.runner, None
         if runner is not None:
-            log.info("source %s: stopping this process's coordinator (%s)", self.source, runner.describe())
-            await runner.stop()
+            await runner.finish()
+            log.info("source %s: stopped this process's coordinator (%s)", self.source, runner.describe())
 
 
 def _reason(exc: BaseException) -> str:

@@ -95,6 +95,11 @@ class KafkaCoordinatorLog(CoordinatorLog):
         position = await consumer.position(self._inbox)
         return InboxPosition(position, consumer.last_stable_offset(self._inbox), consumer.highwater(self._inbox))
 
+    async def stable_end(self) -> int:
+        assert self._consumer is not None, "read_from first"
+        ends = await self._consumer.end_offsets([self._inbox])  # read_committed: the last stable offset
+        return int(ends[self._inbox])
+
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
         assert self._producer is not None, "fence first"
         if self._fenced is not None:

@@ -85,6 +85,12 @@ class CoordinatorLog(ABC):
     async def behind(self) -> InboxPosition: ...
 
     @abstractmethod
+    async def stable_end(self) -> int:
+        """The inbox's last stable offset as the broker has it now (a round trip, unlike
+        ``behind``, whose figures are those of the last fetch): what was committed to the
+        inbox before this call lies below it."""
+
+    @abstractmethod
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None: ...
 
     @abstractmethod

@@ -69,6 +69,8 @@ COMMIT_BYTES = 8 * 1024 * 1024
 """Commit within a batch of inbox records once this much is waiting to go out: 64
 registrations that hand out 1,000,000 splits were one transaction of 160 MB, and
 the loop did not yield long enough for the Faust group to drop this worker."""
+FINISH_TIMEOUT_S = 10.0
+"""``finish`` waits at most this long for the inbox to be read and committed, then stops."""
 KEEPALIVE_BYTES = 1024 * 1024
 """In a transaction this large or larger, the last commit's ``meta`` goes again after
 every this many bytes (``with_keepalives``)."""
@@ -211,6 +213,9 @@ class SourceRunner:
         self._froze = False
         self._fenced = False
         """A re-affirming commit found this runner fenced (``_reaffirm_while_stepping``)."""
+        self._finishing = False
+        self._finish_at: int | None = None
+        """``finish``: the inbox offset to read up to before stopping (its stable end then)."""
 
     @property
     def source(self) -> str:
@@ -252,6 +257,20 @@ class SourceRunner:
                 await self._task
         if self.state in (RunnerState.STARTING, RunnerState.ACTIVE):
             self.state = RunnerState.STOPPED
+
+    async def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> None:
+        """Stop once the inbox is read up to its stable end as it is now and what that did is
+        committed. A host that ends stops the coordinator it embeds last, after its readers'
+        last records are in (the splits they finished, their leaving): the source's state then
+        says what they said, instead of leaving it to whichever coordinator serves the source
+        next (the audit of a finished query showed splits unfinished and a reader live). At
+        most ``timeout_s``, then as ``stop``."""
+        task = self._task
+        if task is not None and not task.done() and self.state is RunnerState.ACTIVE:
+            self._finishing = True
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        await self.stop()
 
     async def _run(self) -> None:
         if self.liveness_interval_ms is not None:
@@ -368,6 +387,16 @@ class SourceRunner:
                 if await self._may_tick():
                     await self._step(functools.partial(core.tick, clock.wall_ms()))
             await self._commit()
+            if self._finishing and await self._read_to_finish():
+                await self._commit(force=True)
+                return
+
+    async def _read_to_finish(self) -> bool:
+        """Whether ``finish`` may stop the loop: the inbox read up to its stable end as it
+        was when the loop first looked after ``finish`` asked."""
+        if self._finish_at is None:
+            self._finish_at = await self._log.stable_end()
+        return (await self._log.behind()).position >= self._finish_at
 
     async def _step(self, step: Callable[[], Effects]) -> None:
         """One step of the core on the step thread, its effects queued there too (the

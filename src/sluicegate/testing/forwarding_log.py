@@ -28,6 +28,9 @@ class ForwardingLog(CoordinatorLog):
     async def behind(self) -> InboxPosition:
         return await self.inner.behind()
 
+    async def stable_end(self) -> int:
+        return await self.inner.stable_end()
+
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
         await self.inner.commit(records, state)
 

@@ -129,6 +129,9 @@ class MemoryCoordinatorLog(CoordinatorLog):
     async def behind(self) -> InboxPosition:
         return InboxPosition(self.position, self.broker.stable, len(self.broker.inbox))
 
+    async def stable_end(self) -> int:
+        return self.broker.stable
+
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
         broker = self.broker
         delay = broker.take_delay()
