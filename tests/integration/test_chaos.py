@@ -189,15 +189,17 @@ class Chaos:
 def schedule(rng: random.Random) -> list[tuple[float, str, int, int]]:
     """(seconds after the readers registered, what, reader subtask, its restart delay in ms).
 
-    Everything happens within 75 s: the readers cannot finish sooner (20,000 splits at 240
-    splits/s are 83 s of reading, and releases stop while no coordinator is active). The
-    schedule used to reach 115 s, and a run whose readers kept up finished first (seed
-    129231577: the last restart was still pending when the readers were done)."""
+    Everything happens within 80 s: the readers cannot finish sooner (20,000 splits at 240
+    splits/s are 83 s of reading, and the releases, 80 s of them, stop while no coordinator
+    is active: each kill adds its takeover). The schedule used to reach 115 s, and a run
+    whose readers kept up finished first (seed 129231577: the last restart was still pending
+    when the readers were done). A successor still serves 6.5 s at least before the next
+    kill: with 5.5 s, one was killed before it sent anything, and its epoch was in no log."""
     events: list[tuple[float, str, int, int]] = []
     t = rng.uniform(2.0, 4.0)
     for _ in range(COORDINATOR_KILLS):
         events.append((t, "coordinator", 0, 0))
-        t += 5.5 + rng.uniform(0.0, 2.0)  # a takeover (~3 s after a 2 s silence), and a random part
+        t += 6.5 + rng.uniform(0.0, 1.5)  # about the takeover time, and a random part
     span = events[-1][0]
     for _ in range(READER_KILLS):
         events.append((rng.uniform(2.0, span), "reader", rng.randrange(READERS), int(rng.uniform(500, 3000))))
