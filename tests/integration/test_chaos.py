@@ -193,8 +193,8 @@ def schedule(rng: random.Random) -> list[tuple[float, str, int, int]]:
     splits/s are 83 s of reading, and the releases, 80 s of them, stop while no coordinator
     is active: each kill adds its takeover). The schedule used to reach 115 s, and a run
     whose readers kept up finished first (seed 129231577: the last restart was still pending
-    when the readers were done). A successor still serves 6.5 s at least before the next
-    kill: with 5.5 s, one was killed before it sent anything, and its epoch was in no log."""
+    when the readers were done). Kills stay at least 6.5 s apart, as before: 5.5 s left a
+    successor killed before it sent anything, and its epoch was in no log."""
     events: list[tuple[float, str, int, int]] = []
     t = rng.uniform(2.0, 4.0)
     for _ in range(COORDINATOR_KILLS):
