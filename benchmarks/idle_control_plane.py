@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-import sluicegate.devtools.broker.local as local_broker
+from sluicegate.devtools.broker.local import LocalKafkaBroker
 
 API_NAMES = {
     0: "Produce",
@@ -138,9 +138,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sluicegate-idle-") as tmp:
         work = Path(tmp)
         request_log = work / "requests.log"
-        # The broker writes its log4j file from this template when it starts.
-        local_broker._LOG4J += REQUEST_LOG_CONFIG.format(path=request_log)
-        broker = local_broker.LocalKafkaBroker(run_dir=work / "broker", die_with_parent=True)
+        broker = LocalKafkaBroker(
+            run_dir=work / "broker", die_with_parent=True, log4j_extra=REQUEST_LOG_CONFIG.format(path=request_log)
+        )
         bootstrap = broker.start(timeout_s=180)
         processes: list[subprocess.Popen[bytes]] = []
         try:

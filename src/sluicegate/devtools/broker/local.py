@@ -312,6 +312,9 @@ class LocalKafkaBroker:
     #: as a test session's does, spent a third of its CPU in the C2 compiler, for code it
     #: did not run long enough to gain from; a broker that serves for hours wants C2.
     quick_jit: bool = False
+    #: Lines appended to the broker's log4j configuration (a benchmark turns Kafka's request
+    #: logger on with it: benchmarks/idle_control_plane.py).
+    log4j_extra: str = ""
     port: int | None = None
     controller_port: int | None = None
     stop_timeout_s: float = 20.0
@@ -507,7 +510,7 @@ class LocalKafkaBroker:
                 raise BrokerError(str(exc)) from None
         self.server_properties.write_text(_server_properties(port, cport, self.data_dir, secure), encoding="utf-8")
         log4j = self.run_dir / "log4j.properties"
-        log4j.write_text(_LOG4J, encoding="utf-8")
+        log4j.write_text(_LOG4J + self.log4j_extra, encoding="utf-8")
 
         if not (self.data_dir / "meta.properties").is_file():
             cluster_id = new_cluster_id()
