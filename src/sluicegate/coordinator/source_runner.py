@@ -624,7 +624,7 @@ def _more_than_meta(source: str, records: Sequence[StateRecord]) -> bool:
 
 def _last_meta(source: str, records: Sequence[tuple[bytes | None, bytes | None]]) -> StateRecord | None:
     """The last ``meta`` record of ``source`` among ``records`` (in the order written)."""
-    key = state_key(source, "meta")
+    key = state_key(source, ALWAYS_WRITTEN)
     for k, value in reversed(records):
         if k == key:
             return None if value is None else (key, value)
