@@ -30,9 +30,9 @@ def settings(splits: int = 4) -> SourceSettings:
     return SourceSettings(SOURCE, "sequence", 2, {"splits": str(splits), "records_per_split": "10"})
 
 
-def start(broker: MemoryLogBroker, splits: int = 4) -> SourceRunner:
+def start(broker: MemoryLogBroker, splits: int = 4, source: SourceSettings | None = None) -> SourceRunner:
     runner = SourceRunner(
-        settings(splits), "memory", "sluicegate", tick_interval_ms=20, log=MemoryCoordinatorLog(broker)
+        source or settings(splits), "memory", "sluicegate", tick_interval_ms=20, log=MemoryCoordinatorLog(broker)
     )
     runner.start()
     return runner
@@ -306,14 +306,7 @@ async def test_a_discovery_that_finds_nothing_new_commits_nothing_and_a_found_fi
     with 2 readers, each a few requests and log appends for the broker)."""
     broker = MemoryLogBroker()
     options = {"path": str(tmp_path), "format": "jsonl", "discovery_interval_ms": "50"}
-    runner = SourceRunner(
-        SourceSettings(SOURCE, "files", 2, options),
-        "memory",
-        "sluicegate",
-        tick_interval_ms=20,
-        log=MemoryCoordinatorLog(broker),
-    )
-    runner.start()
+    runner = start(broker, source=SourceSettings(SOURCE, "files", 2, options))
     try:
         await until(lambda: runner.state is RunnerState.ACTIVE)
         await asyncio.sleep(0.3)  # the first discoveries may still record the empty listing
