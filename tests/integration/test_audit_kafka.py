@@ -38,6 +38,7 @@ from sluicegate.protocol import (
     encode_key,
     envelope,
 )
+from sluicegate.testing.core_harness import fences_done_at_once
 
 pytestmark = pytest.mark.kafka
 
@@ -153,7 +154,7 @@ class KafkaRun:
 
     async def advance(self, ms: int) -> None:
         self.now += ms
-        await self._commit(self.core.tick(self.now))
+        await self._commit(fences_done_at_once(self.core, self.core.tick(self.now), self.now))
 
     async def restart(self) -> None:
         snapshot = orjson.loads(orjson.dumps(self.core.snapshot()))

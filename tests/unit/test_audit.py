@@ -36,6 +36,7 @@ from sluicegate.protocol import (
     encode,
     envelope,
 )
+from sluicegate.testing.core_harness import fences_done_at_once
 
 SOURCE = "audit-test"
 INBOX = f"sluicegate.{SOURCE}.coordinator"
@@ -120,7 +121,7 @@ class Run:
 
     def advance(self, ms: int) -> None:
         self.now += ms
-        self._collect(self.core.tick(self.now))
+        self._collect(fences_done_at_once(self.core, self.core.tick(self.now), self.now))
 
     def restart(self) -> None:
         """A successor coordinator (next epoch) takes over from the last state."""

@@ -26,7 +26,7 @@ from sluicegate.api import (
     SplitEnumeratorContext,
     WireSplit,
 )
-from sluicegate.coordinator.core import CoordinatorCore, StepFailedError
+from sluicegate.coordinator.core import CoordinatorCore, ReaderFence, StepFailedError
 from sluicegate.protocol import (
     AddSplits,
     CheckpointAck,
@@ -346,6 +346,40 @@ def test_session_timeout_releases_exactly_the_uncheckpointed_splits() -> None:
     assert h.owned(0) == {"seq-00000", "seq-00001"}
     assert h.counters["attempts_failed_session-timeout"] == 1
     assert first < len(h.sent)
+
+
+def test_a_silent_attempt_is_fenced_first_and_a_checkpoint_it_committed_before_the_fence_counts() -> None:
+    """The tick asks for a fence and releases nothing; an ack read before the fence is
+    reported done is applied (a starved reader committed it just in time); then the
+    attempt fails, and only what that ack did not cover moves."""
+    h = _three_readers_one_with_mixed_splits()
+    h.hold_fences = True
+    late = sorted(h.owned(0) - {"seq-00000", "seq-00001"})
+    msgs = h.pass_time(1_200, alive=[1, 2])
+    assert h.fences == [ReaderFence(subtask=0, attempt=1)]
+    assert h.of_type(SplitsReleased, messages=msgs) == [] and not h.reader(0).failed
+    h.pass_time(1_200, alive=[1, 2])
+    assert len(h.fences) == 1, "one fence per silent attempt, however many ticks pass"
+
+    h.ack(0)  # committed before the fence: the late split is checkpointed now
+    effects = h.complete_fence()
+    releases = h.of_type(SplitsReleased, messages=effects.messages)
+    assert [e.body for e in releases] == [SplitsReleased(reason="session-timeout", failed_attempt=1, split_ids=[])]
+    assert h.reader(0).failed
+    assert h.owned(0) == {"seq-00000", "seq-00001", *late}, "checkpointed splits wait for the next attempt"
+    assert h.counters["readers_fenced"] == 1
+
+
+def test_a_fence_reported_for_an_attempt_already_replaced_changes_nothing() -> None:
+    h = _three_readers_one_with_mixed_splits()
+    h.hold_fences = True
+    h.pass_time(1_200, alive=[1, 2])
+    fence = h.fences[0]
+    h.register(0, restore=True)  # the reader restarted meanwhile: its registration fences attempt 1
+    attempt = h.reader(0).attempt
+    before = len(h.sent)
+    assert not h.complete_fence(fence)
+    assert len(h.sent) == before and h.reader(0).attempt == attempt and not h.reader(0).failed
 
 
 def test_checkpointed_splits_are_released_only_after_the_departure_timeout() -> None:

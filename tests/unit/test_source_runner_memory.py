@@ -18,9 +18,18 @@ from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 from sluicegate.coordinator.state_store import merge_records
 from sluicegate.protocol.codec import decode, encode, encode_key
-from sluicegate.protocol.messages import AddSplits, Direction, Envelope, ReaderRegistered, ReaderRegistration, envelope
+from sluicegate.protocol.messages import (
+    AddSplits,
+    CheckpointAck,
+    Direction,
+    Envelope,
+    ReaderRegistered,
+    ReaderRegistration,
+    SplitsReleased,
+    envelope,
+)
 from sluicegate.protocol.topics import ControlTopics
-from sluicegate.testing.memory_log import MemoryCoordinatorLog, MemoryLogBroker
+from sluicegate.testing.memory_log import FencedTransactionError, MemoryCoordinatorLog, MemoryLogBroker
 
 SOURCE = "orders"
 TOPICS = ControlTopics.for_source(SOURCE, "sluicegate")
@@ -127,6 +136,80 @@ async def test_a_readers_aborted_transaction_is_never_read_and_what_follows_is()
         broker.end_transaction(commit=False)
         await until(lambda: len(of_type(to_readers(broker), ReaderRegistered)) == 1)
         assert of_type(to_readers(broker), ReaderRegistered)[0].body.incarnation == "restarted"  # type: ignore[attr-defined]
+    finally:
+        await runner.stop()
+
+
+READER_0 = "sluicegate.orders.reader-0"
+
+
+def checkpoint_all(broker: MemoryLogBroker, transactional: bool = False) -> None:
+    """Subtask 0's attempt 1 acknowledges a checkpoint of every split it was given."""
+    adds = of_type(to_readers(broker), AddSplits, 0)
+    splits = [s for e in adds for s in e.body.splits]  # type: ignore[attr-defined]
+    body = CheckpointAck(checkpoint_id=1, applied_seq=adds[-1].body.seq, splits=splits)  # type: ignore[attr-defined]
+    env = envelope(body, source=SOURCE, subtask=0, attempt=1, epoch=1, ts=int(time.time() * 1000))
+    broker.write(encode_key(0), encode(env), transactional, READER_0 if transactional else None)
+
+
+def released(broker: MemoryLogBroker) -> list[SplitsReleased]:
+    return [e.body for e in of_type(to_readers(broker), SplitsReleased, 0)]  # type: ignore[misc]
+
+
+def silent_reader_source() -> SourceSettings:
+    return SourceSettings(SOURCE, "sequence", 1, {"splits": "3", "records_per_split": "10"}, session_timeout_ms=300)
+
+
+async def test_a_silent_readers_checkpoint_committed_just_before_its_fence_is_applied_before_it_fails() -> None:
+    """The reader was starved, not dead: it commits its checkpoint at the last moment. The
+    coordinator reads the inbox to the stable end after the fence, so that checkpoint
+    counts and no split it covers moves to another reader."""
+    broker = MemoryLogBroker()
+    broker.before_reader_fence = lambda _: checkpoint_all(broker)
+    runner = start(broker, source=silent_reader_source())
+    try:
+        register(broker, 0, "starved")
+        await until(lambda: len(assigned(broker)) == 3)
+        broker.fetch_lag_s = 0.2  # the ack reaches the coordinator's consumer after the fence
+        await until(lambda: released(broker) != [])
+        assert broker.reader_fences == [READER_0]
+        assert released(broker) == [SplitsReleased(reason="session-timeout", failed_attempt=1, split_ids=[])]
+        assert runner.core is not None and runner.core.tracker.uncheckpointed_count(0) == 0
+    finally:
+        await runner.stop()
+
+
+async def test_a_silent_readers_open_checkpoint_is_aborted_by_the_fence_and_can_never_commit() -> None:
+    broker = MemoryLogBroker()
+    runner = start(broker, source=silent_reader_source())
+    try:
+        register(broker, 0, "starved")
+        await until(lambda: len(assigned(broker)) == 3)
+        broker.begin_transaction(READER_0)  # it writes output, then gets no CPU before its ack
+        await until(lambda: released(broker) != [])
+        assert released(broker) == [
+            SplitsReleased(reason="session-timeout", failed_attempt=1, split_ids=assigned(broker))
+        ]
+        assert broker.reader_fences == [READER_0]
+        with pytest.raises(FencedTransactionError):  # it gets the CPU back and sends its ack
+            checkpoint_all(broker, transactional=True)
+        assert broker.end_transaction() is False, "the zombie's commit fails: its producer was fenced"
+        await asyncio.sleep(0.1)
+        assert runner.core is not None and runner.core.tracker.owner_of(assigned(broker)[0]) != 0
+    finally:
+        await runner.stop()
+
+
+async def test_a_refused_fence_is_counted_and_the_silent_reader_fails_all_the_same() -> None:
+    broker = MemoryLogBroker()
+    broker.refuse_reader_fences = True
+    runner = start(broker, source=silent_reader_source())
+    try:
+        register(broker, 0, "starved")
+        await until(lambda: len(assigned(broker)) == 3)
+        await until(lambda: released(broker) != [])
+        assert released(broker)[0].split_ids == assigned(broker)
+        assert runner.core is not None and runner.core.metrics.counters["reader_fences_refused"] == 1
     finally:
         await runner.stop()
 

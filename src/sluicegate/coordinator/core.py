@@ -87,6 +87,18 @@ class AsyncCall:
     period_ms: int
 
 
+@dataclass(frozen=True)
+class ReaderFence:
+    """Fence the transactional id of ``subtask``'s readers, then read the inbox up to its
+    stable end, then report with ``CoordinatorCore.reader_fenced(subtask, attempt, ...)``.
+    Asked for an attempt silent past the session timeout, before its splits go to anyone:
+    a checkpoint it committed before the fence is then applied, and it can commit none
+    after it (docs/protocol.md, "A reader paused past its session timeout")."""
+
+    subtask: int
+    attempt: int
+
+
 @dataclass
 class Effects:
     """What one step asks the host to do, in order."""
@@ -95,11 +107,19 @@ class Effects:
     async_calls: list[AsyncCall] = field(default_factory=list)
     cancelled_calls: list[int] = field(default_factory=list)
     """Ids of earlier AsyncCalls to stop (their handles were cancelled)."""
+    fences: list[ReaderFence] = field(default_factory=list)
     rejection: str | None = None
     """Set when the input record is semantically invalid: the host dead-letters it."""
 
     def __bool__(self) -> bool:
-        return bool(self.messages or self.async_calls or self.cancelled_calls or self.rejection)
+        return bool(self.messages or self.async_calls or self.cancelled_calls or self.fences or self.rejection)
+
+    def extend(self, other: Effects) -> None:
+        """``other``'s effects after these (a rejection is one record's: it is not merged)."""
+        self.messages += other.messages
+        self.async_calls += other.async_calls
+        self.cancelled_calls += other.cancelled_calls
+        self.fences += other.fences
 
 
 class StepFailedError(RuntimeError):
@@ -161,6 +181,9 @@ class CoordinatorCore(Generic[SplitT]):
         self._loop_thread = threading.get_ident()
         self._next_call_id = 1
         self._last_announce_ms: int | None = None
+        self._fencing: dict[int, int] = {}
+        """subtask -> the silent attempt whose ``ReaderFence`` the host is carrying out. Not
+        persisted: a successor gives live attempts a fresh session window and fences again."""
         self._context = _CoreContext(self)
         self._now_ms = 0
         # What changed since the host last persisted state (state_parts(only_changed=True)).
@@ -274,6 +297,14 @@ class CoordinatorCore(Generic[SplitT]):
     def tick(self, now_ms: int) -> Effects:
         """Time passes: session timeouts (3), departures (3), watermark announcements (5)."""
         return self._step(now_ms, lambda: self._on_tick(now_ms), "a clock tick")
+
+    def reader_fenced(self, subtask: int, attempt: int, now_ms: int) -> Effects:
+        """The host did what a ``ReaderFence`` asked: the subtask's transactional id is
+        fenced and every inbox record committed before the fence is applied. The attempt,
+        if still the subtask's live one, fails (semantics 3)."""
+        return self._step(
+            now_ms, lambda: self._after_fence(subtask, attempt, now_ms), f"the fence of subtask {subtask}"
+        )
 
     def on_async_result(self, call_id: int, result: Any, error: BaseException | None, now_ms: int) -> Effects:
         handler = self._async_handlers.get(call_id)
@@ -771,6 +802,34 @@ class CoordinatorCore(Generic[SplitT]):
         self.watermarks.remove(slot.subtask)  # semantics 5: an advance is announced on the next tick
         self._release(slot, reason, failed, released, always=True, successor=successor)
 
+    def _fence_silent(self, slot: SubtaskSlot, now_ms: int) -> None:
+        """Semantics 3 for a silent attempt, in two steps: first the host fences its
+        transactional id and reads the inbox to its stable end (``ReaderFence``); then
+        ``reader_fenced`` fails it. Failing it at once gave its uncheckpointed splits to
+        another reader while a starved process could still commit a checkpoint of them."""
+        if self._fencing.get(slot.subtask) == slot.attempt:
+            return  # asked already; the host reports once it is done
+        self._fencing[slot.subtask] = slot.attempt
+        self.metrics.counter("readers_fenced")
+        log.warning(
+            "subtask %d attempt %d silent for %d ms (session timeout %d ms): fencing it before its splits move",
+            slot.subtask,
+            slot.attempt,
+            now_ms - slot.last_seen_ms,
+            self.config.session_timeout_ms,
+        )
+        self._effects.fences.append(ReaderFence(slot.subtask, slot.attempt))
+
+    def _after_fence(self, subtask: int, attempt: int, now_ms: int) -> None:
+        if self._fencing.get(subtask) == attempt:
+            del self._fencing[subtask]
+        slot = self.slots[subtask] if 0 <= subtask < len(self.slots) else None
+        if slot is None or not slot.live or slot.attempt != attempt:
+            return  # another registration of the subtask failed it meanwhile
+        # Failed even if it spoke meanwhile (a process that got the CPU back): its producer
+        # is fenced, so nothing it read since its last checkpoint can commit.
+        self._fail_attempt(slot, ReleaseReason.SESSION_TIMEOUT, now_ms)
+
     def _drop_releases(self, slot: SubtaskSlot) -> None:
         """The attempt that was asked to give splits back is over: the requests die with it
         (semantics 3 decides what happens to its splits)."""
@@ -811,7 +870,7 @@ class CoordinatorCore(Generic[SplitT]):
         live = SlotState.LIVE
         for slot in self.slots:
             if slot.state is live and now_ms - slot.last_seen_ms > self.config.session_timeout_ms:
-                self._fail_attempt(slot, ReleaseReason.SESSION_TIMEOUT, now_ms)
+                self._fence_silent(slot, now_ms)
             elif (
                 slot.state is SlotState.FAILED
                 and slot.failed_at_ms is not None

@@ -6,6 +6,8 @@
 - restore: the state topic read to its end, read_committed (kafka/compacted.py);
 - inbox: a consumer of partition 0 of the coordinator topic, read_committed, no group;
 - commit: one producer transaction of the records and the state records;
+- fence_reader: a transactional producer started on the reader's id and stopped (its
+  ``InitProducerId`` is the fence, as a new reader's is);
 - mark_alive: a plain producer of its own (not transactional, so not held up by the
   transaction a slow commit keeps open) writes a tombstone to the state topic.
 """
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced, TransactionalIdAuthorizationFailed
 
 from sluicegate.coordinator.log import (
     CommitFailedError,
@@ -27,6 +29,7 @@ from sluicegate.coordinator.log import (
     InboxRecord,
     LogFencedError,
     OutgoingRecord,
+    ReaderFenceRefusedError,
     StateRecord,
 )
 from sluicegate.coordinator.state_store import READ_RECORD_MAX_BYTES
@@ -125,6 +128,25 @@ class KafkaCoordinatorLog(CoordinatorLog):
             raise CommitFailedError(
                 f"the commit of {len(records)} records and {len(state)} state records ({size:,} bytes) failed: {exc!r}"
             ) from exc
+
+    async def fence_reader(self, transactional_id: str) -> None:
+        # InitProducerId completes a commit in progress and aborts an open transaction
+        # before it answers (the broker answers CONCURRENT_TRANSACTIONS meanwhile and the
+        # client retries), so once start() returns the id has nothing in flight.
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            client_id=f"{self.transactional_id}.fence",
+            transactional_id=transactional_id,
+            enable_idempotence=True,
+            **security_settings(),
+        )
+        try:
+            await producer.start()
+        except TransactionalIdAuthorizationFailed as exc:
+            raise ReaderFenceRefusedError(f"no WRITE on transactional id {transactional_id}: {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await producer.stop()
 
     async def mark_alive(self, key: bytes) -> None:
         if self._marker is None:

@@ -14,6 +14,10 @@ only carries them out:
 - ``commit(records, state)``: the outgoing records and the state records in one
   transaction: all visible or none. It fails with ``LogFencedError`` when another
   incarnation fenced this one and with ``CommitFailedError`` for anything else;
+- ``fence_reader(transactional_id)``: fence a reader subtask's transactional id, as a
+  new reader of the subtask does at its start: what its producer left open is aborted
+  and its later commits fail. It raises ``ReaderFenceRefusedError`` when this
+  coordinator may not (no WRITE on the id: ``sluicegate acls``);
 - ``mark_alive(key)``: a tombstone of ``key`` on the state topic, outside any
   transaction, so at once, while a commit is still waiting for the broker. It moves
   the end offset the standbys watch and changes no state (silence.py ``mark_due``).
@@ -64,6 +68,10 @@ class LogFencedError(Exception):
     """A newer incarnation fenced this one: nothing of its commit is visible."""
 
 
+class ReaderFenceRefusedError(Exception):
+    """The broker refused this coordinator a reader's transactional id; the message says which."""
+
+
 class CommitFailedError(RuntimeError):
     """A transaction of the coordinator failed and was aborted; its message says why."""
 
@@ -92,6 +100,12 @@ class CoordinatorLog(ABC):
 
     @abstractmethod
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None: ...
+
+    @abstractmethod
+    async def fence_reader(self, transactional_id: str) -> None:
+        """Once this returns, every transaction of ``transactional_id`` begun before the
+        call is committed or aborted (an open one is aborted), and none of its producers
+        started before the call can commit again."""
 
     @abstractmethod
     async def mark_alive(self, key: bytes) -> None: ...

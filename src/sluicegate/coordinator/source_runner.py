@@ -6,6 +6,8 @@
     loop   -> read inbox records (committed ones) from the stored inbox offset,
               feed the core, and commit in ONE transaction: the outgoing records,
               dead letters, the changed state parts and the new inbox offset
+    fences -> a reader silent past its session timeout: fence its transactional id,
+              read the inbox to its stable end after that, then let the core fail it
 
 The loop is the only place that knows this order; the log it runs over (log.py:
 Kafka in the product, kafka_log.py; a memory double in the unit tests) carries each
@@ -39,7 +41,7 @@ from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
 from sluicegate.coordinator.async_calls import AsyncCalls, AsyncResult, LoopAsyncCalls
 from sluicegate.coordinator.clock import SYSTEM_CLOCK, Clock
-from sluicegate.coordinator.core import CoordinatorCore, Effects, StepFailedError
+from sluicegate.coordinator.core import CoordinatorCore, Effects, ReaderFence, StepFailedError
 from sluicegate.coordinator.kafka_log import KafkaCoordinatorLog
 from sluicegate.coordinator.log import (
     CommitFailedError,
@@ -47,6 +49,7 @@ from sluicegate.coordinator.log import (
     InboxRecord,
     LogFencedError,
     OutgoingRecord,
+    ReaderFenceRefusedError,
     StateRecord,
 )
 from sluicegate.coordinator.settings import SourceSettings
@@ -58,7 +61,7 @@ from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
 from sluicegate.protocol.messages import Direction
-from sluicegate.protocol.names import coordinator_transactional_id
+from sluicegate.protocol.names import coordinator_transactional_id, reader_transactional_id
 from sluicegate.protocol.state_records import ALIVE_PART, state_key
 from sluicegate.protocol.topics import ControlTopics
 
@@ -71,6 +74,10 @@ registrations that hand out 1,000,000 splits were one transaction of 160 MB, and
 the loop did not yield long enough for the Faust group to drop this worker."""
 FINISH_TIMEOUT_S = 10.0
 """``finish`` waits at most this long for the inbox to be read and committed, then stops."""
+FENCE_RETRY_S = 1.0
+"""A reader fence that failed (the broker away) is tried again after this long."""
+CONCURRENT_FENCES = 8
+"""Fences at once: a thousand readers of a lost host time out together."""
 KEEPALIVE_BYTES = 1024 * 1024
 """In a transaction this large or larger, the last commit's ``meta`` goes again after
 every this many bytes (``with_keepalives``)."""
@@ -167,6 +174,7 @@ class SourceRunner:
         come and go by the hundred (the test kit)."""
         self.settings = settings
         self.bootstrap = bootstrap
+        self.namespace = namespace
         self.topics = ControlTopics.for_source(settings.source, namespace)
         self.transactional_id = coordinator_transactional_id(namespace, settings.source)
         self.tick_interval_ms = tick_interval_ms
@@ -216,6 +224,15 @@ class SourceRunner:
         self._finishing = False
         self._finish_at: int | None = None
         """``finish``: the inbox offset to read up to before stopping (its stable end then)."""
+        self._fences_due: list[ReaderFence] = []
+        """Fences the steps asked for, to start on the loop (``_start_fences``)."""
+        self._fencing: set[asyncio.Task[None]] = set()
+        self._fence_slots = asyncio.Semaphore(CONCURRENT_FENCES)
+        self._fences_done: list[ReaderFence] = []
+        """Fenced: the inbox's stable end is still to be looked up (``_complete_fences``)."""
+        self._fences_reading: list[tuple[int, ReaderFence]] = []
+        """(the inbox's stable end after the fence, the fence): the core hears of it once
+        the loop has read that far."""
 
     @property
     def source(self) -> str:
@@ -355,7 +372,7 @@ class SourceRunner:
             # What this runner held becomes garbage now; frozen, its cycles would never be
             # freed. Every object is scanned again until the next runner's start freezes.
             gc.unfreeze()
-        for task in (self._reaffirming, self._marking):
+        for task in (self._reaffirming, self._marking, *self._fencing):
             if task is not None:
                 task.cancel()
         self._steps.close()
@@ -386,6 +403,7 @@ class SourceRunner:
                 self._next_tick = clock.monotonic() + self.tick_interval_ms / 1000
                 if await self._may_tick():
                     await self._step(functools.partial(core.tick, clock.wall_ms()))
+            await self._complete_fences()
             await self._commit()
             if self._finishing and await self._read_to_finish():
                 await self._commit(force=True)
@@ -405,6 +423,69 @@ class SourceRunner:
         self._stop_if_fenced()
         self._schedule_calls()
 
+    # -- reader fences ----------------------------------------------------------
+
+    def _start_fences(self) -> None:
+        due, self._fences_due = self._fences_due, []
+        for fence in due:
+            task = asyncio.get_running_loop().create_task(self._fence_reader(fence))
+            self._fencing.add(task)
+            task.add_done_callback(self._fencing.discard)
+
+    async def _fence_reader(self, fence: ReaderFence) -> None:
+        """Fence the subtask's transactional id until that succeeds. Refused (the
+        coordinator's principal lacks the ACL), the attempt fails unfenced, as before
+        fences, and the operator is told what to grant."""
+        tid = reader_transactional_id(self.namespace, self.source, fence.subtask)
+        async with self._fence_slots:
+            while True:
+                try:
+                    await self._log.fence_reader(tid)
+                    break
+                except ReaderFenceRefusedError as exc:
+                    assert self.core is not None
+                    self.core.metrics.counter("reader_fences_refused")
+                    log.error(
+                        "source %s: could not fence the silent reader of subtask %d (%s): its splits move on "
+                        "unfenced, and if it was only paused it may write them again. Allow the coordinator's "
+                        "principal WRITE on transactional ids prefixed %s.%s.reader- (sluicegate acls)",
+                        self.source,
+                        fence.subtask,
+                        exc,
+                        self.namespace,
+                        self.source,
+                    )
+                    break
+                except Exception as exc:
+                    log.warning(
+                        "source %s: fencing transactional id %s failed (%r); trying again in %.0f s",
+                        self.source,
+                        tid,
+                        exc,
+                        FENCE_RETRY_S,
+                    )
+                    await asyncio.sleep(FENCE_RETRY_S)
+        self._fences_done.append(fence)
+
+    async def _complete_fences(self) -> None:
+        """A fence done, the inbox's stable end is looked up; once the loop has read up to
+        it, every checkpoint the fenced reader committed is applied, and the core decides."""
+        if self._fences_done:
+            end = await self._log.stable_end()
+            self._fences_reading += [(end, fence) for fence in self._fences_done]
+            self._fences_done = []
+        if not self._fences_reading:
+            return
+        position = (await self._log.behind()).position
+        ready = [fence for end, fence in self._fences_reading if position >= end]
+        if not ready:
+            return
+        self._fences_reading = [(end, fence) for end, fence in self._fences_reading if position < end]
+        assert self.core is not None
+        core, now_ms = self.core, self._clock.wall_ms()
+        for fence in ready:
+            await self._step(functools.partial(core.reader_fenced, fence.subtask, fence.attempt, now_ms))
+
     def _apply(self, records: list[InboxRecord], start: int) -> int:
         """Feed ``records[start:]`` to the core (on the step thread) until that much waits
         to go out that it is time to commit, or a successor fenced this runner; the index
@@ -422,9 +503,7 @@ class SourceRunner:
         effects = Effects()
         for call_id, result, error in results:
             step = core.on_async_result(call_id, result, error, now_ms)
-            effects.messages += step.messages
-            effects.async_calls += step.async_calls
-            effects.cancelled_calls += step.cancelled_calls
+            effects.extend(step)
         return effects
 
     async def _may_tick(self) -> bool:
@@ -472,15 +551,18 @@ class SourceRunner:
             self._pending.append(OutgoingRecord(self.topics.readers, env.subtask, encode_key(env.subtask), value))
         if effects.async_calls or effects.cancelled_calls:
             self._calls_due.append(effects)
+        self._fences_due += effects.fences
 
     def _schedule_calls(self) -> None:
-        """Start and cancel the async calls of the steps so far, in their order."""
+        """Start and cancel the async calls of the steps so far, in their order, and start
+        the reader fences they asked for."""
         due, self._calls_due = self._calls_due, []
         for effects in due:
             for call in effects.async_calls:
                 self._calls.start(call)
             for call_id in effects.cancelled_calls:
                 self._calls.cancel(call_id)
+        self._start_fences()
 
     async def _commit(self, force: bool = False) -> None:
         """One transaction: pending records + changed state parts + inbox offset (in meta).

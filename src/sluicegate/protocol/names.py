@@ -37,3 +37,10 @@ def coordinator_transactional_id(namespace: str, source: str) -> str:
     """The one transactional id of a source's coordinators: a new holder fences the old one
     (a takeover, or ``sluicegate source redefine``)."""
     return f"{namespace}.{source}.coordinator"
+
+
+def reader_transactional_id(namespace: str, source: str, subtask: int) -> str:
+    """The transactional id of a source's reader subtask: a new reader of the subtask
+    fences the old one at its start, and the coordinator fences a silent one before it
+    hands its splits on (docs/protocol.md, "A reader paused past its session timeout")."""
+    return f"{namespace}.{source}.reader-{subtask}"

@@ -55,7 +55,7 @@ from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionRefusedError, SourceDefinition
 from sluicegate.protocol.event_time import event_time_text
 from sluicegate.protocol.messages import Body, ReaderLeaving
-from sluicegate.protocol.names import validate_namespace, validate_source
+from sluicegate.protocol.names import reader_transactional_id, validate_namespace, validate_source
 from sluicegate.protocol.pieces import body_in_pieces
 from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.protocol.topics import ControlTopics
@@ -209,7 +209,7 @@ class ReaderSettings:
     def transactional_id(self) -> str:
         if self.subtask is None:
             raise RuntimeError("a reader with --subtask auto has no transactional id before it gets a slot")
-        return f"{self.namespace}.{self.source}.reader-{self.subtask}"
+        return reader_transactional_id(self.namespace, self.source, self.subtask)
 
 
 class OutputTopicMissing(Exception):

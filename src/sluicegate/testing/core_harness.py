@@ -15,6 +15,11 @@
 Simulated readers remember their last acknowledged checkpoint, so a test can
 restart a subtask from it (``register(s, restore=True)``), as a reader host
 restoring its state would.
+
+A ``ReaderFence`` is done at once (``fences_done_at_once``: in memory there is no
+transactional id to fence and nothing more in the inbox), unless the harness was made
+with ``hold_fences=True``: then they wait in ``fences`` for ``complete_fence``, and a
+test can feed records in between, as a reader committing just before the fence.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import orjson
 from sluicegate.api.source import Source, SupportsSplitReassignmentOnRecovery
 from sluicegate.api.split import WireSplit
 from sluicegate.coordinator.config import CoordinatorConfig
-from sluicegate.coordinator.core import CoordinatorCore, Effects
+from sluicegate.coordinator.core import CoordinatorCore, Effects, ReaderFence
 from sluicegate.protocol.messages import (
     AddSplits,
     Body,
@@ -52,6 +57,17 @@ from sluicegate.protocol.pieces import Assembly, body_in_pieces
 from sluicegate.reader.protocol import splits_changed
 
 B = TypeVar("B", bound=Body)
+
+
+def fences_done_at_once(core: CoordinatorCore[Any], effects: Effects, now_ms: int) -> Effects:
+    """``effects`` with each ``ReaderFence`` carried out at once and what the core did then
+    added: the host's part where there is nothing to fence and no inbox left to read (the
+    in-memory drivers of tests and benchmarks)."""
+    while effects.fences:
+        fences, effects.fences = effects.fences, []
+        for fence in fences:
+            effects.extend(core.reader_fenced(fence.subtask, fence.attempt, now_ms))
+    return effects
 
 
 def body(env: Envelope, type_: type[B]) -> B:
@@ -156,8 +172,12 @@ class CoreHarness:
         first_offset: int = 0,
         start: bool = True,
         source_name: str = SOURCE,
+        hold_fences: bool = False,
         **config: Any,
     ) -> None:
+        self.hold_fences = hold_fences
+        self.fences: list[ReaderFence] = []
+        """Fences asked for and not completed yet (``hold_fences``)."""
         self.source = source if source is not None else sequence_source()
         self.config = CoordinatorConfig(source=source_name, max_parallelism=max_parallelism, **config)
         self.core: CoordinatorCore[Any] = CoordinatorCore(self.source, self.config, epoch=epoch, snapshot=snapshot)
@@ -372,7 +392,17 @@ class CoreHarness:
         both.update(self.core.enumerator_metrics.counters)
         return both
 
+    def complete_fence(self, fence: ReaderFence | None = None) -> Effects:
+        """The host is done with ``fence`` (default: the oldest held): the core decides."""
+        fence = fence if fence is not None else self.fences[0]
+        self.fences.remove(fence)
+        return self._collect(self.core.reader_fenced(fence.subtask, fence.attempt, self.now_ms))
+
     def _collect(self, effects: Effects) -> Effects:
+        if self.hold_fences:
+            self.fences += effects.fences
+        else:
+            effects = fences_done_at_once(self.core, effects, self.now_ms)
         self.persisted.update(self.core.state_parts(only_changed=True))
         self.last = effects
         for env in effects.messages:

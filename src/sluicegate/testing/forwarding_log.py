@@ -34,6 +34,9 @@ class ForwardingLog(CoordinatorLog):
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
         await self.inner.commit(records, state)
 
+    async def fence_reader(self, transactional_id: str) -> None:
+        await self.inner.fence_reader(transactional_id)
+
     async def mark_alive(self, key: bytes) -> None:
         await self.inner.mark_alive(key)
 
