@@ -35,6 +35,13 @@ class LogHarness(ABC):
     @abstractmethod
     async def abort_inbox_transaction(self) -> None: ...
 
+    reader_transactional_id: str
+    """The transactional id of the open transaction ``write_inbox`` leaves."""
+
+    @abstractmethod
+    async def commit_inbox_transaction(self) -> bool:
+        """Commit the open transaction; False when its producer was fenced."""
+
     @abstractmethod
     async def visible(self, topic: str) -> list[tuple[bytes | None, bytes | None]]:
         """What a read_committed consumer reads in ``topic`` (every partition)."""
@@ -135,6 +142,23 @@ class LogContract:
             assert end == (await log.behind()).position + 1
             await harness.write_inbox([b"in an open transaction"], in_open_transaction=True)
             assert await log.stable_end() == end, "an open transaction is not below the stable end"
+        finally:
+            await log.close()
+
+    async def test_a_fenced_readers_open_transaction_is_aborted_and_it_cannot_commit(self, harness: LogHarness) -> None:
+        await harness.write_inbox([b"before"])
+        await harness.write_inbox([b"the paused reader's ack"], in_open_transaction=True)
+        log = harness.incarnation()
+        try:
+            await log.fence()
+            await log.read_from(None)
+            await log.fence_reader(harness.reader_transactional_id)
+            end = await log.stable_end()
+            await harness.write_inbox([b"after"])
+            records = await fetch_all(log, 2)
+            assert [r.value for r in records] == [b"before", b"after"], "the open transaction was aborted"
+            assert records[0].offset < end <= records[1].offset
+            assert not await harness.commit_inbox_transaction(), "the fenced producer cannot commit"
         finally:
             await log.close()
 

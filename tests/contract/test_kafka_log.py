@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import ProducerFenced
 from log_contract import SUBTASKS, LogContract, LogHarness
 
 from sluicegate.coordinator.kafka_log import KafkaCoordinatorLog
@@ -26,6 +27,7 @@ class KafkaHarness(LogHarness):
         self._logs: list[CoordinatorLog] = []
         self._producer: AIOKafkaProducer | None = None
         self._open: AIOKafkaProducer | None = None
+        self.reader_transactional_id = f"sluicegate.{source}.reader-{secrets.token_hex(3)}"
 
     async def start(self) -> None:
         await apply_topics(self.bootstrap, topic_specs("sluicegate", self.source, SUBTASKS))
@@ -48,7 +50,7 @@ class KafkaHarness(LogHarness):
         producer = self._producer
         if in_open_transaction:
             producer = self._open = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap, transactional_id=f"reader-{secrets.token_hex(3)}"
+                bootstrap_servers=self.bootstrap, transactional_id=self.reader_transactional_id
             )
             await producer.start()
             await producer.begin_transaction()
@@ -59,6 +61,14 @@ class KafkaHarness(LogHarness):
     async def abort_inbox_transaction(self) -> None:
         assert self._open is not None
         await self._open.abort_transaction()
+
+    async def commit_inbox_transaction(self) -> bool:
+        assert self._open is not None
+        try:
+            await self._open.commit_transaction()
+        except ProducerFenced:
+            return False
+        return True
 
     async def visible(self, topic: str) -> list[tuple[bytes | None, bytes | None]]:
         partitions = SUBTASKS if topic == self.topics.readers else 1

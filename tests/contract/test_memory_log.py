@@ -18,12 +18,18 @@ class MemoryHarness(LogHarness):
     def incarnation(self) -> CoordinatorLog:
         return MemoryCoordinatorLog(self.broker)
 
+    reader_transactional_id = "sluicegate.orders.reader-0"
+
     async def write_inbox(self, values: list[bytes], in_open_transaction: bool = False) -> None:
         for value in values:
-            self.broker.write(b"0", value, transactional=in_open_transaction)
+            tid = self.reader_transactional_id if in_open_transaction else None
+            self.broker.write(b"0", value, transactional=in_open_transaction, transactional_id=tid)
 
     async def abort_inbox_transaction(self) -> None:
         self.broker.end_transaction(commit=False)
+
+    async def commit_inbox_transaction(self) -> bool:
+        return self.broker.end_transaction()
 
     async def visible(self, topic: str) -> list[tuple[bytes | None, bytes | None]]:
         if topic == self.topics.coordinator_state:

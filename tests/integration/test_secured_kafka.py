@@ -19,11 +19,15 @@ from aiokafka.errors import TopicAuthorizationFailedError
 from kafka_data import READER_TIMING
 from processes import ProcessGroup, value_counts
 
+from sluicegate.coordinator.kafka_log import KafkaCoordinatorLog
+from sluicegate.coordinator.log import ReaderFenceRefusedError
 from sluicegate.devtools.broker.local import LocalKafkaBroker
 from sluicegate.devtools.broker.secure import SecureSetup
 from sluicegate.kafka.access import KafkaAccessError, check_access
 from sluicegate.kafka.clients import plain_producer
-from sluicegate.kafka.security import Secret
+from sluicegate.kafka.security import Secret, current_security, use_security
+from sluicegate.protocol.names import coordinator_transactional_id, reader_transactional_id
+from sluicegate.protocol.topics import ControlTopics
 
 pytestmark = [
     pytest.mark.kafka,
@@ -147,6 +151,35 @@ async def test_a_reader_principal_may_write_its_requests_but_not_the_coordinator
             await producer.send_and_wait(f"sluicegate.{unique_source}.readers", b"{}", key=b"probe", partition=0)
     finally:
         await producer.stop()
+
+
+async def test_the_coordinator_principal_may_fence_a_readers_transactional_id_and_the_audit_may_not(
+    secured: tuple[str, SecureSetup], secured_procs: ProcessGroup, unique_source: str
+) -> None:
+    """A reader silent past its session timeout is fenced by the coordinator before its
+    splits move: ``sluicegate acls`` must let the coordinator's principal do that."""
+    bootstrap, secure = secured
+    admin = login(secure, "admin")
+    for name, args in (
+        ("topics", ["topics", "apply", "--source", unique_source, "--max-parallelism", "1"]),
+        ("acls", ["acls", "--source", unique_source, "--apply"]),
+    ):
+        code, log = run(secured_procs, name, args, admin)
+        assert code == 0, log
+    reader_id = reader_transactional_id("sluicegate", unique_source, 0)
+    topics = ControlTopics.for_source(unique_source)
+    before = current_security()
+    try:
+        for principal, allowed in (("coordinator", True), ("audit", False)):
+            use_security(secure.security(principal))
+            log = KafkaCoordinatorLog(bootstrap, topics, coordinator_transactional_id("sluicegate", unique_source))
+            if allowed:
+                await asyncio.wait_for(log.fence_reader(reader_id), 60)
+            else:
+                with pytest.raises(ReaderFenceRefusedError, match=reader_id):
+                    await asyncio.wait_for(log.fence_reader(reader_id), 60)
+    finally:
+        use_security(before)
 
 
 async def test_the_access_check_names_the_refusal(secured: tuple[str, SecureSetup]) -> None:

@@ -106,6 +106,19 @@ def test_the_reader_may_write_only_the_coordinators_inbox() -> None:
     assert any("--transactional-id ns.s.reader- --resource-pattern-type prefixed" in line for line in lines)
 
 
+def test_the_coordinator_may_fence_the_readers_transactional_ids_and_nothing_else_of_theirs() -> None:
+    plan = acl_plan("s", "ns", coordinator="User:c")
+    ids = {
+        (e.name, e.operation, e.prefixed) for e in plan if e.role == "coordinator" and e.resource == "transactional-id"
+    }
+    assert ids == {("ns.s.coordinator", "WRITE", False), ("ns.s.reader-", "WRITE", True)}
+    lines = kafka_acls_commands([e for e in plan if e.role == "coordinator"])
+    assert any(
+        "User:c" in line and "--transactional-id ns.s.reader- --resource-pattern-type prefixed" in line
+        for line in lines
+    )
+
+
 def test_the_cli_names_a_bad_flag_and_prints_acls(monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 

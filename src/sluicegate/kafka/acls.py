@@ -68,6 +68,17 @@ def acl_plan(
         ["WRITE"],
         "commits state and answers in one transaction; fences an older coordinator",
     )
+    plan.append(
+        AclEntry(
+            "coordinator",
+            c,
+            "transactional-id",
+            f"{namespace}.{source}.reader-",
+            "WRITE",
+            "fences a reader silent past its session timeout before its splits move (NS.S.reader-K)",
+            prefixed=True,
+        )
+    )
     allow("coordinator", c, "group", group, ["READ"], "Faust group: which worker is active for the source")
     allow(
         "coordinator",
