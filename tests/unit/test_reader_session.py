@@ -41,7 +41,7 @@ from sluicegate.protocol import (
 )
 from sluicegate.protocol.messages import Body, Direction
 from sluicegate.protocol.pieces import MAX_RECORD_BYTES
-from sluicegate.reader.protocol import CheckpointPlan
+from sluicegate.reader.protocol import CheckpointPlan, Fenced
 from sluicegate.reader.session import Disposition, Phase, ReaderSession
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
 from sluicegate.reader.watermark import SplitWatermarks
@@ -364,6 +364,7 @@ def test_splits_released_for_our_attempt_fences_and_restores_the_last_checkpoint
     assert session.active
     out = session.on_message(to_reader(SplitsReleased("session-timeout", 1, ["b"]), 1))
     assert out.disposition is Disposition.FENCED
+    assert isinstance(out, Fenced) and out.producer_fenced, "a timed-out attempt's producer was fenced first"
     assert session.phase is Phase.UNREGISTERED and source.readers[0].closed
     assert not session.owned and session.reader is None
     reg = session.begin_registration()
@@ -380,7 +381,9 @@ def test_a_newer_incarnation_fences_us() -> None:
     registered(session, attempt=3)
     assert session.on_message(to_reader(ReaderRegistered("older", 2), 2)).disposition is Disposition.IGNORED_ATTEMPT
     assert session.active
-    assert session.on_message(to_reader(ReaderRegistered("newer", 4), 4)).disposition is Disposition.FENCED
+    out = session.on_message(to_reader(ReaderRegistered("newer", 4), 4))
+    assert out.disposition is Disposition.FENCED
+    assert isinstance(out, Fenced) and not out.producer_fenced, "the newer process fenced the producer, if anyone"
     assert session.phase is Phase.UNREGISTERED
     assert session.fenced_reason and "newer" in session.fenced_reason
 

@@ -229,6 +229,8 @@ class _Stats:
     channel: ControlChannel
     registrations: int = 0
     fenced: int = 0
+    timed_out: int = 0
+    """Attempts the coordinator failed for silence, fencing this subtask's producer first."""
     last_progress_s: float = field(default_factory=time.monotonic)
     records_at_last_progress: int = 0
 
@@ -669,6 +671,8 @@ class ReaderHost:
             self._finished_idle = False
             await self._flush_outbox()
         elif isinstance(outcome, Fenced):
+            if outcome.producer_fenced:
+                await self._after_timed_out()
             await self._recover_after_fence(session.fenced_reason or "fenced")
             return False
         elif isinstance(outcome, Superseded):
@@ -846,6 +850,20 @@ class ReaderHost:
             last.applied_seq if last else 0,
         )
 
+    async def _after_timed_out(self) -> None:
+        """The coordinator heard nothing from this attempt for a session timeout, fenced the
+        subtask's transactional id and gave the splits it had not checkpointed to others.
+        Whatever this process wrote since its last checkpoint was aborted with the fence;
+        it goes on with a new producer, from that checkpoint."""
+        self.stats.timed_out += 1
+        log.warning(
+            "the coordinator timed this reader out (nothing it sent arrived within its session timeout: was the "
+            "process paused or short of CPU?) and fenced its producer; going on from its last checkpoint with a "
+            "new one"
+        )
+        self._txn_.fenced()
+        await self._txn_.renew()
+
     async def _after_producer_fenced(self, exc: ReaderTakenOver) -> None:
         """Another process initialised this subtask's transactional id. If it also registered
         after us, the coordinator's fence names it and this process stops (ReaderSuperseded).
@@ -861,9 +879,13 @@ class ReaderHost:
         # a fence read below must not try to abort it or write with it.
         self._txn_.fenced()
         # What the coordinator says about our attempt: the twin registers right after it
-        # initialised the id, and the coordinator answers within a step.
+        # initialised the id, and the coordinator answers within a step. Or the coordinator
+        # fenced the id itself, having timed this attempt out: its SplitsReleased is waiting.
+        timed_out = self.stats.timed_out
         for _ in range(SUPERSEDED_WAIT_POLLS):
             await self._poll_control(IDLE_POLL_MS * 2)
+            if self.stats.timed_out > timed_out:
+                return  # renewed and recovered (_after_timed_out)
         log.warning("%s; it did not register after this one, so this one takes the subtask back", exc)
         await self._txn_.renew()
         if self._session.phase is not Phase.CLOSED:

@@ -153,6 +153,9 @@ class Fenced:
 
     reason: str
     disposition: Disposition = Disposition.FENCED
+    producer_fenced: bool = False
+    """The coordinator fenced the subtask's transactional id before it failed the attempt
+    (a session timeout): the host's transactional producer is dead and must be renewed."""
 
 
 @dataclass(frozen=True)
@@ -534,7 +537,10 @@ class ReaderProtocol:
             successor = body.successor_incarnation
             if body.reason == ReleaseReason.FENCED and successor is not None and successor != self.incarnation:
                 return self._superseded(successor, body.successor_location)
-            return self._fence(f"the coordinator failed attempt {body.failed_attempt} ({body.reason})")
+            return self._fence(
+                f"the coordinator failed attempt {body.failed_attempt} ({body.reason})",
+                producer_fenced=body.reason == ReleaseReason.SESSION_TIMEOUT,
+            )
         held = [sid for sid in body.split_ids if sid in self.owned]
         if held:
             # The connector API cannot take splits back from a live reader; the
@@ -556,13 +562,13 @@ class ReaderProtocol:
 
     # -- fencing ---------------------------------------------------------------
 
-    def _fence(self, reason: str) -> Fenced:
+    def _fence(self, reason: str, producer_fenced: bool = False) -> Fenced:
         self.counters["fenced"] += 1
         log.warning("fenced as attempt %s: %s; dropping in-memory state", self.attempt, reason)
         self.fenced_reason = reason
         self._drop()
         self.phase = Phase.UNREGISTERED
-        return Fenced(reason)
+        return Fenced(reason, producer_fenced=producer_fenced)
 
     def _superseded(self, successor: str, location: str | None) -> Superseded:
         self.counters["superseded"] += 1

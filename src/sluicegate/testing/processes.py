@@ -87,6 +87,17 @@ class Proc:
             self.popen.send_signal(signal.SIGKILL)
             self.popen.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its connections and state and gets no CPU, as one
+        starved or frozen (a VM paused, a long GC) would."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``: it goes on where it stood."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGCONT)
+
     def request_stop(self) -> None:
         """SIGTERM without waiting: a reader host stops gracefully (final checkpoint, ReaderLeaving)."""
         if self.popen.poll() is None:

@@ -1,0 +1,96 @@
+"""A reader paused past its session timeout (SIGSTOP, then SIGCONT), over real Kafka and
+real processes: docs/protocol.md, "A reader paused past its session timeout".
+
+The coordinator fences the silent reader's transactional id before its splits move, so
+what the paused process had read and not checkpointed can never commit, however its
+next steps are ordered after SIGCONT. Another reader takes its splits (a short departure
+timeout) from their last checkpoint; the copy of the input into ``kafka:OUT`` is exact.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kafka_data import (
+    BackgroundWriter,
+    DataWriter,
+    OutputReader,
+    audit_ok,
+    check_exactly_once,
+    create_topic,
+    kafka_options,
+    procs,
+    start_coordinator,
+    start_reader,
+)
+from processes import Proc, ProcessGroup
+
+__all__ = ["procs"]  # the fixture
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
+
+PARTITIONS = 4
+SESSION_MS = 3_000
+DEPARTURE_MS = 2_000
+PAUSE_S = (SESSION_MS + DEPARTURE_MS) / 1000 + 3.0
+"""Long enough for the coordinator to time the reader out and hand its splits on."""
+FENCING = "fencing it before its splits move"
+PAUSES = 3
+"""A reader paused in the middle of its commit holds the inbox (tick_gate.py) and is not
+timed out: the test pauses again, at most this often, until the coordinator fences it."""
+
+
+def test_a_reader_paused_past_its_session_timeout_is_fenced_and_writes_nothing_twice(
+    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
+) -> None:
+    source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
+    create_topic(kafka_bootstrap, data, PARTITIONS)
+    create_topic(kafka_bootstrap, out, 4)
+    writer = DataWriter(kafka_bootstrap, data, PARTITIONS)
+    options = kafka_options(kafka_bootstrap, topics=data)
+    timeouts = ("--session-timeout-ms", str(SESSION_MS), "--reader-departure-timeout-ms", str(DEPARTURE_MS))
+    coordinator = start_coordinator(procs, source, 2, options, *timeouts)
+    background = BackgroundWriter(writer)
+    output = OutputReader(kafka_bootstrap, out)
+    try:
+        readers = [start_reader(procs, source, k, options, out) for k in range(2)]
+        for reader in readers:
+            reader.wait_for_log("owning 2", timeout_s=60)
+        paused = readers[0]
+        for _ in range(PAUSES):
+            pause_past_the_session_timeout(paused, output, readers)
+            if coordinator.lines_with(FENCING):
+                break
+        assert coordinator.lines_with(FENCING), coordinator.tail()
+        paused.wait_for_log("the coordinator timed this reader out", timeout_s=30)
+        registered_again(paused, timeout_s=30)
+        expected = background.stop()
+        output.wait_for(len(expected), 60, readers, "(waiting for the copy to catch up)")
+        time.sleep(1.5)  # a late duplicate would show
+        output.read_all()
+        check_exactly_once(output.rows, expected)
+        for reader in readers:
+            assert reader.returncode is None, f"{reader.name} exited with {reader.returncode}:\n{reader.tail()}"
+    finally:
+        output.close()
+        background.stop()
+    summary = audit_ok(kafka_bootstrap, source)
+    assert summary.released_by_reason.get("departed", 0) >= 1, "the paused reader's splits moved to the other"
+
+
+def pause_past_the_session_timeout(reader: Proc, output: OutputReader, readers: list[Proc]) -> None:
+    """Pause ``reader`` while it copies (so it holds records read and not checkpointed)."""
+    output.wait_for(len(output.rows) + 50, 30, readers, "before the pause")
+    reader.pause()
+    try:
+        time.sleep(PAUSE_S)
+    finally:
+        reader.resume()
+
+
+def registered_again(reader: Proc, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(reader.lines_with("registered as attempt")) < 2:
+        assert time.monotonic() < deadline, f"{reader.name} did not register again:\n{reader.tail()}"
+        time.sleep(0.2)
