@@ -172,12 +172,14 @@ async def test_the_coordinator_principal_may_fence_a_readers_transactional_id_an
     try:
         for principal, allowed in (("coordinator", True), ("audit", False)):
             use_security(secure.security(principal))
-            log = KafkaCoordinatorLog(bootstrap, topics, coordinator_transactional_id("sluicegate", unique_source))
+            coordinator_log = KafkaCoordinatorLog(
+                bootstrap, topics, coordinator_transactional_id("sluicegate", unique_source)
+            )
             if allowed:
-                await asyncio.wait_for(log.fence_reader(reader_id), 60)
+                await asyncio.wait_for(coordinator_log.fence_reader(reader_id), 60)
             else:
                 with pytest.raises(ReaderFenceRefusedError, match=reader_id):
-                    await asyncio.wait_for(log.fence_reader(reader_id), 60)
+                    await asyncio.wait_for(coordinator_log.fence_reader(reader_id), 60)
     finally:
         use_security(before)
 
