@@ -370,16 +370,47 @@ def test_a_silent_attempt_is_fenced_first_and_a_checkpoint_it_committed_before_t
     assert h.counters["readers_fenced"] == 1
 
 
-def test_a_fence_reported_for_an_attempt_already_replaced_changes_nothing() -> None:
+def _registered(h: CoreHarness, subtask: int) -> list[ReaderRegistered]:
+    return [e.body for e in h.to(subtask, ReaderRegistered)]  # type: ignore[misc]
+
+
+def test_a_registration_read_while_its_subtask_is_fenced_waits_for_the_fence_and_renews_its_producer() -> None:
+    """A reader restarted as its predecessor timed out starts its producer, perhaps just
+    before the coordinator's fence: it is answered only after the fence, and told to start a
+    new producer before its first transaction."""
     h = _three_readers_one_with_mixed_splits()
     h.hold_fences = True
     h.pass_time(1_200, alive=[1, 2])
-    fence = h.fences[0]
-    h.register(0, restore=True)  # the reader restarted meanwhile: its registration fences attempt 1
-    attempt = h.reader(0).attempt
-    before = len(h.sent)
-    assert not h.complete_fence(fence)
-    assert len(h.sent) == before and h.reader(0).attempt == attempt and not h.reader(0).failed
+    before = len(_registered(h, 0))
+    h.register(0, restore=True)
+    assert len(_registered(h, 0)) == before, "no answer while the fence runs"
+    assert h.persisted["slot/0"]["slot"]["deferred_registrations"], "committed with the slot, for a successor"
+    h.complete_fence()
+    answered = _registered(h, 0)[-1]
+    assert answered.attempt == 2 and answered.renew_producer
+    released = h.of_type(SplitsReleased, messages=h.to(0))
+    assert "session-timeout" in [e.body.reason for e in released], "the silent attempt failed first"  # type: ignore[attr-defined]
+    assert "deferred_registrations" not in h.persisted["slot/0"]["slot"]
+
+
+def test_a_registration_waiting_for_a_fence_is_answered_by_a_successor_coordinator() -> None:
+    h = _three_readers_one_with_mixed_splits()
+    h.hold_fences = True
+    h.pass_time(1_200, alive=[1, 2])
+    h.register(0, restore=True)
+    h.restart_coordinator()  # the fence was under way: nobody will report it
+    answered = _registered(h, 0)[-1]
+    assert answered.attempt == 2 and answered.renew_producer
+
+
+def test_a_registration_soon_after_a_fence_renews_its_producer_and_a_later_one_does_not() -> None:
+    h = _three_readers_one_with_mixed_splits()
+    h.pass_time(1_200, alive=[1, 2])  # fenced and failed at once (the harness's default)
+    h.register(0, restore=True)
+    assert _registered(h, 0)[-1].renew_producer, "started within a session timeout of the fence"
+    h.pass_time(3_000, alive=[0, 1, 2])
+    h.register(0, restore=True)
+    assert not _registered(h, 0)[-1].renew_producer
 
 
 def test_checkpointed_splits_are_released_only_after_the_departure_timeout() -> None:

@@ -184,6 +184,9 @@ class CoordinatorCore(Generic[SplitT]):
         self._fencing: dict[int, int] = {}
         """subtask -> the silent attempt whose ``ReaderFence`` the host is carrying out. Not
         persisted: a successor gives live attempts a fresh session window and fences again."""
+        self._fenced_at_ms: dict[int, int] = {}
+        """subtask -> when its last fence was done: a registration within a session timeout
+        after it is told to renew its producer (it may have started it before the fence)."""
         self._context = _CoreContext(self)
         self._now_ms = 0
         # What changed since the host last persisted state (state_parts(only_changed=True)).
@@ -215,7 +218,15 @@ class CoordinatorCore(Generic[SplitT]):
                 slot.failed_at_ms = now_ms
                 self._touch(slot.subtask)
         self._enumerator_dirty = True
-        return self._step(now_ms, self.enumerator.start, "the enumerator's start")
+
+        def start_enumerator() -> None:
+            self.enumerator.start()
+            # A predecessor's fence may have been under way: none is now, so the
+            # registrations it held back are answered (told to renew their producers).
+            for slot in self.slots:
+                self._answer_deferred_registrations(slot, now_ms)
+
+        return self._step(now_ms, start_enumerator, "the enumerator's start")
 
     def on_message(self, env: Envelope, offset: int, now_ms: int) -> Effects:
         """One decoded record of the inbox topic, at ``offset``."""
@@ -592,9 +603,20 @@ class CoordinatorCore(Generic[SplitT]):
         elif isinstance(body, ReaderLeaving):
             self._on_leaving(slot, body)
 
-    def _register(self, slot: SubtaskSlot, body: ReaderRegistration, now_ms: int) -> None:
-        """Semantics 1: next attempt, fence the previous one, ReaderRegistered, then add_reader."""
+    def _register(self, slot: SubtaskSlot, body: ReaderRegistration, now_ms: int, renew_producer: bool = False) -> None:
+        """Semantics 1: next attempt, fence the previous one, ReaderRegistered, then add_reader.
+        While the subtask's transactional id is being fenced, the registration waits for the
+        fence: the process registering may have started its producer just before it."""
         s = slot.subtask
+        if s in self._fencing:
+            slot.deferred_registrations.append(body.to_json())
+            self._touch(s)
+            log.info("subtask %d: a registration from %s waits for the fence under way", s, body.location or "?")
+            return
+        fenced_at = self._fenced_at_ms.get(s)
+        renew_producer = renew_producer or (
+            fenced_at is not None and now_ms - fenced_at <= self.config.session_timeout_ms
+        )
         if body.definition is not None and self.definition is not None:
             given = SourceDefinition.from_json(body.definition)
             if given.fingerprint != self.definition.fingerprint:
@@ -618,7 +640,9 @@ class CoordinatorCore(Generic[SplitT]):
         slot.reported_splits = list(body.reported_splits)
         kept = self._reported_splits_kept(slot, body)
         dropped = [split["split_id"] for split in body.reported_splits if split["split_id"] not in kept]
-        registered = ReaderRegistered(incarnation=body.incarnation, attempt=slot.attempt, dropped_split_ids=dropped)
+        registered = ReaderRegistered(
+            incarnation=body.incarnation, attempt=slot.attempt, dropped_split_ids=dropped, renew_producer=renew_producer
+        )
         for piece in body_in_pieces(registered, self.config.max_message_bytes):
             self._send(s, slot.attempt, piece)
         log.info("subtask %d registered as attempt %d from %s", s, slot.attempt, body.location or "?")
@@ -823,12 +847,24 @@ class CoordinatorCore(Generic[SplitT]):
     def _after_fence(self, subtask: int, attempt: int, now_ms: int) -> None:
         if self._fencing.get(subtask) == attempt:
             del self._fencing[subtask]
-        slot = self.slots[subtask] if 0 <= subtask < len(self.slots) else None
-        if slot is None or not slot.live or slot.attempt != attempt:
-            return  # another registration of the subtask failed it meanwhile
-        # Failed even if it spoke meanwhile (a process that got the CPU back): its producer
-        # is fenced, so nothing it read since its last checkpoint can commit.
-        self._fail_attempt(slot, ReleaseReason.SESSION_TIMEOUT, now_ms)
+        if not 0 <= subtask < len(self.slots):
+            return
+        self._fenced_at_ms[subtask] = now_ms
+        slot = self.slots[subtask]
+        if slot.live and slot.attempt == attempt:
+            # Failed even if it spoke meanwhile (a process that got the CPU back): its
+            # producer is fenced, so nothing it read since its last checkpoint can commit.
+            self._fail_attempt(slot, ReleaseReason.SESSION_TIMEOUT, now_ms)
+        self._answer_deferred_registrations(slot, now_ms)
+
+    def _answer_deferred_registrations(self, slot: SubtaskSlot, now_ms: int) -> None:
+        """The registrations held back while the fence ran, in the order read. Each reader
+        is told to renew its producer: the fence may have come after it started it."""
+        deferred, slot.deferred_registrations = slot.deferred_registrations, []
+        if deferred:
+            self._touch(slot.subtask)
+        for body in deferred:
+            self._register(slot, ReaderRegistration(**body), now_ms, renew_producer=True)
 
     def _drop_releases(self, slot: SubtaskSlot) -> None:
         """The attempt that was asked to give splits back is over: the requests die with it

@@ -49,6 +49,9 @@ class SubtaskSlot:
     pieces: Assembly = field(default_factory=Assembly)
     """The subtask's records still arriving in pieces (v6): committed with the slot, so a
     successor goes on assembling them."""
+    deferred_registrations: list[dict[str, Any]] = field(default_factory=list)
+    """Registrations (their bodies' JSON) read while the subtask's transactional id was
+    being fenced, in the order read: answered once the fence is done."""
 
     @property
     def live(self) -> bool:
@@ -58,7 +61,7 @@ class SubtaskSlot:
         return self.reserved_for is not None and now_ms < self.reserved_until_ms
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "state": self.state.value,
             "attempt": self.attempt,
             "incarnation": self.incarnation,
@@ -73,6 +76,9 @@ class SubtaskSlot:
             "reserved_until_ms": self.reserved_until_ms,
             "pieces": self.pieces.to_json(),
         }
+        if self.deferred_registrations:  # rare: not a key in every slot of a large source
+            data["deferred_registrations"] = self.deferred_registrations
+        return data
 
     @classmethod
     def from_json(cls, subtask: int, data: Mapping[str, Any]) -> SubtaskSlot:
@@ -91,6 +97,7 @@ class SubtaskSlot:
             reserved_for=data.get("reserved_for"),
             reserved_until_ms=data.get("reserved_until_ms", 0),
             pieces=Assembly(data.get("pieces")),
+            deferred_registrations=list(data.get("deferred_registrations", [])),
         )
 
 

@@ -186,11 +186,16 @@ class ReaderRegistered(Body):
     to this subtask (they departed to another one, or were never acknowledged)."""
 
     TYPE = "ReaderRegistered"
-    ONLY_WHEN_SET = PIECE_FIELDS
+    ONLY_WHEN_SET = PIECE_FIELDS | {"renew_producer"}
     DIRECTION = Direction.TO_READER
     incarnation: str
     attempt: int
     dropped_split_ids: list[str] = field(default_factory=list)
+    renew_producer: bool = False
+    """v7, set only when true: the coordinator fenced the subtask's transactional id around
+    the time this reader started, so its producer may be fenced: it starts a new one before
+    its first transaction (docs/protocol.md, "A reader paused past its session timeout").
+    A reader that ignores it learns the same from its first failed transaction."""
     piece: int = 0
     """v6: which piece of the record this is (0, 1, 2 ...; protocol/pieces.py)."""
     more: bool = False

@@ -54,7 +54,7 @@ from sluicegate.protocol.codec import encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionRefusedError, SourceDefinition
 from sluicegate.protocol.event_time import event_time_text
-from sluicegate.protocol.messages import Body, ReaderLeaving
+from sluicegate.protocol.messages import Body, ReaderLeaving, ReaderRegistered
 from sluicegate.protocol.names import reader_transactional_id, validate_namespace, validate_source
 from sluicegate.protocol.pieces import body_in_pieces
 from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
@@ -666,6 +666,12 @@ class ReaderHost:
             return True
         if isinstance(outcome, Registered):
             self.stats.registrations += 1
+            if isinstance(record.env.body, ReaderRegistered) and record.env.body.renew_producer:
+                # The coordinator fenced this subtask's id around our start: nothing is written
+                # yet in this attempt, so a new producer costs one round trip and no rewind.
+                log.info("the coordinator fenced this subtask's transactional id as it started: new producer")
+                self._txn_.fenced()
+                await self._txn_.renew()
             self._registration_sent_s = None
             self.channel.contact()
             self._finished_idle = False
