@@ -309,13 +309,18 @@ class CoordinatorCore(Generic[SplitT]):
         """Time passes: session timeouts (3), departures (3), watermark announcements (5)."""
         return self._step(now_ms, lambda: self._on_tick(now_ms), "a clock tick")
 
-    def reader_fenced(self, subtask: int, attempt: int, now_ms: int) -> Effects:
+    def reader_fenced(self, subtask: int, attempt: int, now_ms: int, refused: bool = False) -> Effects:
         """The host did what a ``ReaderFence`` asked: the subtask's transactional id is
-        fenced and every inbox record committed before the fence is applied. The attempt,
-        if still the subtask's live one, fails (semantics 3)."""
-        return self._step(
-            now_ms, lambda: self._after_fence(subtask, attempt, now_ms), f"the fence of subtask {subtask}"
-        )
+        fenced and every inbox record committed before the fence is applied (``refused``:
+        the broker refused the fence, and the attempt fails unfenced). The attempt, if
+        still the subtask's live one, fails (semantics 3)."""
+
+        def after_fence() -> None:
+            if refused:
+                self.metrics.counter("reader_fences_refused")
+            self._after_fence(subtask, attempt, now_ms)
+
+        return self._step(now_ms, after_fence, f"the fence of subtask {subtask}")
 
     def on_async_result(self, call_id: int, result: Any, error: BaseException | None, now_ms: int) -> Effects:
         handler = self._async_handlers.get(call_id)

@@ -228,11 +228,11 @@ class SourceRunner:
         """Fences the steps asked for, to start on the loop (``_start_fences``)."""
         self._fencing: set[asyncio.Task[None]] = set()
         self._fence_slots = asyncio.Semaphore(CONCURRENT_FENCES)
-        self._fences_done: list[ReaderFence] = []
-        """Fenced: the inbox's stable end is still to be looked up (``_complete_fences``)."""
-        self._fences_reading: list[tuple[int, ReaderFence]] = []
-        """(the inbox's stable end after the fence, the fence): the core hears of it once
-        the loop has read that far."""
+        self._fences_done: list[tuple[ReaderFence, bool]] = []
+        """(fence, refused) done: the inbox's stable end is still to be looked up."""
+        self._fences_reading: list[tuple[int, ReaderFence, bool]] = []
+        """(the inbox's stable end after the fence, the fence, refused): the core hears of
+        it once the loop has read that far (``_complete_fences``)."""
 
     @property
     def source(self) -> str:
@@ -437,14 +437,14 @@ class SourceRunner:
         coordinator's principal lacks the ACL), the attempt fails unfenced, as before
         fences, and the operator is told what to grant."""
         tid = reader_transactional_id(self.namespace, self.source, fence.subtask)
+        refused = False
         async with self._fence_slots:
             while True:
                 try:
                     await self._log.fence_reader(tid)
                     break
                 except ReaderFenceRefusedError as exc:
-                    assert self.core is not None
-                    self.core.metrics.counter("reader_fences_refused")
+                    refused = True
                     log.error(
                         "source %s: could not fence the silent reader of subtask %d (%s): its splits move on "
                         "unfenced, and if it was only paused it may write them again. Allow the coordinator's "
@@ -465,26 +465,26 @@ class SourceRunner:
                         FENCE_RETRY_S,
                     )
                     await asyncio.sleep(FENCE_RETRY_S)
-        self._fences_done.append(fence)
+        self._fences_done.append((fence, refused))
 
     async def _complete_fences(self) -> None:
         """A fence done, the inbox's stable end is looked up; once the loop has read up to
         it, every checkpoint the fenced reader committed is applied, and the core decides."""
         if self._fences_done:
             end = await self._log.stable_end()
-            self._fences_reading += [(end, fence) for fence in self._fences_done]
+            self._fences_reading += [(end, fence, refused) for fence, refused in self._fences_done]
             self._fences_done = []
         if not self._fences_reading:
             return
         position = (await self._log.behind()).position
-        ready = [fence for end, fence in self._fences_reading if position >= end]
+        ready = [(fence, refused) for end, fence, refused in self._fences_reading if end <= position]
         if not ready:
             return
-        self._fences_reading = [(end, fence) for end, fence in self._fences_reading if position < end]
+        self._fences_reading = [entry for entry in self._fences_reading if entry[0] > position]
         assert self.core is not None
         core, now_ms = self.core, self._clock.wall_ms()
-        for fence in ready:
-            await self._step(functools.partial(core.reader_fenced, fence.subtask, fence.attempt, now_ms))
+        for fence, refused in ready:
+            await self._step(functools.partial(core.reader_fenced, fence.subtask, fence.attempt, now_ms, refused))
 
     def _apply(self, records: list[InboxRecord], start: int) -> int:
         """Feed ``records[start:]`` to the core (on the step thread) until that much waits
