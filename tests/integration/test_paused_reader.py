@@ -12,18 +12,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from kafka_data import (
-    BackgroundWriter,
-    DataWriter,
-    OutputReader,
-    audit_ok,
-    check_exactly_once,
-    create_topic,
-    kafka_options,
-    procs,
-    start_coordinator,
-    start_reader,
-)
+from kafka_data import LiveCopy, OutputReader, audit_ok, procs, start_reader
 from processes import Proc, ProcessGroup
 
 __all__ = ["procs"]  # the fixture
@@ -44,37 +33,26 @@ timed out: the test pauses again, at most this often, until the coordinator fenc
 def test_a_reader_paused_past_its_session_timeout_is_fenced_and_writes_nothing_twice(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
 ) -> None:
-    source, data, out = unique_source, f"{unique_source}.in", f"{unique_source}.out"
-    create_topic(kafka_bootstrap, data, PARTITIONS)
-    create_topic(kafka_bootstrap, out, 4)
-    writer = DataWriter(kafka_bootstrap, data, PARTITIONS)
-    options = kafka_options(kafka_bootstrap, topics=data)
+    source = unique_source
     timeouts = ("--session-timeout-ms", str(SESSION_MS), "--reader-departure-timeout-ms", str(DEPARTURE_MS))
-    coordinator = start_coordinator(procs, source, 2, options, *timeouts)
-    background = BackgroundWriter(writer)
-    output = OutputReader(kafka_bootstrap, out)
+    copy = LiveCopy(procs, kafka_bootstrap, source, slots=2, partitions=PARTITIONS, coordinator_args=timeouts)
     try:
-        readers = [start_reader(procs, source, k, options, out) for k in range(2)]
+        readers = [start_reader(procs, source, k, copy.options, copy.out) for k in range(2)]
         for reader in readers:
             reader.wait_for_log("owning 2", timeout_s=60)
         paused = readers[0]
         for _ in range(PAUSES):
-            pause_past_the_session_timeout(paused, output, readers)
-            if coordinator.lines_with(FENCING):
+            pause_past_the_session_timeout(paused, copy.output, readers)
+            if copy.coordinator.lines_with(FENCING):
                 break
-        assert coordinator.lines_with(FENCING), coordinator.tail()
+        assert copy.coordinator.lines_with(FENCING), copy.coordinator.tail()
         paused.wait_for_log("the coordinator timed this reader out", timeout_s=30)
         registered_again(paused, timeout_s=30)
-        expected = background.stop()
-        output.wait_for(len(expected), 60, readers, "(waiting for the copy to catch up)")
-        time.sleep(1.5)  # a late duplicate would show
-        output.read_all()
-        check_exactly_once(output.rows, expected)
+        copy.finish(readers)
         for reader in readers:
             assert reader.returncode is None, f"{reader.name} exited with {reader.returncode}:\n{reader.tail()}"
     finally:
-        output.close()
-        background.stop()
+        copy.close()
     summary = audit_ok(kafka_bootstrap, source)
     assert summary.released_by_reason.get("departed", 0) >= 1, "the paused reader's splits moved to the other"
 

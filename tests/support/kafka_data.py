@@ -473,11 +473,20 @@ KILLS = 5
 class LiveCopy:
     """A topic that a producer writes all along (``partitions`` partitions, 200 records
     each first), a coordinator of ``slots`` subtasks for a kafka source over it (its
-    assigner's grace delay ``grace_ms``), and OUT (4 partitions), read as readers copy
-    into it. ``finish`` checks the copy; ``close`` in a ``finally``."""
+    assigner's grace delay ``grace_ms``, if given; ``coordinator_args`` added to its command
+    line), and OUT (4 partitions), read as readers copy into it. ``finish`` checks the copy;
+    ``close`` in a ``finally``."""
 
     def __init__(
-        self, procs: ProcessGroup, bootstrap: str, source: str, *, slots: int, partitions: int, grace_ms: int
+        self,
+        procs: ProcessGroup,
+        bootstrap: str,
+        source: str,
+        *,
+        slots: int,
+        partitions: int,
+        grace_ms: int | None = None,
+        coordinator_args: Sequence[str] = (),
     ) -> None:
         self.data, self.out = f"{source}.in", f"{source}.out"
         create_topic(bootstrap, self.data, partitions)
@@ -485,8 +494,9 @@ class LiveCopy:
         writer = DataWriter(bootstrap, self.data, partitions)
         writer.produce(200)
         writer.flush()
-        self.options = kafka_options(bootstrap, topics=self.data, assignment_grace_ms=str(grace_ms))
-        self.coordinator = start_coordinator(procs, source, slots, self.options)
+        grace = {} if grace_ms is None else {"assignment_grace_ms": str(grace_ms)}
+        self.options = kafka_options(bootstrap, topics=self.data, **grace)
+        self.coordinator = start_coordinator(procs, source, slots, self.options, *coordinator_args)
         self.background = BackgroundWriter(writer)
         self.output = OutputReader(bootstrap, self.out)
 
