@@ -28,6 +28,7 @@ from sluicegate.protocol.messages import (
     SplitsReleased,
     envelope,
 )
+from sluicegate.protocol.names import reader_transactional_id
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.testing.memory_log import FencedTransactionError, MemoryCoordinatorLog, MemoryLogBroker
 
@@ -140,7 +141,7 @@ async def test_a_readers_aborted_transaction_is_never_read_and_what_follows_is()
         await runner.stop()
 
 
-READER_0 = "sluicegate.orders.reader-0"
+READER_0 = reader_transactional_id("sluicegate", SOURCE, 0)
 
 
 def checkpoint_all(broker: MemoryLogBroker, transactional: bool = False) -> None:

@@ -670,7 +670,6 @@ class ReaderHost:
                 # The coordinator fenced this subtask's id around our start: nothing is written
                 # yet in this attempt, so a new producer costs one round trip and no rewind.
                 log.info("the coordinator fenced this subtask's transactional id as it started: new producer")
-                self._txn_.fenced()
                 await self._txn_.renew()
             self._registration_sent_s = None
             self.channel.contact()
@@ -867,7 +866,6 @@ class ReaderHost:
             "process paused or short of CPU?) and fenced its producer; going on from its last checkpoint with a "
             "new one"
         )
-        self._txn_.fenced()
         await self._txn_.renew()
 
     async def _after_producer_fenced(self, exc: ReaderTakenOver) -> None:
