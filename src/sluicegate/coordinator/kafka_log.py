@@ -33,10 +33,13 @@ from sluicegate.coordinator.log import (
     StateRecord,
 )
 from sluicegate.coordinator.state_store import READ_RECORD_MAX_BYTES
-from sluicegate.kafka.clients import control_consumer, security_settings
+from sluicegate.kafka.clients import control_consumer, security_settings, transactional_producer
 from sluicegate.kafka.compacted import read_all
 from sluicegate.kafka.startup_noise import quiet_fencing_leftovers
 from sluicegate.protocol.topics import ControlTopics
+
+FENCE_TRANSACTION_TIMEOUT_MS = 60_000
+"""The fencing producer's transaction timeout (Kafka's default): it opens no transaction."""
 
 
 class KafkaCoordinatorLog(CoordinatorLog):
@@ -133,12 +136,12 @@ class KafkaCoordinatorLog(CoordinatorLog):
         # InitProducerId completes a commit in progress and aborts an open transaction
         # before it answers (the broker answers CONCURRENT_TRANSACTIONS meanwhile and the
         # client retries), so once start() returns the id has nothing in flight.
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
+        producer = transactional_producer(
+            self.bootstrap,
+            transactional_id,
+            # It opens no transaction; the reader's next producer sets its own timeout.
+            transaction_timeout_ms=FENCE_TRANSACTION_TIMEOUT_MS,
             client_id=f"{self.transactional_id}.fence",
-            transactional_id=transactional_id,
-            enable_idempotence=True,
-            **security_settings(),
         )
         try:
             await producer.start()

@@ -57,11 +57,13 @@ def transactional_producer(
     transactional_id: str,
     transaction_timeout_ms: int,
     security: KafkaSecurity | None = None,
+    client_id: str | None = None,
 ) -> AIOKafkaProducer:
-    """Starting it (init_transactions) fences any earlier producer of ``transactional_id``."""
+    """Starting it (init_transactions) fences any earlier producer of ``transactional_id``.
+    ``client_id``: who it is in the broker's logs (default: ``<transactional_id>.txn``)."""
     return AIOKafkaProducer(
         bootstrap_servers=bootstrap_servers,
-        client_id=f"{transactional_id}.txn",
+        client_id=client_id or f"{transactional_id}.txn",
         transactional_id=transactional_id,
         enable_idempotence=True,
         acks="all",
