@@ -25,9 +25,11 @@ topic (module fixture); each reads it as a source of its own:
 5. cooperative rebalancing: a running query holds every partition until sluicegate
    readers join for the other slots; the partitions of their slots move to them at a
    batch boundary, and the query's rows and the readers' ``kafka:OUT`` hold every
-   record once.
+   record once;
+6. the whole query SIGSTOPped past a deployed coordinator's session timeout, then
+   SIGCONTed: its subtasks are timed out, register again and read on, every row once.
 
-Tests 2 and 3 read the first half of each partition (``stopping_offsets`` as a JSON
+Tests 2, 3 and 6 read the first half of each partition (``stopping_offsets`` as a JSON
 map). Test 2's queries (a process of their own) read with the confluent-kafka read path
 (``SLUICEGATE_KAFKA_READ_PATH=python``), the others with the default one (the native
 reader where it is built): both read paths run under Spark, with no extra Spark run
@@ -605,6 +607,58 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
     assert sum(reported) > 0, second.tail(60)
     check_parquet(tmp_path / "out", first_half)
     assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
+
+
+PAUSED_SESSION_MS = 3_000
+PAUSED_DEPARTURE_MS = 2_000
+DRIVER_PAUSE_S = (PAUSED_SESSION_MS + PAUSED_DEPARTURE_MS) / 1000 + 3.0
+"""Long enough for the coordinator to time the query's subtasks out and release their
+splits; shorter than the driver's own session timeout (10 s), past which it would fence
+itself rather than learn of its failure from the coordinator."""
+
+
+def test_a_driver_paused_past_its_session_timeout_plans_nothing_twice(
+    procs: ProcessGroup, first_half: Expected, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    """The whole query (its JVM and Python workers) SIGSTOPped mid-run past the session
+    timeout of a deployed coordinator, then SIGCONTed: the coordinator fails the query's
+    attempts, their splits depart and come back to the driver, which registers again and
+    plans them under new identities. The output is exact and the audit clean.
+
+    Where Spark's offset log holds an offset whose ack never arrived (the pause landed
+    between the two), the splits come back at older positions than the query planned; the
+    next offset must start them where the query had planned (spark/offsets.py). That
+    window is a few ms here, so tests/unit/test_spark_driver_memory.py covers it
+    deterministically (``test_a_timed_out_query_reads_nothing_twice_...``)."""
+    options = connector_options(first_half.topic, kafka_bootstrap, stop_at(first_half))
+    timeouts = (
+        "--session-timeout-ms",
+        str(PAUSED_SESSION_MS),
+        "--reader-departure-timeout-ms",
+        str(PAUSED_DEPARTURE_MS),
+    )
+    coordinator = kafka_coordinator(procs, unique_source, options, *timeouts)
+    job = start_job(procs, "job", unique_source, options, tmp_path)
+    deadline = time.monotonic() + 180
+    while job_rows(job) < first_half.rows // 4:
+        assert job.popen.poll() is None, f"the job ended early:\n{job.tail(40)}"
+        assert time.monotonic() < deadline, f"the job made no progress:\n{job.tail(40)}"
+        time.sleep(0.2)
+    time.sleep(random.uniform(0.0, 1.5))  # land anywhere in a batch
+    job.pause(group=True)
+    try:
+        time.sleep(DRIVER_PAUSE_S)
+    finally:
+        job.resume(group=True)
+    assert not job.lines_with("DONE"), "the job ended before it was paused"
+    assert coordinator.lines_with("fencing it before its splits move"), coordinator.tail(60)
+
+    assert job.wait(300) == 0, job.tail(60)
+    assert job.lines_with("DONE") and job_rows(job) == first_half.rows, job.tail(20)
+    assert re.search(r"subtask \d+ fenced \(", job.log()), job.tail(60)
+    check_parquet(tmp_path / "out", first_half)
+    result = assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
+    assert result.summary.released_by_reason.get("departed", 0) >= 1, result.summary.released_by_reason
 
 
 def test_a_deployed_coordinator_takes_over_from_the_query_and_dies_and_the_query_ends_exactly_once(

@@ -209,6 +209,49 @@ def test_a_failed_attempt_registers_again_with_its_checkpoint(running: tuple[Spa
     assert driver.status().fenced == 1
 
 
+def test_a_timed_out_query_reads_nothing_twice_that_spark_planned_before_the_coordinator_heard(
+    running: tuple[SparkReaderDriver, Coordinator],
+) -> None:
+    """Spark wrote ``second`` to its offset log (its batch reads 10 of each split), but the
+    driver paused past its session timeout before the ack arrived: the coordinator gives
+    the splits back at the positions of ``first``. The next offset must start them where
+    ``second`` ended (Spark replays the batch up to there), not at ``first``."""
+    driver, coordinator = running
+    register_both(coordinator)
+    eventually(driver.all_active)
+    for s in (0, 1):
+        coordinator.send(s, AddSplits(seq=1, splits=[wire(2 * s), wire(2 * s + 1)]), attempt=1)
+    views = eventually(lambda: (v := driver.planning_state().views) and all(len(v[s].splits) == 2 for s in v) and v)
+    first = plan_next(SourceOffset(1), views, None, lambda o, base: base)  # the splits join
+    assert driver.acknowledge(first)
+    second = plan_next(first, views, None, lambda o, base: base + 10)  # planned, never acknowledged
+
+    for s in (0, 1):
+        coordinator.send(s, SplitsReleased(reason="session-timeout", failed_attempt=1, split_ids=[]), attempt=1)
+    again = eventually(lambda: (r := coordinator.inbox(ReaderRegistration)[2:]) and len(r) == 2 and r)
+    for env in again:
+        coordinator.send(env.subtask, ReaderRegistered(body(env, ReaderRegistration).incarnation, 2, []), None)
+    eventually(driver.all_active)
+    # the enumerator assigns them again, to the other subtask, at their acknowledged positions
+    for s in (0, 1):
+        coordinator.send(s, AddSplits(seq=2, splits=[wire(2 * (1 - s)), wire(2 * (1 - s) + 1)]), attempt=2)
+    views = eventually(
+        lambda: (v := driver.planning_state().views) and all(len(v[s].splits) == 2 for s in v) and v, timeout_s=5
+    )
+    assert {o.split_id: o.assigned_pos for s in views for o in views[s].splits} == {
+        f"seq-0000{k}": k * 100 for k in range(4)
+    }
+    third = plan_next(second, views, None, lambda o, base: base + 10)
+    assert ranges_between(second, third) == {}  # new identities read nothing yet
+    assert {sid: e.pos for sub in third.subtasks.values() for sid, e in sub.splits.items()} == {
+        f"seq-0000{k}": k * 100 + 10 for k in range(4)
+    }
+    assert driver.acknowledge(third)
+    fourth = plan_next(third, driver.planning_state().views, None, lambda o, base: base + 10)
+    read = {r.split["split_id"]: (r.start, r.end) for ranges in ranges_between(third, fourth).values() for r in ranges}
+    assert read == {f"seq-0000{k}": (k * 100 + 10, k * 100 + 20) for k in range(4)}
+
+
 def test_registrations_are_exclusive_and_a_lasting_refusal_fails_the_query(
     running: tuple[SparkReaderDriver, Coordinator],
 ) -> None:

@@ -87,16 +87,24 @@ class Proc:
             self.popen.send_signal(signal.SIGKILL)
             self.popen.wait(10)
 
-    def pause(self) -> None:
+    def pause(self, group: bool = False) -> None:
         """SIGSTOP: the process keeps its connections and state and gets no CPU, as one
-        starved or frozen (a VM paused, a long GC) would."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGSTOP)
+        starved or frozen (a VM paused, a long GC) would. ``group``: everything it started
+        too (its session: a Spark job's JVM and Python workers)."""
+        self._signal(signal.SIGSTOP, group)
 
-    def resume(self) -> None:
-        """SIGCONT after ``pause``: it goes on where it stood."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGCONT)
+    def resume(self, group: bool = False) -> None:
+        """SIGCONT after ``pause`` (with the same ``group``): it goes on where it stood."""
+        self._signal(signal.SIGCONT, group)
+
+    def _signal(self, signum: signal.Signals, group: bool) -> None:
+        if self.popen.poll() is not None:
+            return
+        if group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signum)
+        else:
+            self.popen.send_signal(signum)
 
     def request_stop(self) -> None:
         """SIGTERM without waiting: a reader host stops gracefully (final checkpoint, ReaderLeaving)."""
