@@ -30,7 +30,7 @@ topic (module fixture); each reads it as a source of its own:
    SIGCONTed: its subtasks are timed out, register again and read on, every row once.
 
 Tests 2, 3 and 6 read the first half of each partition (``stopping_offsets`` as a JSON
-map). Test 2's queries (a process of their own) read with the confluent-kafka read path
+map). The queries of tests 2 and 6 (a process of their own) read with the confluent-kafka read path
 (``SLUICEGATE_KAFKA_READ_PATH=python``), the others with the default one (the native
 reader where it is built): both read paths run under Spark, with no extra Spark run
 (tests/integration/test_kafka_ranges.py compares the two row by row). Tests 1 and 2 also
