@@ -38,6 +38,9 @@ class LogHarness(ABC):
     reader_transactional_id: str
     """The transactional id of the open transaction ``write_inbox`` leaves."""
 
+    inbox_key = b"0"
+    """The key ``write_inbox`` writes with: subtask 0's."""
+
     @abstractmethod
     async def commit_inbox_transaction(self) -> bool:
         """Commit the open transaction; False when its producer was fenced."""
@@ -159,6 +162,23 @@ class LogContract:
             assert [r.value for r in records] == [b"before", b"after"], "the open transaction was aborted"
             assert records[0].offset < end <= records[1].offset
             assert not await harness.commit_inbox_transaction(), "the fenced producer cannot commit"
+        finally:
+            await log.close()
+
+    async def test_the_key_at_a_held_inbox_s_stable_end_is_the_open_transaction_s_first(
+        self, harness: LogHarness
+    ) -> None:
+        await harness.write_inbox([b"before"])
+        await harness.write_inbox([b"the ack of a reader killed before its commit"], in_open_transaction=True)
+        log = harness.incarnation()
+        try:
+            await log.fence()
+            await log.read_from(None)
+            await fetch_all(log, 1)
+            stable = await log.stable_end()
+            assert stable == 1
+            assert await log.key_written_at(stable) == harness.inbox_key
+            assert await log.key_written_at(stable + 1) is None, "nothing written there"
         finally:
             await log.close()
 

@@ -40,6 +40,9 @@ from sluicegate.protocol.topics import ControlTopics
 
 FENCE_TRANSACTION_TIMEOUT_MS = 60_000
 """The fencing producer's transaction timeout (Kafka's default): it opens no transaction."""
+KEY_LOOKUP_TIMEOUT_S = 5.0
+"""How long ``key_written_at`` waits for the record (a fetch from a fresh consumer takes a
+few round trips)."""
 
 
 class KafkaCoordinatorLog(CoordinatorLog):
@@ -150,6 +153,29 @@ class KafkaCoordinatorLog(CoordinatorLog):
         finally:
             with contextlib.suppress(Exception):
                 await producer.stop()
+
+    async def key_written_at(self, offset: int) -> bytes | None:
+        # Rare (once a session timeout while a transaction holds the inbox): a consumer of
+        # its own, so the inbox consumer's position and fetches stay as they are.
+        consumer = control_consumer(
+            self.bootstrap, f"{self.transactional_id}.holder", isolation_level="read_uncommitted"
+        )
+        await consumer.start()
+        try:
+            consumer.assign([self._inbox])
+            ends = await consumer.end_offsets([self._inbox])  # read_uncommitted: the high watermark
+            if not 0 <= offset < ends[self._inbox]:
+                return None
+            consumer.seek(self._inbox, offset)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + KEY_LOOKUP_TIMEOUT_S
+            while loop.time() < deadline:
+                batch = await consumer.getmany(self._inbox, timeout_ms=200, max_records=1)
+                for record in batch.get(self._inbox, []):
+                    return record.key if record.offset == offset else None
+            return None
+        finally:
+            await consumer.stop()
 
     async def mark_alive(self, key: bytes) -> None:
         if self._marker is None:

@@ -108,6 +108,13 @@ class CoordinatorLog(ABC):
         started before the call can commit again."""
 
     @abstractmethod
+    async def key_written_at(self, offset: int) -> bytes | None:
+        """The key of the inbox record at ``offset`` as it was written, committed or not
+        (read_uncommitted). At the last stable offset of an inbox that a transaction holds,
+        that is the first record of the transaction: its key names the subtask whose reader
+        opened it (open_transaction.py). None: no record there."""
+
+    @abstractmethod
     async def mark_alive(self, key: bytes) -> None: ...
 
     @abstractmethod

@@ -37,6 +37,9 @@ class ForwardingLog(CoordinatorLog):
     async def fence_reader(self, transactional_id: str) -> None:
         await self.inner.fence_reader(transactional_id)
 
+    async def key_written_at(self, offset: int) -> bytes | None:
+        return await self.inner.key_written_at(offset)
+
     async def mark_alive(self, key: bytes) -> None:
         await self.inner.mark_alive(key)
 

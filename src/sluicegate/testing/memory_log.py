@@ -194,6 +194,10 @@ class MemoryCoordinatorLog(CoordinatorLog):
     async def stable_end(self) -> int:
         return self.broker.stable
 
+    async def key_written_at(self, offset: int) -> bytes | None:
+        inbox = self.broker.inbox
+        return inbox[offset][0] if 0 <= offset < len(inbox) else None
+
     async def commit(self, records: Sequence[OutgoingRecord], state: Sequence[StateRecord]) -> None:
         broker = self.broker
         delay = broker.take_delay()
