@@ -52,11 +52,12 @@ from sluicegate.coordinator.log import (
     ReaderFenceRefusedError,
     StateRecord,
 )
+from sluicegate.coordinator.open_transaction import OpenTransactionWatch, end_open_transaction
 from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.silence import mark_due, reaffirm_due
 from sluicegate.coordinator.state_store import ALWAYS_WRITTEN, StateTooLargeError, StateWriter, restored_state
 from sluicegate.coordinator.step_thread import StepThread
-from sluicegate.coordinator.tick_gate import TickGate
+from sluicegate.coordinator.tick_gate import TickGate, blocked_at
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
 from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
@@ -146,6 +147,8 @@ class RunnerStats:
     last_commit_ms: float = 0.0
     """Duration of the last transaction, ms."""
     inbox_lag: int = 0
+    open_transactions_ended: int = 0
+    """Transactions that held the inbox for a session timeout, ended by fencing their reader."""
     started_at: float = field(default_factory=time.monotonic)
 
 
@@ -233,6 +236,9 @@ class SourceRunner:
         self._fences_reading: list[tuple[int, ReaderFence, bool]] = []
         """(the inbox's stable end after the fence, the fence, refused): the core hears of
         it once the loop has read that far (``_complete_fences``)."""
+        self._open_transaction = OpenTransactionWatch(settings.session_timeout_ms / 1000)
+        self._watching: asyncio.Task[None] | None = None
+        """The broker asked whether a transaction still holds the inbox (one at a time)."""
 
     @property
     def source(self) -> str:
@@ -372,7 +378,7 @@ class SourceRunner:
             # What this runner held becomes garbage now; frozen, its cycles would never be
             # freed. Every object is scanned again until the next runner's start freezes.
             gc.unfreeze()
-        for task in (self._reaffirming, self._marking, *self._fencing):
+        for task in (self._reaffirming, self._marking, self._watching, *self._fencing):
             if task is not None:
                 task.cancel()
         self._steps.close()
@@ -507,9 +513,30 @@ class SourceRunner:
         return effects
 
     async def _may_tick(self) -> bool:
-        """Whether to let time pass in the core now (tick_gate.py says when not)."""
+        """Whether to let time pass in the core now (tick_gate.py says when not); an inbox
+        that looks blocked is watched, so that a transaction holding it for a session
+        timeout is ended (open_transaction.py)."""
         inbox = await self._log.behind()
-        return self._tick_gate.may_tick(inbox.position, inbox.stable, inbox.high, self._clock.monotonic())
+        now_s = self._clock.monotonic()
+        blocked = blocked_at(inbox.position, inbox.stable, inbox.high)
+        if self._open_transaction.wants_check(blocked, now_s) and self._watching is None:
+            self._watching = asyncio.get_running_loop().create_task(self._watch_open_transaction())
+        return self._tick_gate.may_tick(inbox.position, inbox.stable, inbox.high, now_s)
+
+    async def _watch_open_transaction(self) -> None:
+        watch = self._open_transaction
+        try:
+            try:
+                stable: int | None = await self._log.stable_end()
+            except Exception:
+                stable = None  # the broker away: the holder cannot commit either
+            now_s = self._clock.monotonic()
+            due = watch.checked(stable, now_s)
+            held_s = watch.held_for_s(now_s)
+            if due is not None and await end_open_transaction(self._log, self.namespace, self.source, due, held_s):
+                self.stats.open_transactions_ended += 1
+        finally:
+            self._watching = None
 
     def _on_record(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
         assert self.core is not None

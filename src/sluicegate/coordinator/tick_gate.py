@@ -13,7 +13,8 @@ inbox, so a tick is held back while the inbox has records the core has not read:
   cleanup interval): ticking meanwhile failed every other reader.
 
 A coordinator held back for ``max_deferral_s`` ticks anyway, so a dead reader is not kept
-for ever. Brief transactions of live readers (a checkpoint's ack and commit) hold a tick
+for ever; one blocked for a session timeout ends the transaction itself first
+(open_transaction.py). Brief transactions of live readers (a checkpoint's ack and commit) hold a tick
 back by one tick interval at most.
 """
 
@@ -29,10 +30,18 @@ class TickGate:
 
     def may_tick(self, position: int, stable: int | None, high: int | None, now_s: float) -> bool:
         unread = stable is not None and position < stable
-        blocked = stable is not None and high is not None and position >= stable and high > stable
+        blocked = blocked_at(position, stable, high) is not None
         if not (unread or blocked):
             self._held_since = None
             return True
         if self._held_since is None:
             self._held_since = now_s
         return now_s - self._held_since >= self.max_deferral_s
+
+
+def blocked_at(position: int, stable: int | None, high: int | None) -> int | None:
+    """The last stable offset, where everything up to it is read and records lie past it:
+    an open transaction begins there and holds the rest back. None: the inbox is not blocked."""
+    if stable is not None and high is not None and position >= stable and high > stable:
+        return stable
+    return None

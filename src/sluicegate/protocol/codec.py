@@ -51,6 +51,13 @@ def encode_key(subtask: int) -> bytes:
     return str(subtask).encode()
 
 
+def decode_key(key: bytes | None) -> int | None:
+    """The subtask a record's key names; None for a key ``encode_key`` did not write."""
+    if key is None or not key.isdigit():
+        return None
+    return int(key)
+
+
 def _load_schema(relative: str) -> dict[str, Any]:
     text = resources.files("sluicegate_topics").joinpath("schemas", relative).read_text("utf-8")
     schema: dict[str, Any] = json.loads(text)
