@@ -51,12 +51,13 @@ async def test_live_readers_outlast_a_transaction_left_open_on_the_inbox_which_t
         inbox = ControlTopics.for_source(unique_source).coordinator
         await (await dead.send(inbox, b"an ack never committed", key=encode_key(1)))
         held_from = time.monotonic()
-        ending = f"fencing {holder} to end it"
-        while not coordinator.lines_with(ending):
+        ended = "ended the transaction that held the inbox"
+        while not coordinator.lines_with(ended):
             assert "fenced" not in reader.log(), f"a live reader was failed while the inbox was held:\n{reader.tail()}"
             assert time.monotonic() - held_from < 20.0, f"the transaction was not ended:\n{coordinator.tail()}"
             await asyncio.sleep(0.2)
         ended_after_s = time.monotonic() - held_from
+        assert coordinator.lines_with(f"fencing {holder} to end it"), coordinator.tail()
         with pytest.raises(KafkaError):  # its producer was fenced: the zombie cannot commit
             await dead.commit_transaction()
     finally:

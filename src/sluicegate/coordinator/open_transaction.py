@@ -134,4 +134,5 @@ async def end_open_transaction(
     except Exception as exc:
         log.warning("source %s: fencing %s failed (%r); trying again later", source, transactional_id, exc)
         return False
+    log.info("source %s: ended the transaction that held the inbox at offset %d", source, stable)
     return True
