@@ -14,8 +14,8 @@ inbox, so a tick is held back while the inbox has records the core has not read:
 
 A coordinator held back for ``max_deferral_s`` ticks anyway, so a dead reader is not kept
 for ever; one blocked for a session timeout ends the transaction itself first
-(open_transaction.py). Brief transactions of live readers (a checkpoint's ack and commit) hold a tick
-back by one tick interval at most.
+(open_transaction.py). Brief transactions of live readers (a checkpoint's ack and commit)
+hold a tick back by one tick interval at most.
 """
 
 from __future__ import annotations
