@@ -413,6 +413,14 @@ def test_a_registration_soon_after_a_fence_renews_its_producer_and_a_later_one_d
     assert not _registered(h, 0)[-1].renew_producer
 
 
+def test_an_ended_open_transaction_fails_nobody_and_a_registration_soon_after_renews_its_producer() -> None:
+    h = _three_readers_one_with_mixed_splits()
+    h.end_open_transaction(0)
+    assert not h.reader(0).failed and h.counters["open_transactions_ended"] == 1
+    h.register(0, restore=True)
+    assert _registered(h, 0)[-1].renew_producer, "started within a session timeout of the fence"
+
+
 def test_checkpointed_splits_are_released_only_after_the_departure_timeout() -> None:
     h = _three_readers_one_with_mixed_splits()
     h.pass_time(1_500, alive=[1, 2])  # subtask 0 fails

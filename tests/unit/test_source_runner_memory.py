@@ -215,6 +215,27 @@ async def test_a_refused_fence_is_counted_and_the_silent_reader_fails_all_the_sa
         await runner.stop()
 
 
+async def test_a_transaction_holding_the_inbox_is_ended_and_a_registration_after_it_renews_its_producer() -> None:
+    """Subtask 0's reader is killed between its ack and its commit; the coordinator ends the
+    transaction (open_transaction.py) and tells the core, so a reader of subtask 0 that
+    registers now starts a new producer first (the fence may have come after it started one)."""
+    broker = MemoryLogBroker()
+    runner = start(broker, source=silent_reader_source())
+    try:
+        register(broker, 0, "killed-mid-commit")
+        await until(lambda: len(assigned(broker)) == 3)
+        broker.begin_transaction(READER_0)
+        checkpoint_all(broker, transactional=True)
+        await until(lambda: broker.reader_fences[:1] == [READER_0])
+        assert broker.stable == len(broker.inbox), "the transaction was aborted"
+        await until(lambda: runner.core is not None and runner.core.metrics.counters["open_transactions_ended"] == 1)
+        register(broker, 0, "restarted")
+        await until(lambda: len(of_type(to_readers(broker), ReaderRegistered, 0)) == 2)
+        assert of_type(to_readers(broker), ReaderRegistered, 0)[-1].body.renew_producer  # type: ignore[attr-defined]
+    finally:
+        await runner.stop()
+
+
 async def test_a_coordinator_of_another_definition_is_refused_before_it_commits_anything() -> None:
     broker = MemoryLogBroker()
     first = start(broker, splits=4)

@@ -322,6 +322,19 @@ class CoordinatorCore(Generic[SplitT]):
 
         return self._step(now_ms, after_fence, f"the fence of subtask {subtask}")
 
+    def open_transaction_ended(self, subtask: int, now_ms: int) -> Effects:
+        """The host fenced the subtask's transactional id to end a transaction that held the
+        inbox (open_transaction.py). Nothing fails here: the attempt's fate is decided by what
+        the inbox holds, as for any attempt. A registration of the subtask within a session
+        timeout is told to renew its producer (the fence may have come after it started it)."""
+
+        def after_fence() -> None:
+            self.metrics.counter("open_transactions_ended")
+            if 0 <= subtask < len(self.slots):
+                self._fenced_at_ms[subtask] = now_ms
+
+        return self._step(now_ms, after_fence, f"the end of subtask {subtask}'s open transaction")
+
     def on_async_result(self, call_id: int, result: Any, error: BaseException | None, now_ms: int) -> Effects:
         handler = self._async_handlers.get(call_id)
         if handler is None:  # cancelled, or the enumerator closed

@@ -132,8 +132,6 @@ class _RunnerCollector(Collector):
                 low_watermark.add_metric([name], low)
             for event, value in sorted(core.metrics.counters.items()):
                 counters.add_metric([name, event], value)
-            # the runner's, not the core's: it ends such a transaction without a step
-            counters.add_metric([name, "open_transactions_ended"], runner.stats.open_transactions_ended)
             group = core.enumerator_metrics
             for event, count in sorted(group.counters.items()):
                 enumerator_events.add_metric([name, event], count)

@@ -12,9 +12,11 @@ coordinator ends the transaction itself: the record at the stable offset is the
 transaction's first, its key names the subtask, and fencing that subtask's transactional
 id (``CoordinatorLog.fence_reader``, as for a silent reader) makes the broker abort it. A
 live reader would have committed long before; if it was only slow, its commit fails and it
-restores its last checkpoint, which is always safe. The core is told nothing: it reads on
-and decides about the reader from what it finds, as for any reader (the reader's own
-heartbeats, if it is alive, were behind the transaction too).
+restores its last checkpoint, which is always safe. The core is told of the fence
+(``CoordinatorCore.open_transaction_ended``: a registration of the subtask soon after is
+told to renew its producer) but fails nobody for it: it reads on and decides about the
+reader from what it finds, as for any reader (the reader's own heartbeats, if it is alive,
+were behind the transaction too).
 
 The hold is timed from the broker's answers, not from the inbox consumer's figures: those
 are the last fetch's, and they stand still while the broker is away, when the holder cannot
@@ -88,15 +90,15 @@ class OpenTransactionWatch:
 
 async def end_open_transaction(
     coordinator_log: CoordinatorLog, namespace: str, source: str, stable: int, held_s: float
-) -> bool:
+) -> int | None:
     """Fence the transactional id of the reader whose transaction holds the inbox at
-    ``stable``; whether a fence went out. Never raises: what went wrong is logged, and the
+    ``stable``; the subtask fenced, or None. Never raises: what went wrong is logged, and the
     watch tries again later."""
     try:
         key = await coordinator_log.key_written_at(stable)
     except Exception as exc:
         log.warning("source %s: could not read the record holding the inbox at offset %d (%r)", source, stable, exc)
-        return False
+        return None
     subtask = decode_key(key)
     if subtask is None:
         log.warning(
@@ -107,7 +109,7 @@ async def end_open_transaction(
             held_s,
             key,
         )
-        return False
+        return None
     transactional_id = reader_transactional_id(namespace, source, subtask)
     log.warning(
         "source %s: the inbox has been held at offset %d for %.0f s by an open transaction of subtask %d's "
@@ -130,9 +132,9 @@ async def end_open_transaction(
             namespace,
             source,
         )
-        return False
+        return None
     except Exception as exc:
         log.warning("source %s: fencing %s failed (%r); trying again later", source, transactional_id, exc)
-        return False
+        return None
     log.info("source %s: ended the transaction that held the inbox at offset %d", source, stable)
-    return True
+    return subtask

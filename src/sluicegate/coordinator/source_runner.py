@@ -147,8 +147,6 @@ class RunnerStats:
     last_commit_ms: float = 0.0
     """Duration of the last transaction, ms."""
     inbox_lag: int = 0
-    open_transactions_ended: int = 0
-    """Transactions that held the inbox for a session timeout, ended by fencing their reader."""
     started_at: float = field(default_factory=time.monotonic)
 
 
@@ -532,9 +530,11 @@ class SourceRunner:
                 stable = None  # the broker away: the holder cannot commit either
             now_s = self._clock.monotonic()
             due = watch.checked(stable, now_s)
-            held_s = watch.held_for_s(now_s)
-            if due is not None and await end_open_transaction(self._log, self.namespace, self.source, due, held_s):
-                self.stats.open_transactions_ended += 1
+            if due is None:
+                return
+            ended = await end_open_transaction(self._log, self.namespace, self.source, due, watch.held_for_s(now_s))
+            if ended is not None and self.core is not None:
+                await self._step(functools.partial(self.core.open_transaction_ended, ended, self._clock.wall_ms()))
         finally:
             self._watching = None
 

@@ -398,6 +398,10 @@ class CoreHarness:
         self.fences.remove(fence)
         return self._collect(self.core.reader_fenced(fence.subtask, fence.attempt, self.now_ms))
 
+    def end_open_transaction(self, subtask: int) -> Effects:
+        """The host ended a transaction of ``subtask``'s reader that held the inbox."""
+        return self._collect(self.core.open_transaction_ended(subtask, self.now_ms))
+
     def _collect(self, effects: Effects) -> Effects:
         if self.hold_fences:
             self.fences += effects.fences
