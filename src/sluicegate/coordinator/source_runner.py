@@ -237,6 +237,8 @@ class SourceRunner:
         self._open_transaction = OpenTransactionWatch(settings.session_timeout_ms / 1000)
         self._watching: asyncio.Task[None] | None = None
         """The broker asked whether a transaction still holds the inbox (one at a time)."""
+        self._transactions_ended: list[int] = []
+        """Subtasks whose transaction holding the inbox was ended, for the loop to report."""
 
     @property
     def source(self) -> str:
@@ -408,6 +410,7 @@ class SourceRunner:
                 if await self._may_tick():
                     await self._step(functools.partial(core.tick, clock.wall_ms()))
             await self._complete_fences()
+            await self._report_ended_transactions()
             await self._commit()
             if self._finishing and await self._read_to_finish():
                 await self._commit(force=True)
@@ -533,10 +536,16 @@ class SourceRunner:
             if due is None:
                 return
             ended = await end_open_transaction(self._log, self.namespace, self.source, due, watch.held_for_s(now_s))
-            if ended is not None and self.core is not None:
-                await self._step(functools.partial(self.core.open_transaction_ended, ended, self._clock.wall_ms()))
+            if ended is not None:
+                self._transactions_ended.append(ended)  # the loop tells the core: it alone steps it
         finally:
             self._watching = None
+
+    async def _report_ended_transactions(self) -> None:
+        ended, self._transactions_ended = self._transactions_ended, []
+        assert self.core is not None
+        for subtask in ended:
+            await self._step(functools.partial(self.core.open_transaction_ended, subtask, self._clock.wall_ms()))
 
     def _on_record(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
         assert self.core is not None
