@@ -8,6 +8,8 @@
               dead letters, the changed state parts and the new inbox offset
     fences -> a reader silent past its session timeout: fence its transactional id,
               read the inbox to its stable end after that, then let the core fail it
+    held   -> a transaction holding the inbox for a session timeout: fence the
+              transactional id of the reader that opened it (open_transaction.py)
 
 The loop is the only place that knows this order; the log it runs over (log.py:
 Kafka in the product, kafka_log.py; a memory double in the unit tests) carries each
