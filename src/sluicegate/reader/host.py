@@ -890,7 +890,13 @@ class ReaderHost:
             await self._poll_control(IDLE_POLL_MS * 2)
             if self.stats.timed_out > timed_out:
                 return  # renewed and recovered (_after_timed_out)
-        log.warning("%s; it did not register after this one, so this one takes the subtask back", exc)
+        log.warning(
+            "the transactional id %s was fenced and no other process registered for subtask %d after this one "
+            "(a twin that started with it, or the coordinator ending a transaction of this reader that held its "
+            "inbox): this one takes the subtask back from its last checkpoint",
+            self.settings.transactional_id,
+            self.subtask,
+        )
         await self._txn_.renew()
         if self._session.phase is not Phase.CLOSED:
             self._session.self_fence("the transactional id was taken")
