@@ -402,6 +402,16 @@ def job_rows(proc: Proc) -> int:
     return int(found[-1]) if found else 0
 
 
+def wait_mid_run(job: Proc, rows: int) -> None:
+    """Until ``job`` has planned ``rows``, then a random moment more: anywhere in a batch."""
+    deadline = time.monotonic() + 180
+    while job_rows(job) < rows:
+        assert job.popen.poll() is None, f"the job ended early:\n{job.tail(40)}"
+        assert time.monotonic() < deadline, f"the job made no progress:\n{job.tail(40)}"
+        time.sleep(0.2)
+    time.sleep(random.uniform(0.0, 1.5))
+
+
 def job_main(argv: list[str] | None = None) -> int:
     """``python test_kafka_spark.py --source S --workdir DIR --options JSON
     --max-records-per-trigger N``: run the bounded query to its end, printing
@@ -586,12 +596,7 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
     options = connector_options(first_half.topic, kafka_bootstrap, stop_at(first_half))
     # no coordinator deployed: the driver coordinates the source itself, and dies with it
     first = start_job(procs, "job-1", unique_source, options, tmp_path, read_path)
-    deadline = time.monotonic() + 180
-    while job_rows(first) < first_half.rows // 4:
-        assert first.popen.poll() is None, f"the job ended early:\n{first.tail(40)}"
-        assert time.monotonic() < deadline, f"the job made no progress:\n{first.tail(40)}"
-        time.sleep(0.2)
-    time.sleep(random.uniform(0.0, 1.5))  # land anywhere in a batch
+    wait_mid_run(first, first_half.rows // 4)
     first.kill_group()
     assert not first.lines_with("DONE") and job_rows(first) < first_half.rows, "the job ended before it was killed"
     assert first.lines_with(f"source {unique_source}: this process coordinates it now"), first.tail(60)
@@ -639,12 +644,7 @@ def test_a_driver_paused_past_its_session_timeout_plans_nothing_twice(
     )
     coordinator = kafka_coordinator(procs, unique_source, options, *timeouts)
     job = start_job(procs, "job", unique_source, options, tmp_path)
-    deadline = time.monotonic() + 180
-    while job_rows(job) < first_half.rows // 4:
-        assert job.popen.poll() is None, f"the job ended early:\n{job.tail(40)}"
-        assert time.monotonic() < deadline, f"the job made no progress:\n{job.tail(40)}"
-        time.sleep(0.2)
-    time.sleep(random.uniform(0.0, 1.5))  # land anywhere in a batch
+    wait_mid_run(job, first_half.rows // 4)
     job.pause(group=True)
     try:
         time.sleep(DRIVER_PAUSE_S)
