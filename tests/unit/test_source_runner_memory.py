@@ -10,10 +10,13 @@ import gc
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from sluicegate.coordinator import silence
+from sluicegate.coordinator import metrics, silence
+from sluicegate.coordinator.metrics import exposition, source_snapshot
 from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 from sluicegate.coordinator.state_store import merge_records
@@ -323,6 +326,48 @@ async def test_a_step_longer_than_the_longest_is_a_stall_and_no_longer_recommitt
 
 
 ALIVE = f"{SOURCE}/alive".encode()
+
+
+def scraped(runner: SourceRunner) -> Any:
+    """What the endpoints read (metrics.SourceRunners): one worker serving ``runner``."""
+    return SimpleNamespace(settings=SimpleNamespace(sources=[runner.settings]), runners={SOURCE: runner})
+
+
+async def test_a_scrape_during_a_step_is_answered_after_it_with_the_core_and_never_half_way() -> None:
+    broker = MemoryLogBroker()
+    runner = start_slow(broker, add_reader_s=0.3)
+    try:
+        await until(lambda: runner.state is RunnerState.ACTIVE)
+        register(broker, 0, "a")
+        await until(lambda: runner.step_running_s() > 0)
+        page = (await exposition(scraped(runner))).decode()
+        # a scrape that came mid-step used to get none of the core's series: a busy
+        # coordinator's dashboard showed nothing. It waits, and sees the step's outcome.
+        assert f'sluicegate_registered_readers{{source="{SOURCE}"}} 1.0' in page, page
+        assert f'sluicegate_coordinator_epoch{{source="{SOURCE}"}}' in page
+        register(broker, 1, "b")
+        await until(lambda: runner.step_running_s() > 0)
+        snapshot = await source_snapshot(runner)  # /sources/{S}, the same way
+        assert snapshot["subtasks"][0]["state"] == "live", snapshot
+    finally:
+        await runner.stop()
+
+
+async def test_a_scrape_during_a_step_longer_than_its_wait_says_a_step_runs_and_leaves_the_core_out() -> None:
+    broker = MemoryLogBroker()
+    runner = start_slow(broker, add_reader_s=metrics.READ_WAIT_S + 1.0)
+    try:
+        await until(lambda: runner.state is RunnerState.ACTIVE)
+        register(broker, 0, "a")
+        await until(lambda: runner.step_running_s() > 0)
+        page = (await exposition(scraped(runner))).decode()
+        assert "sluicegate_registered_readers{" not in page, page
+        (running,) = [line for line in page.splitlines() if line.startswith("sluicegate_step_running_seconds{")]
+        assert float(running.split()[-1]) >= metrics.READ_WAIT_S
+        assert f'sluicegate_active_source{{source="{SOURCE}"}} 1.0' in page
+        assert "subtasks" not in await source_snapshot(runner)
+    finally:
+        await runner.stop()
 
 
 async def test_a_commit_the_broker_keeps_waiting_marks_the_coordinator_alive_outside_it() -> None:

@@ -2,12 +2,16 @@
 /sources/{S} (a JSON snapshot of one source's ownership, attempts and seq counters).
 
 The Prometheus collector reads the runners at scrape time, so nothing on the
-coordinator's hot path updates metrics.
+coordinator's hot path updates metrics. It reads a core on the core's step thread, between
+two steps (``SourceRunner.read_core``): never half-way through a step, and never missing
+the core because a step happened to be running when the scrape came.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import faust
@@ -15,6 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sluicegate.coordinator.core import CoordinatorCore
 from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
 
@@ -30,28 +35,53 @@ class SourceRunners(Protocol):
     def runners(self) -> Mapping[str, SourceRunner]: ...
 
 
-def source_snapshot(runner: SourceRunner) -> dict[str, Any]:
-    core = runner.core_at_rest  # None while a step changes it: the next request sees it
-    out: dict[str, Any] = {
-        "source": runner.source,
-        "state": runner.state.value,
-        "stats": vars(runner.stats),
-        "step_running_s": round(runner.step_running_s(), 3),
-    }
-    if core is None:
-        return out
-    out.update(
+READ_WAIT_S = 0.5
+"""How long a request waits for a running step to end before it is answered without the
+core: half of the shortest scrape timeout Prometheus has (1 s, at a 1 s interval)."""
+
+
+@dataclass(frozen=True)
+class CoreReading:
+    """What ``/metrics`` serves of one source's core, read between two steps."""
+
+    live_readers: int
+    owned_splits: int
+    epoch: int
+    inbox_offset: int | None
+    low_watermark: int | None
+    counters: dict[str, int]
+    enumerator_counters: dict[str, int]
+    enumerator_gauges: dict[str, float]
+
+
+def read_core(core: CoordinatorCore[Any]) -> CoreReading:
+    group = core.enumerator_metrics
+    return CoreReading(
+        live_readers=len(core.live_subtasks()),
+        owned_splits=core.tracker.total_owned(),
         epoch=core.epoch,
-        cseq=core.cseq,
         inbox_offset=core.inbox_offset,
         low_watermark=core.watermarks.state.low_watermark,
-        finished=core.is_finished(),
         counters=dict(core.metrics.counters),
-        enumerator_metrics={
+        enumerator_counters=dict(group.counters),
+        enumerator_gauges=dict(group.gauges),
+    )
+
+
+def core_snapshot(core: CoordinatorCore[Any]) -> dict[str, Any]:
+    """The core's part of ``/sources/{S}``."""
+    return {
+        "epoch": core.epoch,
+        "cseq": core.cseq,
+        "inbox_offset": core.inbox_offset,
+        "low_watermark": core.watermarks.state.low_watermark,
+        "finished": core.is_finished(),
+        "counters": dict(core.metrics.counters),
+        "enumerator_metrics": {
             "counters": dict(core.enumerator_metrics.counters),
             "gauges": dict(core.enumerator_metrics.gauges),
         },
-        subtasks=[
+        "subtasks": [
             {
                 "subtask": slot.subtask,
                 "state": slot.state.value,
@@ -65,13 +95,32 @@ def source_snapshot(runner: SourceRunner) -> dict[str, Any]:
             }
             for slot in core.slots
         ],
-    )
+    }
+
+
+async def source_snapshot(runner: SourceRunner) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "source": runner.source,
+        "state": runner.state.value,
+        "stats": vars(runner.stats),
+        "step_running_s": round(runner.step_running_s(), 3),
+    }
+    out.update(await runner.read_core(core_snapshot, READ_WAIT_S) or {})
     return out
 
 
+async def read_cores(runners: SourceRunners) -> dict[str, CoreReading]:
+    """Every runner's core, each read between two of its steps; a source whose step runs
+    past ``READ_WAIT_S`` is left out (``sluicegate_step_running_seconds`` says so)."""
+    names = sorted(runners.runners)
+    readings = await asyncio.gather(*(runners.runners[n].read_core(read_core, READ_WAIT_S) for n in names))
+    return {name: reading for name, reading in zip(names, readings, strict=True) if reading is not None}
+
+
 class _RunnerCollector(Collector):
-    def __init__(self, runners: SourceRunners) -> None:
+    def __init__(self, runners: SourceRunners, readings: Mapping[str, CoreReading]) -> None:
         self._runners = runners
+        self._readings = readings
 
     def collect(self) -> Iterator[Any]:
         labels = ["source"]
@@ -108,7 +157,7 @@ class _RunnerCollector(Collector):
         step = GaugeMetricFamily(
             "sluicegate_step_running_seconds",
             "How long the core's running step has run (0 between steps); the core's own series "
-            "are left out of a scrape while a step changes it",
+            f"are left out of a scrape while a step runs longer than {READ_WAIT_S} s",
             labels=labels,
         )
         for name in sorted(s.source for s in self._runners.settings.sources):
@@ -117,39 +166,42 @@ class _RunnerCollector(Collector):
             if runner is None:
                 continue
             step.add_metric([name], runner.step_running_s())
-            core = runner.core_at_rest
+            core = self._readings.get(name)
             if core is None:
                 continue
-            readers.add_metric([name], len(core.live_subtasks()))
-            assigned.add_metric([name], core.tracker.total_owned())
+            readers.add_metric([name], core.live_readers)
+            assigned.add_metric([name], core.owned_splits)
             epoch.add_metric([name], core.epoch)
             committed = runner.committed_offset
             lag.add_metric(
                 [name], 0 if core.inbox_offset is None or committed is None else core.inbox_offset - committed
             )
             commit.add_metric([name], runner.stats.last_commit_ms / 1000)
-            if (low := core.watermarks.state.low_watermark) is not None:  # a source without event time has none
-                low_watermark.add_metric([name], low)
-            for event, value in sorted(core.metrics.counters.items()):
+            if core.low_watermark is not None:  # a source without event time has none
+                low_watermark.add_metric([name], core.low_watermark)
+            for event, value in sorted(core.counters.items()):
                 counters.add_metric([name, event], value)
-            group = core.enumerator_metrics
-            for event, count in sorted(group.counters.items()):
+            for event, count in sorted(core.enumerator_counters.items()):
                 enumerator_events.add_metric([name, event], count)
-            for gauge, level in sorted(group.gauges.items()):
+            for gauge, level in sorted(core.enumerator_gauges.items()):
                 enumerator_gauges.add_metric([name, gauge], level)
         yield from (readers, assigned, epoch, lag, commit, active, low_watermark, step)
         yield from (counters, enumerator_events, enumerator_gauges)
 
 
+async def exposition(runners: SourceRunners) -> bytes:
+    """The ``/metrics`` page: the runners as they are now, each core read between two steps."""
+    registry = CollectorRegistry()
+    registry.register(_RunnerCollector(runners, await read_cores(runners)))
+    return generate_latest(registry)
+
+
 class CoordinatorMetrics:
     def __init__(self, runners: SourceRunners) -> None:
         self.runners = runners
-        self.registry = CollectorRegistry()
-        self.registry.register(_RunnerCollector(runners))
 
     def install(self, app: faust.App) -> None:
         runners = self.runners
-        registry = self.registry
 
         @app.page("/health")
         async def health(web: Any, request: Any) -> Any:
@@ -163,11 +215,11 @@ class CoordinatorMetrics:
 
         @app.page("/metrics")
         async def metrics(web: Any, request: Any) -> Any:
-            return web.bytes(generate_latest(registry), content_type="text/plain; version=0.0.4")
+            return web.bytes(await exposition(runners), content_type="text/plain; version=0.0.4")
 
         @app.page("/sources/{source}")
         async def source(web: Any, request: Any, source: str) -> Any:
             runner = runners.runners.get(source)
             if runner is None:
                 return web.json({"error": f"this worker is not the active coordinator of {source!r}"}, status=404)
-            return web.json(source_snapshot(runner))
+            return web.json(await source_snapshot(runner))

@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sluicegate.api.source import Source
 from sluicegate.connectors import load_source
@@ -69,6 +69,8 @@ from sluicegate.protocol.state_records import ALIVE_PART, state_key
 from sluicegate.protocol.topics import ControlTopics
 
 log = logging.getLogger("sluicegate.coordinator")
+
+T = TypeVar("T")
 
 INBOX_BATCH = 500
 COMMIT_BYTES = 8 * 1024 * 1024
@@ -255,6 +257,20 @@ class SourceRunner:
         """The core when no step is changing it; None while one runs (or before the
         start). What readers on the event loop (the endpoints, the logs) may look at."""
         return None if self._steps.busy_since is not None else self.core
+
+    async def read_core(self, read: Callable[[CoordinatorCore[Any]], T], wait_s: float) -> T | None:
+        """``read(core)`` on the step thread between two steps: what the endpoints serve. A
+        scrape that came while a step ran got none of the core's series before (a busy
+        coordinator's scrapes all missed them, and its dashboard showed nothing); now it waits
+        for the step to end. None before the core exists, once the runner stopped, or if the
+        step runs past ``wait_s`` (the read is dropped)."""
+        core = self.core
+        if core is None:
+            return None
+        try:
+            return await asyncio.wait_for(self._steps.between_steps(functools.partial(read, core)), wait_s)
+        except (TimeoutError, RuntimeError):  # RuntimeError: the step thread is shut down
+            return None
 
     def step_running_s(self) -> float:
         """How long the running step has run; 0 between steps."""

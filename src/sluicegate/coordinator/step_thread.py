@@ -6,8 +6,9 @@ step of seconds stopped everything else there: the Faust group's heartbeats (the
 was dropped from the group, and the source moved), the ``/metrics`` endpoint, and the
 commits that tell standbys this coordinator is alive (a standby took over in the middle of
 the step, and again in the successor's). Here steps run one at a time on one thread of
-their own while the loop goes on; the runner does not touch the core until a step is done,
-and the loop's readers of the core (the endpoints) look at ``busy_since`` first.
+their own while the loop goes on; the runner does not touch the core until a step is done.
+The endpoints read the core on the same thread, between two steps (``between_steps``); the
+loop's logs look at ``busy_since`` first.
 
 The GIL still runs one of the two at a time, but it switches every few milliseconds, which
 is all the loop needs.
@@ -69,6 +70,13 @@ class StepThread:
             raise
         finally:
             self.busy_since = None
+
+    async def between_steps(self, read: Callable[[], T]) -> T:
+        """``read()`` on the step thread after the steps given to it before and before any
+        given later: it sees the core between two steps, never half-way through one. It is
+        not a step: ``busy_since`` does not change. Cancelled before it started, it never
+        runs."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, read)
 
     def busy_for_s(self) -> float:
         """How long the running step has run; 0 between steps."""
