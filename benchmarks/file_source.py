@@ -57,6 +57,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from paired import paired_ratios, paired_text
+
 TARGET_RATIO = 1.0
 SIDES = ("native", "sluicegate", "sluicegate-jvm")
 JOBS = ("noop", "pruned", "windowed")
@@ -247,6 +251,14 @@ def one_run(spark: Any, run: FileRun, args: argparse.Namespace, data: Path, work
             stop_process(coordinator)
 
 
+def rates_by_repetition(runs: list[FileRun], job: str, side: str) -> dict[int, float]:
+    return {
+        r.repetition: r.steady_rate
+        for r in runs
+        if r.job == job and r.side == side and not r.error and r.steady_rate == r.steady_rate
+    }
+
+
 def report(runs: list[FileRun], args: argparse.Namespace) -> int:
     total = args.files * args.rows_per_file
     print(
@@ -274,6 +286,9 @@ def report(runs: list[FileRun], args: argparse.Namespace) -> int:
             if side != "native" and (job, "native") in medians and (job, side) in medians:
                 ratio = medians[(job, side)] / medians[(job, "native")]
                 print(f"{job}: {side} / native = {ratio:.2f} (target >= {TARGET_RATIO})")
+                pairs = paired_ratios(rates_by_repetition(runs, job, side), rates_by_repetition(runs, job, "native"))
+                if pairs:
+                    print(f"    paired by repetition: {paired_text(pairs)}")
     print("\nwhere a steady-state trigger's time goes, ms (median of the runs' medians, Spark's durationMs):")
     for job in args.jobs:
         for side in args.sides:

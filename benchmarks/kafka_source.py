@@ -88,6 +88,7 @@ from kafka_clients import (
     default_topic,
     fill_topic,
 )
+from paired import paired_ratios, paired_text
 
 from sluicegate.spark.task_slots import capped_parallelism, task_slots
 
@@ -710,6 +711,14 @@ def summaries(results: Sequence[Result], sides: Sequence[str], jobs: Sequence[st
     return out
 
 
+def rates_by_repetition(results: Sequence[Result], job: str, side: str) -> dict[int, float]:
+    return {
+        r.repetition: r.steady_rate
+        for r in results
+        if r.job == job and r.side == side and not r.error and r.steady_s > 0
+    }
+
+
 def report(results: list[Result], summary: list[Summary], args: argparse.Namespace) -> int:
     records = args.records
     size = record_bytes(args.value_bytes)
@@ -746,6 +755,12 @@ def report(results: list[Result], summary: list[Summary], args: argparse.Namespa
                     ratios.append(f"{ours.rows_per_s / native.rows_per_s:.2f}x {base}")
             if ratios:
                 print(f"{job}: {ours.side} = {', '.join(ratios)} (median steady rows/s, = MB/s ratio)")
+            for base in NATIVE_SIDES:
+                pairs = paired_text(
+                    paired_ratios(rates_by_repetition(results, job, ours.side), rates_by_repetition(results, job, base))
+                )
+                if pairs:
+                    print(f"    paired by repetition, / {base}: {pairs}")
     print_cpu_profile(summary)
     sg_runs = [r for r in results if r.side.startswith("sluicegate-") and r.workers]
     if sg_runs:
