@@ -255,7 +255,8 @@ class SourceRunner:
     @property
     def core_at_rest(self) -> CoordinatorCore[Any] | None:
         """The core when no step is changing it; None while one runs (or before the
-        start). What readers on the event loop (the endpoints, the logs) may look at."""
+        start). What the loop's own readers (its logs) may look at; the endpoints wait for
+        the step instead (``read_core``)."""
         return None if self._steps.busy_since is not None else self.core
 
     async def read_core(self, read: Callable[[CoordinatorCore[Any]], T], wait_s: float) -> T | None:
