@@ -23,6 +23,7 @@ from sluicegate.coordinator.silence import (
     liveness_interval_ms,
     mark_due,
     reaffirm_due,
+    start_mark_due,
 )
 from sluicegate.coordinator.source_runner import RunnerState, commit_due, with_keepalives
 from sluicegate.coordinator.takeover import poll_interval_s
@@ -222,3 +223,10 @@ def test_a_transaction_in_flight_is_marked_once_the_state_topic_stood_still_an_i
     assert mark_due(0.5, 0.5, 0.5)
     assert mark_due(LONGEST_COMMIT_S, 0.5, 0.5)
     assert not mark_due(LONGEST_COMMIT_S + 0.1, 9.0, 0.5), "a transaction that long is a stall: silence"
+
+
+def test_a_successor_starting_is_marked_at_once_and_every_interval_until_its_start_up_is_a_stall() -> None:
+    assert start_mark_due(0.0, 9.0, 0.5), "at once: the standbys' silence ran while the predecessor was silent"
+    assert not start_mark_due(2.0, 0.4, 0.5), "marked within the interval"
+    assert start_mark_due(2.0, 0.5, 0.5)
+    assert not start_mark_due(LONGEST_COMMIT_S + 0.1, 9.0, 0.5), "a start-up that long is a stall: silence"

@@ -394,6 +394,46 @@ async def test_a_commit_the_broker_keeps_waiting_marks_the_coordinator_alive_out
         await runner.stop()
 
 
+class SlowRestoreLog(MemoryCoordinatorLog):
+    """A log whose state takes ``restore_s`` to read, as a million splits' state does over Kafka."""
+
+    def __init__(self, broker: MemoryLogBroker, restore_s: float) -> None:
+        super().__init__(broker)
+        self.restore_s = restore_s
+
+    async def restore(self) -> list[tuple[bytes | None, bytes | None]]:
+        await asyncio.sleep(self.restore_s)
+        return await super().restore()
+
+
+async def test_a_successor_reading_its_state_for_seconds_marks_itself_alive_from_its_fence_on() -> None:
+    """A standby that took over was silent while it read a million splits' state (3 s in a CI
+    run): the worker it had fenced, now a standby itself, took the source back after the
+    silence, and the two fenced each other in turn."""
+    broker = MemoryLogBroker()
+    restore_s = 1.0
+    runner = SourceRunner(
+        settings(),
+        "memory",
+        "sluicegate",
+        tick_interval_ms=20,
+        log=SlowRestoreLog(broker, restore_s),
+        liveness_interval_ms=LIVENESS_MS,
+    )
+    runner.start()
+    try:
+        await until(lambda: broker.marks > 0, timeout_s=LIVENESS_MS / 1000)
+        assert runner.state is RunnerState.STARTING and not metas(broker), "marked before its first commit"
+        await until(lambda: runner.state is RunnerState.ACTIVE)
+        marks = broker.marks
+        interval_s = LIVENESS_MS / 1000
+        assert restore_s / interval_s - 2 <= marks <= restore_s / interval_s + 2, f"{marks} marks in {restore_s} s"
+        await asyncio.sleep(0.5)
+        assert broker.marks == marks, "none once it serves: its commits move the state topic"
+    finally:
+        await runner.stop()
+
+
 async def test_a_commit_waiting_longer_than_the_longest_is_a_stall_and_no_longer_marked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

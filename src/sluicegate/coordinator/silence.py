@@ -80,6 +80,15 @@ def mark_due(commit_running_s: float, since_moved_s: float, liveness_interval_s:
     return liveness_interval_s <= commit_running_s <= LONGEST_COMMIT_S and since_moved_s >= liveness_interval_s
 
 
+def start_mark_due(starting_s: float, since_moved_s: float, liveness_interval_s: float) -> bool:
+    """Whether a coordinator that has fenced its predecessor and is still starting (reading
+    and restoring the source's state, before its first commit) marks itself alive now: at
+    once, and then every liveness interval. Restoring a million splits reads and builds for
+    seconds, and a successor silent that long was taken over in turn by the worker it had
+    just fenced. A start-up past LONGEST_COMMIT_S is taken for a stall."""
+    return starting_s <= LONGEST_COMMIT_S and since_moved_s >= liveness_interval_s
+
+
 class Verdict(enum.Enum):
     WAIT = "wait"
     """Nothing seen yet, or the active coordinator committed recently."""

@@ -56,7 +56,7 @@ from sluicegate.coordinator.log import (
 )
 from sluicegate.coordinator.open_transaction import OpenTransactionWatch, end_open_transaction
 from sluicegate.coordinator.settings import SourceSettings
-from sluicegate.coordinator.silence import mark_due, reaffirm_due
+from sluicegate.coordinator.silence import mark_due, reaffirm_due, start_mark_due
 from sluicegate.coordinator.state_store import ALWAYS_WRITTEN, StateTooLargeError, StateWriter, restored_state
 from sluicegate.coordinator.step_thread import StepThread
 from sluicegate.coordinator.tick_gate import TickGate, blocked_at
@@ -204,6 +204,8 @@ class SourceRunner:
         self._commit_lock = asyncio.Lock()
         """One transaction at a time: the loop's commits and the re-affirming ones."""
         self._committing_since: float | None = None
+        self._starting_since: float | None = None
+        """When this runner fenced its predecessor, until its start-up's first commit."""
         """The clock's monotonic() when the transaction in flight began; None: none is."""
         self._last_mark = 0.0
         self._alive_key = state_key(settings.source, ALIVE_PART)
@@ -354,13 +356,19 @@ class SourceRunner:
     async def _start_up(self) -> None:
         source = self._make_source()
         await self._log.fence()
-        records = await self._log.restore()
-        self._last_meta = _last_meta(self.source, records)
-        core = await self._steps.run(functools.partial(self._restored_core, source, records))
-        self.core = core
-        await self._log.read_from(core.inbox_offset)
-        self._committed_offset = core.inbox_offset
-        await self._step(functools.partial(core.start, self._clock.wall_ms()))
+        # This worker coordinates the source from here on; until its first commit the
+        # marking task says so to the standbys (start_mark_due).
+        self._starting_since = self._clock.monotonic()
+        try:
+            records = await self._log.restore()
+            self._last_meta = _last_meta(self.source, records)
+            core = await self._steps.run(functools.partial(self._restored_core, source, records))
+            self.core = core
+            await self._log.read_from(core.inbox_offset)
+            self._committed_offset = core.inbox_offset
+            await self._step(functools.partial(core.start, self._clock.wall_ms()))
+        finally:
+            self._starting_since = None
         await self._commit(force=True)  # the new epoch is durable before anything else happens
         # The restored state is long-lived: keep the collector from rescanning it. Collect
         # first, or the garbage of an earlier incarnation in this process (a restart after a
@@ -700,32 +708,39 @@ class SourceRunner:
             )
 
     async def _mark_alive_while_committing(self, interval_s: float) -> None:
-        """While a transaction waits on the broker for a liveness interval, write a
-        tombstone of the ``alive`` part outside it, for the standbys watching (silence.py
-        ``mark_due``). A mark that fails is no harm: the next one is due at once."""
+        """While a transaction waits on the broker for a liveness interval, or the start-up
+        restores the state, write a tombstone of the ``alive`` part outside any transaction,
+        for the standbys watching (silence.py ``mark_due``, ``start_mark_due``). A mark that
+        fails is no harm: the next one is due at once."""
         warned_for: float | None = None
         while not self._fenced:  # a fenced runner has nobody to keep waiting
             await asyncio.sleep(interval_s / 4)
             now = self._clock.monotonic()
+            since_moved_s = now - max(self._last_commit, self._last_mark)
             since = self._committing_since
             committing_s = now - since if since is not None else 0.0
-            if not mark_due(committing_s, now - max(self._last_commit, self._last_mark), interval_s):
+            starting = self._starting_since
+            if not (
+                mark_due(committing_s, since_moved_s, interval_s)
+                or (starting is not None and start_mark_due(now - starting, since_moved_s, interval_s))
+            ):
                 continue
             try:
                 await self._log.mark_alive(self._alive_key)
             except Exception as exc:  # only standbys' patience depends on it, never the state
-                once = warned_for != since  # one warning per transaction, not one every interval
-                warned_for = since
+                episode = since if since is not None else starting
+                once = warned_for != episode  # one warning per transaction or start-up, not one every interval
+                warned_for = episode
                 log.log(
                     logging.WARNING if once else logging.DEBUG,
-                    "source %s: could not mark this coordinator alive while a transaction waits (%r)",
+                    "source %s: could not mark this coordinator alive while it starts or a transaction waits (%r)",
                     self.source,
                     exc,
                 )
                 continue
             self._last_mark = self._clock.monotonic()
             self.stats.marked_alive += 1
-            log.debug("source %s: a transaction has waited %.1f s; marked alive", self.source, committing_s)
+            log.debug("source %s: %s; marked alive", self.source, _why_marked(committing_s, starting, now))
 
     def _stop_if_fenced(self) -> None:
         """Step down after the step that a successor fenced: the steps after it could never
@@ -751,6 +766,12 @@ class SourceRunner:
             f"{counters['fenced_messages']} fenced, {self.stats.dead_letters} dead-lettered"
             + (", finished" if core.is_finished() else "")
         )
+
+
+def _why_marked(committing_s: float, starting_since: float | None, now: float) -> str:
+    if starting_since is not None:
+        return f"starting for {now - starting_since:.1f} s"
+    return f"a transaction has waited {committing_s:.1f} s"
 
 
 def _more_than_meta(source: str, records: Sequence[StateRecord]) -> bool:
