@@ -244,28 +244,39 @@ SLOW_CHECKPOINTS = ("--checkpoint-interval-ms", "4000", "--heartbeat-interval-ms
 def test_a_rebalance_cut_by_a_coordinator_kill_is_completed_by_its_successor(
     kafka_bootstrap: str, unique_source: str, procs: ProcessGroup
 ) -> None:
-    """Readers 0 and 1 own the 8 partitions and checkpoint every 4 s, so they answer a
-    ReleaseRequest seconds after it came. Readers 2 and 3 join, and the coordinator is
-    SIGKILLed as soon as its first ReleaseRequest is on the readers topic: the rebalance
-    was asked for and not answered. A successor restores what was asked and completes it:
-    each partition ends at its own slot, no split owned twice or left unowned (the
-    audit), OUT holds every input record once."""
+    """Readers 0 and 1 own the 8 partitions. Readers 2 and 3 join; from the moment the
+    first of them registered until the coordinator is killed, 0 and 1 are paused
+    (SIGSTOP, well within their session timeout), so that they answer nothing in between
+    (answering at their next checkpoint, up to 4 s later, lost the race under a loaded CI
+    machine). The coordinator is SIGKILLed as soon as its first ReleaseRequest is on the
+    readers topic: the rebalance was asked for and not answered. A successor restores what
+    was asked and completes it: each partition ends at its own slot, no split owned twice
+    or left unowned (the audit), OUT holds every input record once."""
     source = unique_source
     copy = LiveCopy(procs, kafka_bootstrap, source, slots=4, partitions=KAFKA_PARTITIONS, grace_ms=GRACE_MS)
     data, out, options = copy.data, copy.out, copy.options
     try:
         readers = registered([start_reader(procs, source, k, options, out, *SLOW_CHECKPOINTS) for k in (0, 1)])
         assert wait_owned(kafka_bootstrap, source, {0: 4, 1: 4}, readers) == {0, 1}
-        readers += registered([start_reader(procs, source, k, options, out) for k in (2, 3)])
-        deadline = time.monotonic() + SETTLE_S
-        # the rebalance of their joining (one of reader 1, if it registered after the grace
-        # delay, is over: each of 0 and 1 owned 4)
-        while not of_type(
-            split_at_first(kafka_readers_messages(kafka_bootstrap, source), joined_2_or_3)[1], "ReleaseRequest"
-        ):
-            assert time.monotonic() < deadline, "no ReleaseRequest after readers 2 and 3 joined"
-            time.sleep(0.1)
-        copy.coordinator.kill()
+        owners = list(readers)
+        joining = [start_reader(procs, source, k, options, out) for k in (2, 3)]
+        first_joined(joining)  # the coordinator waits the grace delay (1 s) before it asks
+        for reader in owners:
+            reader.pause()
+        try:
+            readers += registered(joining)
+            deadline = time.monotonic() + SETTLE_S
+            # the rebalance of their joining (one of reader 1, if it registered after the grace
+            # delay, is over: each of 0 and 1 owned 4)
+            while not of_type(
+                split_at_first(kafka_readers_messages(kafka_bootstrap, source), joined_2_or_3)[1], "ReleaseRequest"
+            ):
+                assert time.monotonic() < deadline, "no ReleaseRequest after readers 2 and 3 joined"
+                time.sleep(0.1)
+            copy.coordinator.kill()
+        finally:
+            for reader in owners:
+                reader.resume()
         _, joins = split_at_first(kafka_readers_messages(kafka_bootstrap, source), joined_2_or_3)
         assert not returned_splits(joins), "answered before the kill"
         start_coordinator(procs, source, 4, options)
@@ -287,6 +298,14 @@ def test_a_rebalance_cut_by_a_coordinator_kill_is_completed_by_its_successor(
 
 def joined_2_or_3(message: dict[str, Any]) -> bool:
     return message["type"] == "ReaderRegistered" and message["subtask"] in (2, 3)
+
+
+def first_joined(readers: list[Proc]) -> None:
+    """Once one of ``readers`` has registered."""
+    deadline = time.monotonic() + START_S
+    while not any("registered as attempt" in reader.log() for reader in readers):
+        assert time.monotonic() < deadline, f"none of {len(readers)} readers registered within {START_S} s"
+        time.sleep(0.05)
 
 
 def registered(readers: list[Proc]) -> list[Proc]:
