@@ -204,9 +204,9 @@ class SourceRunner:
         self._commit_lock = asyncio.Lock()
         """One transaction at a time: the loop's commits and the re-affirming ones."""
         self._committing_since: float | None = None
+        """The clock's monotonic() when the transaction in flight began; None: none is."""
         self._starting_since: float | None = None
         """When this runner fenced its predecessor, until its start-up's first commit."""
-        """The clock's monotonic() when the transaction in flight began; None: none is."""
         self._last_mark = 0.0
         self._alive_key = state_key(settings.source, ALIVE_PART)
         self._last_meta: StateRecord | None = None
