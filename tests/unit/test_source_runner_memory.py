@@ -422,12 +422,13 @@ async def test_a_successor_reading_its_state_for_seconds_marks_itself_alive_from
     )
     runner.start()
     try:
-        await until(lambda: broker.marks > 0, timeout_s=LIVENESS_MS / 1000)
+        await until(lambda: broker.marks > 0, timeout_s=restore_s / 2)
         assert runner.state is RunnerState.STARTING and not metas(broker), "marked before its first commit"
         await until(lambda: runner.state is RunnerState.ACTIVE)
         marks = broker.marks
         interval_s = LIVENESS_MS / 1000
-        assert restore_s / interval_s - 2 <= marks <= restore_s / interval_s + 2, f"{marks} marks in {restore_s} s"
+        # about one an interval (a loaded machine's loop wakes later, never sooner)
+        assert restore_s / interval_s / 2 <= marks <= restore_s / interval_s + 2, f"{marks} marks in {restore_s} s"
         await asyncio.sleep(0.5)
         assert broker.marks == marks, "none once it serves: its commits move the state topic"
     finally:
