@@ -92,9 +92,10 @@ async def test_a_held_commit_keeps_the_standby_waiting_and_a_stalled_one_does_no
     watching = asyncio.get_running_loop().create_task(watch.run())
     try:
         await until(lambda: runner.state is RunnerState.ACTIVE, timeout_s=60)
+        started_marks = runner.stats.marked_alive  # a start-up longer than a quarter interval marks too
         await asyncio.sleep(2 * SILENCE_S)  # the watch sees the heartbeat commits move the topic
         assert not takeovers, "a coordinator that commits is not taken over"
-        assert runner.stats.marked_alive == 0, "commits the broker takes at once need no mark"
+        assert runner.stats.marked_alive == started_marks, "commits the broker takes at once need no mark"
 
         # 1. Held for four silences: marked alive throughout, so no takeover.
         log.hold_s.append(HELD_S)
@@ -104,7 +105,8 @@ async def test_a_held_commit_keeps_the_standby_waiting_and_a_stalled_one_does_no
         assert not takeovers, (
             f"taken over during a commit held {HELD_S:.0f} s: the marks did not keep the watch waiting"
         )
-        assert runner.stats.marked_alive >= HELD_S / (LIVENESS_MS / 1000) - 3, runner.stats.marked_alive
+        held_marks = runner.stats.marked_alive - started_marks
+        assert held_marks >= HELD_S / (LIVENESS_MS / 1000) - 3, held_marks
         stored = await read_state(kafka_bootstrap, topics.coordinator_state, source)
         assert stored is not None and stored.parts["meta"]["epoch"] == 1 and "alive" not in stored.parts
 
