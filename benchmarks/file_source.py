@@ -32,11 +32,11 @@ first queries run up to 1.5x slower while the JVM compiles Spark's code, which w
 penalize whichever side went first, and the broker started here (which only the sluicegate
 sides use) compiles its own (``--no-warmup`` leaves it out). Figures are steady
 state: from the end of the first batch that read data to the end of the last. Prints the
-median (min - max) rows/s of each side and job, the ratio of each sluicegate side to native,
-and where a trigger's time goes; saves them as JSON (``--results``) and draws rows/s per job
-and side into a PNG (``--plot``, docs/images/file-source-benchmark.png). Exit code 1 if a
-query's row count is not files x rows per file or a window's count or sum is not the exact
-expected one.
+median (min - max) rows/s of each side and job, the ratio of each sluicegate side to native
+(of the medians, and paired by repetition: ``paired.py``), and where a trigger's time goes;
+saves them as JSON (``--results``) and draws rows/s per job and side into a PNG
+(``--plot``, docs/images/file-source-benchmark.png). Exit code 1 if a query's row count
+is not files x rows per file or a window's count or sum is not the exact expected one.
 """
 
 from __future__ import annotations

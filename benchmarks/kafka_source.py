@@ -40,7 +40,8 @@ The runs alternate: each repetition runs every job on every side, the sides in t
 Figures come from Spark's progress events; "steady state" runs from the end of the first
 batch that read data (it starts the Python workers) to the end of the last. The table
 shows the median over the repetitions with min and max, MB/s counting key + value bytes
-(10^6 B), and the ratio of each sluicegate side's median to each native side's. While a
+(10^6 B), and the ratio of each sluicegate side's median to each native side's, then the
+same ratio paired by repetition (``paired.py``: the machine's drift cancels). While a
 run goes, the process tree of its Spark driver is sampled every 0.25 s (psutil): the peak
 resident memory of its PySpark Python workers (``pyspark.daemon`` and the workers it
 forks) is printed per run with the batch size that bounds it.
