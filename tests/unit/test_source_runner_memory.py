@@ -305,6 +305,13 @@ async def test_a_long_step_leaves_the_loop_free_and_recommits_the_last_state_for
         await runner.stop()
 
 
+async def registration_step_running(broker: MemoryLogBroker, runner: SourceRunner) -> None:
+    """Once ``runner`` serves, subtask 0 registers; until the step of that registration runs."""
+    await until(lambda: runner.state is RunnerState.ACTIVE)
+    register(broker, 0, "a")
+    await until(lambda: runner.step_running_s() > 0)
+
+
 async def test_a_step_longer_than_the_longest_is_a_stall_and_no_longer_recommitted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -312,9 +319,7 @@ async def test_a_step_longer_than_the_longest_is_a_stall_and_no_longer_recommitt
     broker = MemoryLogBroker()
     runner = start_slow(broker, add_reader_s=2.0)
     try:
-        await until(lambda: runner.state is RunnerState.ACTIVE)
-        register(broker, 0, "a")
-        await until(lambda: runner.step_running_s() > 0)
+        await registration_step_running(broker, runner)
         await until(lambda: runner.step_running_s() > 0.8)
         recommitted = runner.stats.reaffirmed
         assert recommitted >= 2, "recommitted while the step was young"
@@ -337,9 +342,7 @@ async def test_a_scrape_during_a_step_is_answered_after_it_with_the_core_and_nev
     broker = MemoryLogBroker()
     runner = start_slow(broker, add_reader_s=0.3)
     try:
-        await until(lambda: runner.state is RunnerState.ACTIVE)
-        register(broker, 0, "a")
-        await until(lambda: runner.step_running_s() > 0)
+        await registration_step_running(broker, runner)
         page = (await exposition(scraped(runner))).decode()
         # a scrape that came mid-step used to get none of the core's series: a busy
         # coordinator's dashboard showed nothing. It waits, and sees the step's outcome.
@@ -357,9 +360,7 @@ async def test_a_scrape_during_a_step_longer_than_its_wait_says_a_step_runs_and_
     broker = MemoryLogBroker()
     runner = start_slow(broker, add_reader_s=metrics.READ_WAIT_S + 1.0)
     try:
-        await until(lambda: runner.state is RunnerState.ACTIVE)
-        register(broker, 0, "a")
-        await until(lambda: runner.step_running_s() > 0)
+        await registration_step_running(broker, runner)
         page = (await exposition(scraped(runner))).decode()
         assert "sluicegate_registered_readers{" not in page, page
         (running,) = [line for line in page.splitlines() if line.startswith("sluicegate_step_running_seconds{")]
