@@ -43,6 +43,7 @@ from kafka_data import (
     wait_owned,
 )
 from kafka_data import readers_messages as kafka_readers_messages
+from local_http import wait_until
 from processes import Proc, ProcessGroup, read_topic, readers_messages
 from sequence_output import check_sequence_exactly_once, final_positions, values_by_split
 
@@ -260,7 +261,13 @@ def test_a_rebalance_cut_by_a_coordinator_kill_is_completed_by_its_successor(
         assert wait_owned(kafka_bootstrap, source, {0: 4, 1: 4}, readers) == {0, 1}
         owners = list(readers)
         joining = [start_reader(procs, source, k, options, out) for k in (2, 3)]
-        first_joined(joining)  # the coordinator waits the grace delay (1 s) before it asks
+        # the coordinator waits the grace delay (1 s) after the first join before it asks
+        wait_until(
+            lambda: any(r.lines_with("registered as attempt") for r in joining),
+            START_S,
+            "reader 2 or 3 registered",
+            interval_s=0.05,
+        )
         for reader in owners:
             reader.pause()
         try:
@@ -298,14 +305,6 @@ def test_a_rebalance_cut_by_a_coordinator_kill_is_completed_by_its_successor(
 
 def joined_2_or_3(message: dict[str, Any]) -> bool:
     return message["type"] == "ReaderRegistered" and message["subtask"] in (2, 3)
-
-
-def first_joined(readers: list[Proc]) -> None:
-    """Once one of ``readers`` has registered."""
-    deadline = time.monotonic() + START_S
-    while not any("registered as attempt" in reader.log() for reader in readers):
-        assert time.monotonic() < deadline, f"none of {len(readers)} readers registered within {START_S} s"
-        time.sleep(0.05)
 
 
 def registered(readers: list[Proc]) -> list[Proc]:
