@@ -81,6 +81,7 @@ from sluicegate.spark.offsets import (
 from sluicegate.spark.options import JVM, SparkSourceOptions
 from sluicegate.spark.planner import NextOffsetPlanner
 from sluicegate.spark.read_reports import ReadReport, SplitRead, counted, send_report
+from sluicegate.spark.source_identity import own_source_name
 from sluicegate.spark.task_slots import capped_parallelism, task_slots
 from sluicegate.spark.trigger_limits import MinRowsPerTrigger, PlannedPart, cut_ranges
 
@@ -212,6 +213,8 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._initial: SourceOffset | None = None
         self._available_now_ms: int | None = None
         self._min_rows: MinRowsPerTrigger | None = None
+        self._settled = False
+        """Whether a latestOffset has planned since the driver started (planner._settle)."""
 
     # Spark pickles this object into the read function that executors run: only the
     # configuration travels, never the driver's thread and Kafka clients.
@@ -232,11 +235,15 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         """The driver's endpoint for the executors' read figures (None: no metricsPort)."""
         return self.config.report_url()
 
-    def _ensure_driver(self, restored: SourceOffset | None) -> SparkReaderDriver:
+    def _ensure_driver(self, offset: SourceOffset) -> SparkReaderDriver:
+        """The driver, started on the first call that tells where the query stands:
+        ``offset`` is its initial offset (a fresh query) or one of its offset log."""
         if self._driver is None:
             configure_logging()
             for note in self.config.notes:
                 log.warning("%s", note)
+            self.config = self.config.with_source(self._source_name(offset))
+            restored = offset if offset.subtasks else None
             self._resolve_parallelism(restored)
             assert self.config.parallelism is not None
             if restored is not None:
@@ -260,6 +267,26 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             driver.start(restored)
             self._driver = driver
         return self._driver
+
+    def _source_name(self, offset: SourceOffset) -> str:
+        """The source this query reads (source_identity.py): the one it names, else the one
+        its offsets name, else (offsets written before they named it) the derived name."""
+        if self.config.source_named:
+            if offset.source is not None and offset.source != self.config.source:
+                log.warning(
+                    "the query's checkpoint was written reading source %s; it now reads source %s, as named",
+                    offset.source,
+                    self.config.source,
+                )
+            return self.config.source
+        if offset.source is not None:
+            return offset.source
+        log.warning(
+            "source %s: the query's checkpoint names no source (written by an older sluicegate): "
+            "it goes on reading the source named after what it reads",
+            self.config.source,
+        )
+        return self.config.source
 
     def _start_coordinator(self) -> None:
         """The source's coordinator in this process when nobody else serves it (option
@@ -293,9 +320,14 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.config = self.config.with_parallelism(parallelism)
 
     def initialOffset(self) -> dict[str, Any]:
+        """A fresh query's start: nothing read, and the source it reads, named here for a
+        query that names none (a source of its own, source_identity.py). Spark may ask again
+        when it replays a first batch that was never committed; the offsets of its log name
+        the source then, so a second random name here changes nothing."""
         if self._initial is None:
-            self._initial = SourceOffset(checkpoint_id=int(time.time() * 1000))
-            self._ensure_driver(None)
+            named = self.config.source_named
+            source = self.config.source if named else own_source_name(self.config.source)
+            self._initial = SourceOffset(checkpoint_id=int(time.time() * 1000), source=source)
         return self._initial.to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -311,6 +343,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         start_offset = SourceOffset.from_json(start)
         driver = self._ensure_driver(start_offset)
+        settle, self._settled = not self._settled, True
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         planner = NextOffsetPlanner(
             self.config.source,
@@ -319,7 +352,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self.config.alignment_max_drift_ms,
             self.config.max_splits_per_trigger,
         )
-        end = planner.next_offset(start_offset, max_rows, self._available_now_ms)
+        end = planner.next_offset(start_offset, max_rows, self._available_now_ms, settle)
         if end is start_offset or not self._admitted(end.rows - start_offset.rows):
             return start
         return end.to_json()

@@ -12,14 +12,14 @@ Rules that keep the offsets and the coordinator's view consistent
 (docs/protocol.md semantics 1 and 3; spark/datasource.py says when acks go out):
 
 - A split is read under one *identity*: (subtask, attempt, seq of the
-  ``AddSplits`` that gave it). The first offset in which an identity appears
-  reads nothing from that split; its position there is where the attempt was
-  told to start, or the position this query already reached if that is further
-  (a restart after the last ack). Only once that offset is acknowledged with an
-  ``applied_seq`` covering the ``seq`` does a later offset advance the split, so
-  the coordinator never holds, for a split the query has read, a position older
-  than the query's own (an uncheckpointed split goes back with the position it
-  was assigned with, which is then still the right one).
+  ``AddSplits`` that gave it). An identity starts reading (``first``) where the
+  attempt was told to start, or where this query already reached if that is
+  further (the coordinator may hand a split back at an older, acknowledged
+  position after a pause or a lost ack): the query never reads a range twice.
+  The offset in which an identity appears reads from there already, so a
+  query's first batch, a restart's, and a ``Trigger.Once`` run read data, as
+  Spark's own sources do. (The coordinator learns the identity's position with
+  the ack of that offset, at ``partitions``, as for every other split.)
 - ``checkpoint_id`` grows by one with every offset that differs from its start;
   the first one of a fresh query is the wall clock in ms, so it is above the ids
   of an earlier query of the same source.
@@ -59,13 +59,20 @@ class SplitEntry:
     """The planned position: records before it are in this batch or an earlier one."""
     end: int | None
     """The split's exclusive end (None: unbounded)."""
+    first: int | None = None
+    """Where this identity began reading: a batch whose start offset holds the split under
+    another identity (or not at all) reads from here. None in offsets written before it
+    was recorded: such an identity read nothing in the offset where it appeared."""
 
     @property
     def finished(self) -> bool:
         return self.end is not None and self.pos >= self.end
 
     def to_json(self) -> dict[str, Any]:
-        return {"split": self.split, "seq": self.seq, "pos": self.pos, "end": self.end}
+        out: dict[str, Any] = {"split": self.split, "seq": self.seq, "pos": self.pos, "end": self.end}
+        if self.first is not None:
+            out["first"] = self.first
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> SplitEntry:
@@ -77,6 +84,7 @@ class SplitEntry:
             seq=_int(data, "seq"),
             pos=_int(data, "pos"),
             end=None if end is None else _int(data, "end"),
+            first=_int(data, "first") if "first" in data else None,
         )
 
 
@@ -137,15 +145,21 @@ class SourceOffset:
     parked: Mapping[str, SplitEntry] = field(default_factory=dict)
     """Splits this query has read that no subtask holds now (released, not yet given
     back): their positions, so that reading resumes where this query stopped."""
+    source: str | None = None
+    """The source the query reads (spark/source_identity.py): a restart of a query that
+    named none reads this one. None in offsets written before it was recorded."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "v": OFFSET_VERSION,
             "checkpoint_id": self.checkpoint_id,
             "rows": self.rows,
             "subtasks": {str(s): self.subtasks[s].to_json() for s in sorted(self.subtasks)},
             "parked": {sid: self.parked[sid].to_json() for sid in sorted(self.parked)},
         }
+        if self.source is not None:
+            out["source"] = self.source
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> SourceOffset:
@@ -155,8 +169,11 @@ class SourceOffset:
             raise OffsetError(f"unknown sluicegate offset version {data.get('v')!r} (this code reads {OFFSET_VERSION})")
         subtasks = data.get("subtasks")
         parked = data.get("parked", {})
+        source = data.get("source")
         if not isinstance(subtasks, dict) or not isinstance(parked, dict):
             raise OffsetError("a sluicegate offset needs 'subtasks' and 'parked' objects")
+        if source is not None and not isinstance(source, str):
+            raise OffsetError(f"'source' must be a string, got {source!r}")
         try:
             parsed = {int(s): SubtaskOffset.from_json(v) for s, v in subtasks.items()}
         except ValueError as exc:
@@ -166,6 +183,7 @@ class SourceOffset:
             rows=_int(data, "rows"),
             subtasks=parsed,
             parked={str(sid): SplitEntry.from_json(e) for sid, e in parked.items()},
+            source=source,
         )
 
     def locate(self, split_id: str) -> Located | None:
@@ -313,20 +331,11 @@ class EventTimeBound:
     event_time_at: Callable[[OwnedSplit, int], int | None]
     position_after: Callable[[OwnedSplit, int], int | None]
 
-    def clamp(
-        self,
-        readable: Mapping[K, tuple[OwnedSplit, int, int]],
-        arriving: Mapping[K, tuple[OwnedSplit, int]] | None = None,
-    ) -> dict[K, int]:
+    def clamp(self, readable: Mapping[K, tuple[OwnedSplit, int, int]]) -> dict[K, int]:
         """New limits for ``readable`` (key -> split, base, limit): no split is planned
         past the earliest next event time among them plus ``max_drift_ms``. A lagging
-        split reads at full speed; the others wait for it, batch by batch. ``arriving``
-        (key -> split, base): splits under a new identity, which read nothing in this
-        batch but from the next one on; their next event times bound this batch too."""
+        split reads at full speed; the others wait for it, batch by batch."""
         nexts = {k: self.event_time_at(owned, base) for k, (owned, base, limit) in readable.items() if limit > base}
-        for k, (owned, base) in (arriving or {}).items():
-            if owned.end is None or base < owned.end:
-                nexts[k] = self.event_time_at(owned, base)
         known = [t for t in nexts.values() if t is not None]
         if not known:
             return {k: limit for k, (_, _, limit) in readable.items()}
@@ -366,15 +375,15 @@ def plan_next(
     base)``) is past its subtask's ``max_allowed_watermark`` does not advance in this
     offset (it is paused, as a reader host pauses it) until the bound catches up.
     With ``event_time_bound`` no split is planned past the earliest next event time of
-    the query's splits (those that start under a new identity included) plus the bound's
+    the query's splits plus the bound's
     drift (``EventTimeBound.clamp``).
 
     ``max_splits`` (Spark's ``maxFilesPerTrigger``, with ``in_order``): at most that many
     splits are read in one batch, those started first, then in assignment order."""
     located = start.index()
     bases: dict[tuple[int, str], int] = {}
+    firsts: dict[tuple[int, str], int | None] = {}
     readable: dict[tuple[int, str], tuple[OwnedSplit, int, int]] = {}
-    arriving: dict[tuple[int, str], tuple[OwnedSplit, int]] = {}
     claimed: set[str] = set()
     for s, view in views.items():
         if view.attempt is None:
@@ -384,21 +393,21 @@ def plan_next(
             key = (s, owned.split_id)
             prev = located.get(owned.split_id)
             if prev is not None and prev.same_identity(s, view.attempt, owned.seq):
-                base = prev.entry.pos
-                if owned.releasing or _paused(owned, base, view.max_allowed_watermark, event_time_before):
-                    limit = base
-                else:
-                    limit = max(base, available(owned, base))
-                if owned.end is not None:
-                    limit = min(limit, owned.end)
-                readable[key] = (owned, base, max(base, limit))
-            else:
+                base, first = prev.entry.pos, prev.entry.first
+            else:  # a new identity: where it was assigned, or where this query already read to
                 base = owned.assigned_pos if prev is None else max(owned.assigned_pos, prev.entry.pos)
-                arriving[key] = (owned, base)
-            bases[key] = base
+                first = base
+            if owned.releasing or _paused(owned, base, view.max_allowed_watermark, event_time_before):
+                limit = base
+            else:
+                limit = max(base, available(owned, base))
+            if owned.end is not None:
+                limit = min(limit, owned.end)
+            readable[key] = (owned, base, max(base, limit))
+            bases[key], firsts[key] = base, first
     limits = {k: limit for k, (_, _, limit) in readable.items()}
     if event_time_bound is not None:
-        limits = event_time_bound.clamp(readable, arriving)
+        limits = event_time_bound.clamp(readable)
     backlog = {k: max(0, limits[k] - readable[k][1]) for k in readable}
     if in_order:
         assigned_index = {(s, o.split_id): i for s, view in views.items() for i, o in enumerate(view.splits)}
@@ -427,6 +436,7 @@ def plan_next(
                 seq=owned.seq,
                 pos=bases[(s, owned.split_id)] + granted.get((s, owned.split_id), 0),
                 end=owned.end,
+                first=firsts[(s, owned.split_id)],
             )
             for owned in view.splits
         }
@@ -437,10 +447,10 @@ def plan_next(
         for sid, where in sorted(located.items())
         if sid not in claimed and sid not in done
     }
-    candidate = SourceOffset(start.checkpoint_id, start.rows, subtasks, parked)
+    candidate = SourceOffset(start.checkpoint_id, start.rows, subtasks, parked, start.source)
     if candidate.same_state(start):
         return start
-    return SourceOffset(start.checkpoint_id + 1, start.rows + sum(granted.values()), subtasks, parked)
+    return SourceOffset(start.checkpoint_id + 1, start.rows + sum(granted.values()), subtasks, parked, start.source)
 
 
 @dataclass(frozen=True)
@@ -456,7 +466,8 @@ class PlannedRange:
 
 def ranges_between(start: SourceOffset, end: SourceOffset) -> dict[int, list[PlannedRange]]:
     """What the batch ``(start, end]`` reads, per subtask: the advance of every split
-    whose identity is the same in both offsets."""
+    whose identity is the same in both offsets, and of every identity that appears in
+    ``end`` from where it began (``SplitEntry.first``)."""
     located = start.index()
     out: dict[int, list[PlannedRange]] = {}
     for s in sorted(end.subtasks):
@@ -464,8 +475,10 @@ def ranges_between(start: SourceOffset, end: SourceOffset) -> dict[int, list[Pla
         for sid in sorted(sub.splits):
             entry = sub.splits[sid]
             prev = located.get(sid)
-            if prev is None or not prev.same_identity(s, sub.attempt, entry.seq):
-                continue
-            if entry.pos > prev.entry.pos:
-                out.setdefault(s, []).append(PlannedRange(entry.split, prev.entry.pos, entry.pos))
+            if prev is not None and prev.same_identity(s, sub.attempt, entry.seq):
+                begin: int | None = prev.entry.pos
+            else:  # the identity appears in ``end``: it reads from where it began
+                begin = entry.first
+            if begin is not None and entry.pos > begin:
+                out.setdefault(s, []).append(PlannedRange(entry.split, begin, entry.pos))
     return out

@@ -24,6 +24,7 @@ from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
 from sluicegate.spark.file_options import CONNECTOR as FILES_CONNECTOR
 from sluicegate.spark.file_options import SPARK_NAMES as FILE_NAMES
 from sluicegate.spark.file_options import derived_source_name as derived_file_source_name
+from sluicegate.spark.source_identity import OWN_MARK
 from sluicegate.spark.file_options import (
     is_spark_file_option,
     names_a_path,
@@ -119,6 +120,10 @@ class SparkSourceOptions:
     source: str
     parallelism: int | None
     """None: not given; the driver takes the source's suggestion (datasource.py)."""
+    source_named: bool = True
+    """Whether the query named its source. A stream that did not reads one of its own
+    (source_identity.py): ``source`` is then the name derived from what it reads, until the
+    driver learns the query's own (``with_source``)."""
     connector: str = "sequence"
     connector_options: tuple[tuple[str, str], ...] = ()
     bootstrap_servers: str = ""
@@ -207,13 +212,15 @@ class SparkSourceOptions:
             else:
                 raise ConfigError("source", "is required: .option('source', NAME)")
             notes.append(
-                f"source name not given: {source}, from what the query reads (the same on every restart); "
-                "name it with .option('source', NAME), and give two queries of one topic a name each"
+                f"source name not given: this query reads a source of its own, {source}{OWN_MARK}..., "
+                "named in its checkpoint (the same on every restart, another for every other query); "
+                "name one with .option('source', NAME) to share it with a deployed coordinator or readers"
             )
         validate_source(source)
         control = opts.get("controlbootstrapservers") or opts.get("kafka.bootstrap.servers") or environment
         return cls(
             source=source,
+            source_named=batch or bool(opts.get("source", "").strip()),
             parallelism=int_option(opts, "parallelism", None, 1) if "parallelism" in opts else None,
             connector=connector,
             connector_options=tuple(sorted(connector_options.items())),
@@ -247,6 +254,9 @@ class SparkSourceOptions:
 
     def with_parallelism(self, parallelism: int) -> SparkSourceOptions:
         return replace(self, parallelism=parallelism)
+
+    def with_source(self, source: str) -> SparkSourceOptions:
+        return replace(self, source=source)
 
     def embedded_coordinator(self) -> EmbeddedCoordinator:
         """The coordinator this query's driver runs when nobody else serves its source

@@ -28,8 +28,10 @@ log = logging.getLogger("sluicegate.spark")
 
 WAITING_NOTICE_S = 30.0
 ACK_RETRY_S = 0.5
-SETTLE_S = 3.0
-"""How long a batch that would read nothing waits for the other subtasks to register."""
+SETTLE_S = 10.0
+"""At most how long a driver's first batch waits for its subtasks' registrations and assignments."""
+QUIET_S = 0.5
+"""The assignments have settled when no coordinator record came for this long."""
 
 
 class NextOffsetPlanner:
@@ -58,8 +60,11 @@ class NextOffsetPlanner:
     _last_prepare_warning = float("-inf")
     """A planner lives for one latestOffset call; the warning's rate limit is the query's."""
 
-    def next_offset(self, start: SourceOffset, max_rows: int | None, available_now_ms: int | None) -> SourceOffset:
-        end = self._next_offset(start, max_rows, available_now_ms)
+    def next_offset(
+        self, start: SourceOffset, max_rows: int | None, available_now_ms: int | None, settle: bool = False
+    ) -> SourceOffset:
+        """``settle``: the first planning of this driver (``_settle``)."""
+        end = self._next_offset(start, max_rows, available_now_ms, settle)
         if self._available:  # a call that planned nothing (no ack yet, data cluster down) knows no lag
             self.driver.split_lag = self.lag_after(end)
         return end
@@ -77,16 +82,19 @@ class NextOffsetPlanner:
             return lag
         return dict(heapq.nlargest(most, lag.items(), key=lambda item: item[1][1]))
 
-    def _next_offset(self, start: SourceOffset, max_rows: int | None, available_now_ms: int | None) -> SourceOffset:
+    def _next_offset(
+        self, start: SourceOffset, max_rows: int | None, available_now_ms: int | None, settle: bool
+    ) -> SourceOffset:
         driver = self.driver
         self._available_now_ms = available_now_ms
         available_now = available_now_ms is not None
         if not self._acknowledged(start, available_now):
             return start
         generation = driver.generation
+        if settle:
+            generation = self._settle()
         waited = False
         since = time.monotonic()
-        settle_until = since + SETTLE_S
         while True:
             planning = driver.planning_state()
             if not self._prepare_planning(planning.views):
@@ -104,18 +112,16 @@ class NextOffsetPlanner:
             )
             if end is not start:
                 if end.rows == start.rows:
-                    if available_now and not _arriving(start, end) and self._done():
-                        # Only bookkeeping (finished splits reported, NoMoreSplits) is new:
-                        # no batch for it, the coordinator already has what it needs. (Splits
-                        # that arrive are read from the batch after the one that records
-                        # them: that batch must run, or they would never be read.)
+                    if available_now and self._done():
+                        # Only bookkeeping (finished splits reported, NoMoreSplits, splits
+                        # that arrived with nothing to read) is new: no batch for it, as
+                        # Spark's own sources run none; a later run records it.
                         driver.leave()
                         log.info("source %s: everything available was read", self.source_name)
                         return start
-                    if not waited or (time.monotonic() < settle_until and not driver.all_active()):
+                    if not waited:
                         # Only assignments or bookkeeping changed: let a burst of coordinator
-                        # records (and the other subtasks' registrations) settle before paying
-                        # for a batch that reads nothing.
+                        # records settle before paying for a batch that reads nothing.
                         waited = True
                         generation = driver.wait_for_change(generation, 0.3)
                         continue
@@ -134,6 +140,26 @@ class NextOffsetPlanner:
             if time.monotonic() - since >= WAITING_NOTICE_S:
                 since = time.monotonic()
                 log.info("source %s: waiting for the coordinator (%s)", self.source_name, driver.status())
+
+    def _settle(self) -> int:
+        """Before the first batch of a driver (a query's start or restart): until every
+        subtask is registered and the coordinator's assignments have gone quiet for
+        QUIET_S, at most SETTLE_S. The first batch reads what the splits have, so one
+        planned while the assignment is still arriving would leave the late splits to a
+        later batch, and a ``Trigger.Once`` run (a single batch) would never read them."""
+        driver = self.driver
+        deadline = time.monotonic() + SETTLE_S
+        generation = driver.generation
+        while time.monotonic() < deadline:
+            remaining = deadline - time.monotonic()
+            if driver.all_active():
+                changed = driver.wait_for_change(generation, min(QUIET_S, remaining))
+                if changed == generation:
+                    break
+            else:
+                changed = driver.wait_for_change(generation, min(0.3, remaining))
+            generation = changed
+        return generation
 
     def _acknowledged(self, start: SourceOffset, available_now: bool) -> bool:
         """Whether the coordinator has ``start``'s ack. A batch planned before it had would
@@ -212,8 +238,3 @@ class NextOffsetPlanner:
             return ranges.position_after_event_time(self._split(owned), event_time_ms)
 
         return EventTimeBound(drift, at, after)
-
-
-def _arriving(start: SourceOffset, end: SourceOffset) -> bool:
-    """Whether ``end`` holds a split that ``start`` did not."""
-    return not set(end.index()) <= set(start.index())
