@@ -54,10 +54,12 @@ class KafkaSource(
         "include_headers",
         "read_path",
         "missing_topics",
+        "fail_on_data_loss",
         *ASSIGNMENT_OPTIONS,
     )
-    """``include_headers`` and ``read_path`` shape how a query reads, not what the source
-    reads: queries on one source may differ in them."""
+    """``include_headers``, ``read_path`` and ``fail_on_data_loss`` shape how a query reads,
+    not what the source reads: queries on one source may differ in them, and a query may
+    restart with another (Spark's ``failOnDataLoss`` is the query's, run by run)."""
     DEFINITION_DEFAULTS = {
         "starting_offsets": "earliest",
         "starting_timestamp_strategy": "latest",

@@ -132,7 +132,7 @@ def test_round_trip_of_every_message_type(body: Body) -> None:
     decoded = decode(encode(env), body.DIRECTION)
     assert decoded == env
     assert type(decoded.body) is type(body)
-    assert decoded.v == PROTOCOL_VERSION == 7
+    assert decoded.v == PROTOCOL_VERSION == 8
 
 
 def test_encoded_record_is_the_documented_envelope() -> None:

@@ -640,7 +640,7 @@ class CoordinatorCore(Generic[SplitT]):
             if given.fingerprint != self.definition.fingerprint:
                 self._refuse_definition(slot, body, given)
                 return
-        if body.exclusive and slot.live and slot.incarnation != body.incarnation:
+        if body.exclusive and slot.live and slot.incarnation != body.incarnation and not self._restarts(slot, body):
             self._refuse_registration(slot, body)
             return
         self._touch(s)
@@ -666,6 +666,18 @@ class CoordinatorCore(Generic[SplitT]):
         log.info("subtask %d registered as attempt %d from %s", s, slot.attempt, body.location or "?")
         self._reconcile_reported_splits(slot, body, kept)
         self.enumerator.add_reader(s)
+
+    @staticmethod
+    def _restarts(slot: SubtaskSlot, body: ReaderRegistration) -> bool:
+        """Whether an exclusive registration is the live attempt's own query, restarted: it
+        restores the checkpoint that attempt wrote, no older than the last one acknowledged
+        (attempts are numbered once per subtask, so no other query holds such a checkpoint)."""
+        return (
+            body.restored_attempt is not None
+            and body.restored_attempt == slot.attempt
+            and body.restored_checkpoint_id is not None
+            and (slot.checkpoint_id is None or body.restored_checkpoint_id >= slot.checkpoint_id)
+        )
 
     def _refuse_registration(self, slot: SubtaskSlot, body: ReaderRegistration) -> None:
         """An exclusive registration (a Spark query) does not fence a live attempt of another

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from sluicegate.api.split import WireSplit
 
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 """Version this code sends. v2 added SplitsReleased and the envelope's inbox_offset; v3 added
 slots handed out (SlotRequest, SlotGranted, RegistrationRefused, ReaderRegistration.exclusive), the
 successor named in a fence, cooperative rebalancing (ReleaseRequest, CheckpointAck.returned)
@@ -16,8 +16,9 @@ and growing a source (MaxParallelismRaised); v4 the sender's incarnation; v5 the
 definition (ReaderRegistration.definition, RegistrationRefused.cause, SourceRedefined); v6
 records in pieces both ways (``more`` on CheckpointAck, ReaderRegistration, ReaderLeaving and
 ReaderRegistered: protocol/pieces.py); v7 acks that name only what moved
-(CheckpointAck.base_checkpoint_id)."""
-ACCEPTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7})
+(CheckpointAck.base_checkpoint_id); v8 the attempt whose checkpoint a registration restores
+(ReaderRegistration.restored_attempt: a restarted Spark query takes its subtasks back)."""
+ACCEPTED_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8})
 
 PIECE_FIELDS = frozenset({"piece", "more"})
 """v6: the fields of a record sent in pieces (protocol/pieces.py)."""
@@ -54,7 +55,7 @@ class Body:
 @dataclass(frozen=True, slots=True)
 class ReaderRegistration(Body):
     TYPE = "ReaderRegistration"
-    ONLY_WHEN_SET = PIECE_FIELDS
+    ONLY_WHEN_SET = PIECE_FIELDS | {"restored_attempt"}
     DIRECTION = Direction.TO_COORDINATOR
     incarnation: str
     location: str
@@ -73,6 +74,10 @@ class ReaderRegistration(Body):
     more: bool = False
     """v6: the record goes on in the next piece, alike but for its lists. The receiver acts
     at the last piece, on the whole record."""
+    restored_attempt: int | None = None
+    """v8: the attempt that wrote the restored checkpoint. An exclusive registration whose
+    restored attempt is the live one comes from that attempt's own query, restarted (only
+    it has that attempt's checkpoint): it fences the attempt instead of being refused."""
 
 
 @dataclass(frozen=True, slots=True)

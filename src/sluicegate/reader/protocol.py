@@ -359,6 +359,7 @@ class ReaderProtocol:
             location=self.location,
             reported_splits=self.restored_splits,
             restored_checkpoint_id=cp.checkpoint_id if cp else None,
+            restored_attempt=cp.attempt if cp and exclusive else None,
             exclusive=exclusive,
             definition=self.definition.to_json() if self.definition is not None else None,
         )

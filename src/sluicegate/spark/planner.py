@@ -28,7 +28,7 @@ log = logging.getLogger("sluicegate.spark")
 
 WAITING_NOTICE_S = 30.0
 ACK_RETRY_S = 0.5
-SETTLE_S = 10.0
+SETTLE_S = 30.0
 """At most how long a driver's first batch waits for its subtasks' registrations and assignments."""
 QUIET_S = 0.5
 """The assignments have settled when no coordinator record came for this long."""

@@ -1,0 +1,399 @@
+"""A Spark query's whole life, through Spark's own sources and through sluicegate side by
+side (issue 54): the query's checkpoint decides where it reads, whatever the trigger and
+however it stopped, and a query that names no source reads one of its own.
+
+For Kafka (``format("kafka")`` against ``format("sluicegate")``, the same options) and for
+Parquet files (``readStream.parquet`` against ``format("sluicegate").load(path)``), each
+side with a checkpoint of its own, every batch recorded by ``foreachBatch``:
+
+- ``Trigger.AvailableNow`` run again from its checkpoint after new records (files)
+  arrived: each run reads what arrived before it, in the same batches as Spark's;
+- ``Trigger.Once`` twice from one checkpoint, new records in between;
+- a query stopped mid-backlog (``maxOffsetsPerTrigger``) and restarted: every record once;
+- a second query of the same topic (directory), with a fresh checkpoint and
+  ``startingOffsets=earliest``, while the first one's checkpoint stands: everything;
+- records deleted past a checkpoint (``deleteRecords``): ``failOnDataLoss=false`` reads on
+  from what is left, ``true`` fails the query.
+
+One Spark process runs every scenario (this file as a script, as in
+test_spark_kafka_parity.py: Spark's Kafka source is a jar on ``spark.jars``); the tests
+below judge its results: each side's batches, as lists of values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from processes import support_pythonpath
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.spark]
+
+SIDES = ("spark", "sluicegate")
+Batches = list[list[int]]
+"""A run of a query: the sorted values of each batch it ran, in batch order."""
+
+
+@pytest.fixture(scope="module")
+def lifecycle(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """{scenario: {side: [run, ...]}}, a run being its batches (or {"error": ...})."""
+    work = tmp_path_factory.mktemp("lifecycle")
+    out, log = work / "results.json", work / "spark.log"
+    with log.open("wb") as handle:
+        done = subprocess.run(
+            [sys.executable, __file__, "--out", str(out), "--work", str(work), "--prefix", secrets.token_hex(3)],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=dict(
+                os.environ, KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, PYTHONPATH=support_pythonpath(), PYTHONUNBUFFERED="1"
+            ),
+            timeout=840,
+            check=False,
+        )
+    assert done.returncode == 0, log.read_text()[-8000:]
+    results: dict[str, Any] = json.loads(out.read_text())
+    results["_log"] = log.read_text()
+    return results
+
+
+def values(run: Batches) -> list[int]:
+    return sorted(v for batch in run for v in batch)
+
+
+def same_batches(scenario: dict[str, Any]) -> list[Batches]:
+    """The runs of a scenario, after asserting both sides ran the same batches."""
+    assert scenario["sluicegate"] == scenario["spark"]
+    runs: list[Batches] = scenario["spark"]
+    return runs
+
+
+# -- Kafka ------------------------------------------------------------------------------
+
+
+def test_available_now_runs_again_read_what_arrived_before_each(lifecycle: dict[str, Any]) -> None:
+    runs = same_batches(lifecycle["kafka_available_now"])
+    assert [values(r) for r in runs] == [list(range(10)), list(range(10, 15)), list(range(15, 20))]
+    assert all(len(r) == 1 for r in runs), "one batch a run, none empty"
+
+
+def test_once_runs_read_what_arrived_before_each(lifecycle: dict[str, Any]) -> None:
+    runs = same_batches(lifecycle["kafka_once"])
+    assert [values(r) for r in runs] == [list(range(113)), list(range(113, 124))]
+
+
+def test_a_query_stopped_mid_backlog_reads_the_rest_after_its_restart(lifecycle: dict[str, Any]) -> None:
+    for side in SIDES:
+        stopped, restarted = lifecycle["kafka_stopped"][side]
+        assert len(stopped) >= 3 and all(len(b) <= 20 for b in stopped + restarted), side
+        assert values(stopped + restarted) == list(range(200)), f"{side}: every record once"
+    # the restart's batches (maxOffsetsPerTrigger=20 over 2 partitions) are Spark's
+    assert lifecycle["kafka_stopped"]["sluicegate"][1] == lifecycle["kafka_stopped"]["spark"][1]
+
+
+def test_a_second_query_of_a_topic_with_a_fresh_checkpoint_reads_it_all(lifecycle: dict[str, Any]) -> None:
+    (run,) = same_batches(lifecycle["kafka_second_query"])
+    assert values(run) == list(range(20))
+    assert "reads a source of its own" in lifecycle["_log"]
+
+
+def test_records_deleted_past_a_checkpoint_are_skipped_or_fail_as_failOnDataLoss_says(
+    lifecycle: dict[str, Any],
+) -> None:
+    skipping = same_batches(lifecycle["kafka_data_loss_skip"])
+    assert [values(r) for r in skipping] == [list(range(10)), list(range(15, 20))]
+    for side in SIDES:
+        first, failed = lifecycle["kafka_data_loss_fail"][side]
+        assert values(first) == list(range(10)) and "error" in failed, side
+
+
+# -- files ------------------------------------------------------------------------------
+
+
+def test_files_available_now_runs_again_read_the_new_files(lifecycle: dict[str, Any]) -> None:
+    runs = same_batches(lifecycle["files_available_now"])
+    assert [len(values(r)) for r in runs] == [2_000, 1_500]
+    assert values(runs[0] + runs[1]) == list(range(3_500))
+
+
+def test_files_once_runs_read_the_new_files(lifecycle: dict[str, Any]) -> None:
+    runs = same_batches(lifecycle["files_once"])
+    assert [len(values(r)) for r in runs] == [1_500, 1_000]
+
+
+def test_files_second_query_with_a_fresh_checkpoint_reads_every_file(lifecycle: dict[str, Any]) -> None:
+    (run,) = same_batches(lifecycle["files_second_query"])
+    assert values(run) == list(range(3_500))
+
+
+# -- the Spark side (this file run as a script) -----------------------------------------
+
+
+class Recorder:
+    """``foreachBatch`` of one query run: the sorted values of each batch, by batch id."""
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+        self.batches: dict[int, list[int]] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        rows = sorted(int(r[0]) for r in frame.selectExpr(self.column).collect())
+        with self.lock:
+            self.batches[batch_id] = rows
+
+    def run(self) -> Batches:
+        with self.lock:
+            return [self.batches[b] for b in sorted(self.batches)]
+
+
+class Scenarios:
+    def __init__(self, spark: Any, bootstrap: str, work: Path, prefix: str) -> None:
+        self.spark = spark
+        self.bootstrap = bootstrap
+        self.work = work
+        self.prefix = prefix
+        self.results: dict[str, dict[str, list[Any]]] = {}
+
+    # -- Kafka helpers
+
+    def topic(self, name: str, partitions: int) -> str:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        topic = f"{self.prefix}-{name}"
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin.create_topics([NewTopic(topic, partitions, 1, config={"retention.ms": "-1"})])[topic].result(30)
+        return topic
+
+    def produce(self, topic: str, numbers: range, partitions: int) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
+        for n in numbers:
+            producer.produce(topic, str(n).encode(), partition=n % partitions)
+        assert producer.flush(30) == 0
+
+    def kafka_reader(self, side: str, topic: str, **options: str) -> Any:
+        reader = self.spark.readStream.format("kafka" if side == "spark" else "sluicegate")
+        given = {"kafka.bootstrap.servers": self.bootstrap, "subscribe": topic, "startingOffsets": "earliest"}
+        for key, value in {**given, **options}.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    # -- files helpers
+
+    def write_files(self, directory: Path, first_file: int, files: int, rows: int = 500) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        directory.mkdir(parents=True, exist_ok=True)
+        for f in range(first_file, first_file + files):
+            ids = pa.array(range(f * rows, (f + 1) * rows), pa.int64())
+            tmp = directory / f".part-{f:04d}.parquet.tmp"  # hidden while written: neither side lists it
+            pq.write_table(pa.table({"id": ids}), tmp)
+            tmp.rename(directory / f"part-{f:04d}.parquet")
+            os.utime(directory / f"part-{f:04d}.parquet", (time.time() - 60, time.time() - 60))
+
+    def file_reader(self, side: str, directory: Path) -> Any:
+        reader = self.spark.readStream.schema("id BIGINT")
+        if side == "spark":
+            return reader.parquet(str(directory))
+        return reader.format("sluicegate").option("format", "parquet").load(str(directory))
+
+    # -- running a query
+
+    def run(
+        self,
+        scenario: str,
+        side: str,
+        frame: Any,
+        checkpoint: str,
+        trigger: dict[str, Any],
+        column: str,
+        stop_after_batches: int | None = None,
+    ) -> None:
+        recorder = Recorder(column)
+        query = (
+            frame.writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(self.work / "checkpoints" / checkpoint))
+            .trigger(**trigger)
+            .start()
+        )
+        error: str | None = None
+        try:
+            if stop_after_batches is None:
+                query.awaitTermination(240)
+            else:
+                deadline = time.monotonic() + 240
+                while len(recorder.run()) < stop_after_batches and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        except Exception as exc:  # the query failed: its error is the run's result
+            error = str(exc)[:2000]
+        finally:
+            query.stop()
+        run: Any = recorder.run() if error is None else {"error": error, "batches": recorder.run()}
+        self.results.setdefault(scenario, {}).setdefault(side, []).append(run)
+        print(f"{scenario} {side} run {len(self.results[scenario][side])}: {json.dumps(run)[:300]}", flush=True)
+
+    def each_side(self, action: Callable[[str], None]) -> None:
+        for side in SIDES:
+            action(side)
+
+    # -- the scenarios
+
+    def kafka_available_now_and_second_query(self) -> None:
+        topic = self.topic("available-now", 2)
+        value = "CAST(CAST(value AS STRING) AS BIGINT)"
+        for numbers in (range(10), range(10, 15), range(15, 20)):
+            self.produce(topic, numbers, 2)
+            self.each_side(
+                lambda side: self.run(
+                    "kafka_available_now",
+                    side,
+                    self.kafka_reader(side, topic),
+                    f"available-now-{side}",
+                    {"availableNow": True},
+                    value,
+                )
+            )
+        # a second query of the topic, fresh checkpoint, while the first one's stands
+        self.each_side(
+            lambda side: self.run(
+                "kafka_second_query",
+                side,
+                self.kafka_reader(side, topic),
+                f"second-query-{side}",
+                {"availableNow": True},
+                value,
+            )
+        )
+
+    def kafka_once(self) -> None:
+        topic = self.topic("once", 3)
+        value = "CAST(CAST(value AS STRING) AS BIGINT)"
+        for numbers in (range(113), range(113, 124)):
+            self.produce(topic, numbers, 3)
+            self.each_side(
+                lambda side: self.run(
+                    "kafka_once", side, self.kafka_reader(side, topic), f"once-{side}", {"once": True}, value
+                )
+            )
+
+    def kafka_stopped(self) -> None:
+        topic = self.topic("stopped", 2)
+        self.produce(topic, range(200), 2)
+        value = "CAST(CAST(value AS STRING) AS BIGINT)"
+        for trigger, stop_after in (({"processingTime": "0 seconds"}, 3), ({"availableNow": True}, None)):
+            self.each_side(
+                lambda side: self.run(
+                    "kafka_stopped",
+                    side,
+                    self.kafka_reader(side, topic, maxOffsetsPerTrigger="20"),
+                    f"stopped-{side}",
+                    trigger,
+                    value,
+                    stop_after,
+                )
+            )
+
+    def kafka_data_loss(self) -> None:
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        topic = self.topic("data-loss", 1)
+        value = "CAST(CAST(value AS STRING) AS BIGINT)"
+        self.produce(topic, range(10), 1)
+        for scenario in ("kafka_data_loss_skip", "kafka_data_loss_fail"):
+            self.each_side(
+                lambda side: self.run(
+                    scenario,
+                    side,
+                    self.kafka_reader(side, topic),
+                    f"{scenario}-{side}",
+                    {"availableNow": True},
+                    value,
+                )
+            )
+        self.produce(topic, range(10, 20), 1)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for future in admin.delete_records([TopicPartition(topic, 0, 15)]).values():
+            future.result(30)
+        for scenario, fail in (("kafka_data_loss_skip", "false"), ("kafka_data_loss_fail", "true")):
+            self.each_side(
+                lambda side: self.run(
+                    scenario,
+                    side,
+                    self.kafka_reader(side, topic, failOnDataLoss=fail),
+                    f"{scenario}-{side}",
+                    {"availableNow": True},
+                    value,
+                )
+            )
+
+    def files(self) -> None:
+        directory = self.work / "files"
+        self.write_files(directory, 0, 4)
+        for files, trigger in ((0, {"availableNow": True}), (3, {"availableNow": True})):
+            self.write_files(directory, 4, files)
+            self.each_side(
+                lambda side: self.run(
+                    "files_available_now",
+                    side,
+                    self.file_reader(side, directory),
+                    f"files-available-now-{side}",
+                    trigger,
+                    "id",
+                )
+            )
+        self.each_side(
+            lambda side: self.run(
+                "files_second_query",
+                side,
+                self.file_reader(side, directory),
+                f"files-second-query-{side}",
+                {"availableNow": True},
+                "id",
+            )
+        )
+        once = self.work / "files-once"
+        for first, files in ((0, 3), (3, 2)):
+            self.write_files(once, first, files)
+            self.each_side(
+                lambda side: self.run(
+                    "files_once", side, self.file_reader(side, once), f"files-once-{side}", {"once": True}, "id"
+                )
+            )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--prefix", required=True)
+    args = parser.parse_args()
+    from sluicegate.devtools.broker.maven import ensure_spark_kafka_jars
+    from sluicegate.spark.job import spark_session
+
+    jars = ",".join(str(p) for p in ensure_spark_kafka_jars())
+    spark = spark_session("sluicegate-lifecycle", quiet=True, extra_conf={"spark.jars": jars})
+    scenarios = Scenarios(spark, os.environ["KAFKA_BOOTSTRAP_SERVERS"], Path(args.work), args.prefix)
+    only = os.environ.get("LIFECYCLE_ONLY", "")
+    for name in ("kafka_available_now_and_second_query", "kafka_once", "kafka_stopped", "kafka_data_loss", "files"):
+        if not only or name in only.split(","):
+            getattr(scenarios, name)()
+    spark.stop()
+    Path(args.out).write_text(json.dumps(scenarios.results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
