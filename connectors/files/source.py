@@ -48,7 +48,9 @@ class FileSource(
     SupportsSplitReassignmentOnRecovery,
     SupportsPositionRanges[FileSplit],
 ):
-    LOCAL_OPTIONS = ("storage.", "missing_path", *ASSIGNMENT_OPTIONS)  # fsspec arguments: endpoints and credentials
+    LOCAL_OPTIONS = ("storage.", "missing_path", "discovery_interval_ms", *ASSIGNMENT_OPTIONS)
+    """``storage.``: fsspec's arguments (endpoints, credentials); ``discovery_interval_ms``: how
+    often to list, as a throttle (a Spark query's default lists every second)."""
     reads_splits_in_order = True  # a Parquet row group is decoded whole: no thin slices of every file
 
     def __init__(self, options: FileOptions) -> None:

@@ -23,6 +23,8 @@ from sluicegate.api.options import int_option
 from sluicegate.spark.kafka_options import duration_ms
 
 CONNECTOR = "files"
+STREAM_DISCOVERY_INTERVAL_MS = 1_000
+"""How often a Spark-style files stream lists its path (Spark lists it for every batch)."""
 
 FORMATS = {"parquet": "parquet", "csv": "csv", "json": "jsonl", "jsonl": "jsonl"}
 """Spark's ``format`` -> the connector's (Spark's json reads JSON Lines, one object a line)."""
@@ -116,6 +118,9 @@ def read_spark_file_options(
     connector["format"] = FORMATS[fmt]
     if schema_ddl and "schema" not in connector:
         connector["schema"] = schema_ddl
+    # Spark's file stream lists the directory again for every batch: a stream reads the files
+    # that come, not only those present at its start (a batch query is planned once anyway)
+    connector.setdefault("discovery_interval_ms", str(STREAM_DISCOVERY_INTERVAL_MS))
     connector["order"] = "latest_first" if _flag(given, "latestFirst") else "modified"  # Spark's: oldest first
     connector["glob"] = _glob(given)
     if "maxFileAge" in given:
