@@ -55,17 +55,17 @@ class KafkaSource(
         "read_path",
         "missing_topics",
         "fail_on_data_loss",
+        "partition_discovery_interval_ms",
         *ASSIGNMENT_OPTIONS,
     )
     """``include_headers``, ``read_path`` and ``fail_on_data_loss`` shape how a query reads,
     not what the source reads: queries on one source may differ in them, and a query may
-    restart with another (Spark's ``failOnDataLoss`` is the query's, run by run)."""
+    restart with another (Spark's ``failOnDataLoss`` is the query's, run by run);
+    ``partition_discovery_interval_ms`` is how often to look, a throttle."""
     DEFINITION_DEFAULTS = {
         "starting_offsets": "earliest",
         "starting_timestamp_strategy": "latest",
         "stopping_offsets": "none",
-        "fail_on_data_loss": "true",
-        "partition_discovery_interval_ms": "30000",
     }
 
     def __init__(self, options: KafkaOptions, cluster: Callable[[KafkaOptions], DataCluster] = DataCluster) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -288,8 +289,9 @@ def test_explicit_starting_offsets_read_the_same_rows_and_the_default_start_is_l
     assert same(parity["latest"]) == [], "startingOffsets defaults to latest on both"
     spark_log, topic = meta["log"], meta["topic"]
     assert "groupIdPrefix is not used" in spark_log
-    assert f"source name not given: {topic}" in spark_log
-    assert f"source {topic}: this process coordinates it now" in spark_log, "the query served its source itself"
+    assert f"source name not given: this query reads a source of its own, {topic}.query-" in spark_log
+    own = re.compile(rf"source {re.escape(topic)}\.query-[0-9a-f]{{8}}: this process coordinates it now")
+    assert own.search(spark_log), "the query served its own source itself"
     assert f"source {topic}-latest: this process coordinates it now" not in spark_log, "the deployed one served it"
     # three partitions on local[2]: two reader subtasks, each reading its partitions' ranges in turn
     assert f"parallelism not given: 2 (the kafka connector suggests {PARTITIONS}, at most the session's 2" in spark_log

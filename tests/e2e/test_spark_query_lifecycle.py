@@ -30,7 +30,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,10 @@ def lifecycle(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) ->
             stdout=handle,
             stderr=subprocess.STDOUT,
             env=dict(
-                os.environ, KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, PYTHONPATH=support_pythonpath(), PYTHONUNBUFFERED="1"
+                os.environ,
+                KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+                PYTHONPATH=support_pythonpath(),
+                PYTHONUNBUFFERED="1",
             ),
             timeout=840,
             check=False,
@@ -244,10 +246,6 @@ class Scenarios:
         self.results.setdefault(scenario, {}).setdefault(side, []).append(run)
         print(f"{scenario} {side} run {len(self.results[scenario][side])}: {json.dumps(run)[:300]}", flush=True)
 
-    def each_side(self, action: Callable[[str], None]) -> None:
-        for side in SIDES:
-            action(side)
-
     # -- the scenarios
 
     def kafka_available_now_and_second_query(self) -> None:
@@ -255,8 +253,8 @@ class Scenarios:
         value = "CAST(CAST(value AS STRING) AS BIGINT)"
         for numbers in (range(10), range(10, 15), range(15, 20)):
             self.produce(topic, numbers, 2)
-            self.each_side(
-                lambda side: self.run(
+            for side in SIDES:
+                self.run(
                     "kafka_available_now",
                     side,
                     self.kafka_reader(side, topic),
@@ -264,10 +262,9 @@ class Scenarios:
                     {"availableNow": True},
                     value,
                 )
-            )
         # a second query of the topic, fresh checkpoint, while the first one's stands
-        self.each_side(
-            lambda side: self.run(
+        for side in SIDES:
+            self.run(
                 "kafka_second_query",
                 side,
                 self.kafka_reader(side, topic),
@@ -275,26 +272,22 @@ class Scenarios:
                 {"availableNow": True},
                 value,
             )
-        )
 
     def kafka_once(self) -> None:
         topic = self.topic("once", 3)
         value = "CAST(CAST(value AS STRING) AS BIGINT)"
         for numbers in (range(113), range(113, 124)):
             self.produce(topic, numbers, 3)
-            self.each_side(
-                lambda side: self.run(
-                    "kafka_once", side, self.kafka_reader(side, topic), f"once-{side}", {"once": True}, value
-                )
-            )
+            for side in SIDES:
+                self.run("kafka_once", side, self.kafka_reader(side, topic), f"once-{side}", {"once": True}, value)
 
     def kafka_stopped(self) -> None:
         topic = self.topic("stopped", 2)
         self.produce(topic, range(200), 2)
         value = "CAST(CAST(value AS STRING) AS BIGINT)"
         for trigger, stop_after in (({"processingTime": "0 seconds"}, 3), ({"availableNow": True}, None)):
-            self.each_side(
-                lambda side: self.run(
+            for side in SIDES:
+                self.run(
                     "kafka_stopped",
                     side,
                     self.kafka_reader(side, topic, maxOffsetsPerTrigger="20"),
@@ -303,7 +296,6 @@ class Scenarios:
                     value,
                     stop_after,
                 )
-            )
 
     def kafka_data_loss(self) -> None:
         from confluent_kafka import TopicPartition
@@ -313,8 +305,8 @@ class Scenarios:
         value = "CAST(CAST(value AS STRING) AS BIGINT)"
         self.produce(topic, range(10), 1)
         for scenario in ("kafka_data_loss_skip", "kafka_data_loss_fail"):
-            self.each_side(
-                lambda side: self.run(
+            for side in SIDES:
+                self.run(
                     scenario,
                     side,
                     self.kafka_reader(side, topic),
@@ -322,14 +314,13 @@ class Scenarios:
                     {"availableNow": True},
                     value,
                 )
-            )
         self.produce(topic, range(10, 20), 1)
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         for future in admin.delete_records([TopicPartition(topic, 0, 15)]).values():
             future.result(30)
         for scenario, fail in (("kafka_data_loss_skip", "false"), ("kafka_data_loss_fail", "true")):
-            self.each_side(
-                lambda side: self.run(
+            for side in SIDES:
+                self.run(
                     scenario,
                     side,
                     self.kafka_reader(side, topic, failOnDataLoss=fail),
@@ -337,15 +328,14 @@ class Scenarios:
                     {"availableNow": True},
                     value,
                 )
-            )
 
     def files(self) -> None:
         directory = self.work / "files"
         self.write_files(directory, 0, 4)
         for files, trigger in ((0, {"availableNow": True}), (3, {"availableNow": True})):
             self.write_files(directory, 4, files)
-            self.each_side(
-                lambda side: self.run(
+            for side in SIDES:
+                self.run(
                     "files_available_now",
                     side,
                     self.file_reader(side, directory),
@@ -353,9 +343,8 @@ class Scenarios:
                     trigger,
                     "id",
                 )
-            )
-        self.each_side(
-            lambda side: self.run(
+        for side in SIDES:
+            self.run(
                 "files_second_query",
                 side,
                 self.file_reader(side, directory),
@@ -363,15 +352,11 @@ class Scenarios:
                 {"availableNow": True},
                 "id",
             )
-        )
         once = self.work / "files-once"
         for first, files in ((0, 3), (3, 2)):
             self.write_files(once, first, files)
-            self.each_side(
-                lambda side: self.run(
-                    "files_once", side, self.file_reader(side, once), f"files-once-{side}", {"once": True}, "id"
-                )
-            )
+            for side in SIDES:
+                self.run("files_once", side, self.file_reader(side, once), f"files-once-{side}", {"once": True}, "id")
 
 
 def main() -> int:

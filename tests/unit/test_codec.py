@@ -139,7 +139,7 @@ def test_encoded_record_is_the_documented_envelope() -> None:
     env = _env(AddSplits(seq=1, splits=[SPLIT]), inbox_offset=7, cseq=8)
     data = orjson.loads(encode(env))
     assert data == {
-        "v": 7,
+        "v": 8,
         "type": "AddSplits",
         "source": "orders",
         "subtask": 3,
@@ -177,7 +177,7 @@ def test_a_json_value_that_is_not_an_object_is_malformed(data: Any) -> None:
     assert "object" in error.detail
 
 
-@pytest.mark.parametrize("v", [8, 0, -1, "2", 2.0, True, None])
+@pytest.mark.parametrize("v", [9, 0, -1, "2", 2.0, True, None])
 def test_unknown_version(v: Any) -> None:
     error = _decode_error(_raw(Heartbeat(watermark=1, idle=False), v=v))
     assert error.kind is DecodeErrorKind.UNKNOWN_VERSION

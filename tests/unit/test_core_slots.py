@@ -176,3 +176,37 @@ def test_only_slot_requests_and_growth_may_be_source_wide() -> None:
     registration = ReaderRegistration(incarnation="x", location="", reported_splits=[], restored_checkpoint_id=None)
     effects = h.feed(h.envelope(SOURCE_WIDE, registration, None))
     assert effects.rejection is not None and "must name a subtask" in effects.rejection
+
+
+def test_an_exclusive_registration_restoring_the_live_attempts_checkpoint_takes_the_subtask_back() -> None:
+    """A Spark query restarted before its previous run timed out (Spark destroys the source's
+    Python process): its offsets name the attempt that run held, which only it can have."""
+    h = CoreHarness(sequence_source(splits=4), max_parallelism=1, session_timeout_ms=60_000)
+    holder = h.register(0, location="query-1")
+    h.ack(0)
+    assert holder.checkpoint is not None and holder.attempt is not None
+
+    def registration(incarnation: str, attempt: int | None, checkpoint_id: int) -> ReaderRegistration:
+        return ReaderRegistration(
+            incarnation=incarnation,
+            location=incarnation,
+            reported_splits=[dict(s) for s in holder.checkpoint.splits] if holder.checkpoint else [],
+            restored_checkpoint_id=checkpoint_id,
+            exclusive=True,
+            restored_attempt=attempt,
+        )
+
+    # another query, or the query from an older checkpoint than the last acknowledged: refused
+    for other in (registration("query-2", holder.attempt + 1, 99), registration("query-1-old", holder.attempt, 0)):
+        h.feed(h.envelope(0, other, None))
+        assert [r.incarnation for r in refused(h)] == [other.incarnation]
+        assert holder.live
+    h.feed(h.envelope(0, registration("query-1-again", holder.attempt, holder.checkpoint.checkpoint_id), None))
+    assert not refused(h)
+    fence = body(h.last.messages[0], SplitsReleased)
+    assert (fence.reason, fence.failed_attempt, fence.successor_incarnation) == (
+        "fenced",
+        holder.attempt,
+        "query-1-again",
+    )
+    assert any(isinstance(e.body, ReaderRegistered) and e.body.incarnation == "query-1-again" for e in h.last.messages)

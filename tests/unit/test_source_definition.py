@@ -125,3 +125,17 @@ def test_a_redefinition_from_the_control_log_is_recorded() -> None:
     assert h.persisted["definition"] == new.to_json()
     _register(h, 0, SEQUENCE)  # the old definition is now the other one
     assert isinstance(h.last.messages[0].body, RegistrationRefused)
+
+
+def test_a_definition_recorded_with_options_that_are_local_now_is_the_same_source() -> None:
+    """Sources recorded before fail_on_data_loss and partition_discovery_interval_ms became a
+    query's own (a Spark query restarts with another failOnDataLoss, as in Spark)."""
+    recorded = {
+        "connector": "kafka",
+        "options": {"topics": "orders", "fail_on_data_loss": "true", "partition_discovery_interval_ms": "30000"},
+    }
+    given = SourceDefinition.of("kafka", {"topics": "orders", "fail_on_data_loss": "false"})
+    assert SourceDefinition.from_json(recorded).fingerprint == given.fingerprint
+    assert "fail_on_data_loss" not in given.options
+    other = SourceDefinition.of("kafka", {"topics": "payments"})
+    assert SourceDefinition.from_json(recorded).fingerprint != other.fingerprint

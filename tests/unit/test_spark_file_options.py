@@ -39,8 +39,10 @@ def test_load_path_reads_the_files_connector_with_sparks_defaults() -> None:
         "schema": DDL,
         "order": "modified",  # oldest first, as Spark's file source
         "glob": "*",  # the files directly under path (recursiveFileLookup is false)
+        "discovery_interval_ms": "1000",  # a stream reads the files that come, as Spark's does
     }
-    assert c.source.startswith("files-") and c.source == config().source, "the same name on every restart"
+    assert c.source.startswith("files-") and c.source == config().source, "the derived part of its own name"
+    assert not c.source_named, "a query that names no source reads one of its own"
     assert c.max_splits_per_trigger is None
     options = FileOptions.parse(c.options)
     assert options.schema_ddl == DDL and options.order == "modified"

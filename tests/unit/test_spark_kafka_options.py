@@ -31,11 +31,17 @@ def kafka_options(c: SparkSourceOptions) -> KafkaOptions:
 def test_a_query_from_sparks_guide_reads_its_topic_from_latest_on_one_cluster() -> None:
     c = config(subscribe="orders")
     assert c.connector == "kafka"
-    assert c.options == {"topics": "orders", "bootstrap_servers": DATA, "starting_offsets": "latest"}
+    assert c.options == {
+        "topics": "orders",
+        "bootstrap_servers": DATA,
+        "starting_offsets": "latest",
+        "partition_discovery_interval_ms": "1000",  # new partitions within a second, as Spark finds them
+    }
     assert kafka_options(c).starting.kind == "latest", "Spark's default, never quietly earliest"
     assert c.bootstrap_servers == DATA, "the control cluster is the data cluster"
     assert c.source == "orders" and c.parallelism is None
-    assert any("source name not given: orders" in note for note in c.notes)
+    assert any("reads a source of its own, orders.query-..." in note for note in c.notes)
+    assert not c.source_named
 
 
 @pytest.mark.parametrize(
@@ -262,3 +268,10 @@ def test_read_committed_as_a_spark_query_asks_for_it_is_accepted_and_read_uncomm
     with pytest.raises(ConfigError) as info:
         kafka_options(config(subscribe="orders", **{"kafka.isolation.level": "read_uncommitted"}))
     assert info.value.setting == "kafka.isolation.level" and "read_committed" in info.value.problem
+
+
+def test_a_minimum_per_trigger_above_the_maximum_is_refused_as_spark_refuses_it() -> None:
+    error = refused(subscribe="orders", minOffsetsPerTrigger="30", maxOffsetsPerTrigger="20")
+    assert error.setting == "minOffsetsPerTrigger" and "higher than maxOffsetsPerTrigger (20)" in str(error)
+    accepted = config(subscribe="orders", minOffsetsPerTrigger="20", maxOffsetsPerTrigger="20")
+    assert accepted.min_records_per_trigger == accepted.max_records_per_trigger == 20

@@ -60,7 +60,16 @@ class SourceDefinition:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SourceDefinition:
-        return cls(str(data["connector"]), {str(k): str(v) for k, v in dict(data.get("options") or {}).items()})
+        """A recorded definition as this code defines a source: options that are local now
+        (recorded by an older sluicegate, before they were) are left out and the defaults
+        filled in, so that a source recorded then is not refused for them. A connector this
+        code cannot load is taken as recorded."""
+        connector = str(data["connector"])
+        options = {str(k): str(v) for k, v in dict(data.get("options") or {}).items()}
+        try:
+            return cls.of(connector, options)
+        except ConfigError:
+            return cls(connector, options)
 
     def differences(self, given: SourceDefinition) -> list[str]:
         """One line per difference, the committed value (``self``) first."""

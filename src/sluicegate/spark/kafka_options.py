@@ -35,6 +35,9 @@ from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity
 from sluicegate.protocol.names import NAME_PATTERN
 
 CONNECTOR = "kafka"
+STREAM_DISCOVERY_INTERVAL_MS = 1_000
+"""How often a stream's coordinator looks for new topics and partitions (Spark's Kafka source
+looks at every batch; the connector's own default, 30 s, is Flink's)."""
 
 SUBSCRIPTIONS = {"subscribe": "topics", "subscribePattern": "topic_pattern", "assign": "assign"}
 """Spark's ways to name what is read -> the connector's option."""
@@ -155,6 +158,9 @@ def read_spark_kafka_options(
         if spark_name in given:
             _set(connector, ours, given[spark_name], spark_name)
     _positions(given, connector, notes, spark_subscription=bool(subscription) and not batch)
+    if subscription and not batch:
+        # Spark's Kafka source looks for new topics and partitions at every batch
+        connector.setdefault("partition_discovery_interval_ms", str(STREAM_DISCOVERY_INTERVAL_MS))
     if batch:
         _batch_positions(given, connector)
         notes += [f"option {name} is not used by a batch query" for name in TRIGGER[:3] if name in given]
@@ -167,10 +173,16 @@ def read_spark_kafka_options(
     if bootstrap and "bootstrap_servers" not in connector:
         connector["bootstrap_servers"] = bootstrap
     connector.update(_client_settings(opts, connector))
+    max_offsets, min_offsets = _positive(given, "maxOffsetsPerTrigger"), _positive(given, "minOffsetsPerTrigger")
+    if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+        raise ConfigError(
+            "minOffsetsPerTrigger",
+            f"({min_offsets}) is higher than maxOffsetsPerTrigger ({max_offsets}): Spark refuses it too",
+        )
     return SparkKafkaOptions(
         connector_options=connector,
-        max_offsets_per_trigger=_positive(given, "maxOffsetsPerTrigger"),
-        min_offsets_per_trigger=_positive(given, "minOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
         max_trigger_delay_ms=duration_ms("maxTriggerDelay", given.get("maxTriggerDelay", "15m")),
         min_partitions=_positive(given, "minPartitions"),
         bootstrap_servers=connector.get("bootstrap_servers", environment_bootstrap),

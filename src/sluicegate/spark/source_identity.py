@@ -31,8 +31,3 @@ def own_source_name(derived: str, token: str | None = None) -> str:
     part = token if token is not None else secrets.token_hex(4)
     return validate_source(f"{derived[:_BASE_MAX].rstrip('.-_')}{OWN_MARK}{part}")
 
-
-def is_own_source_name(name: str) -> bool:
-    """Whether ``name`` was made by ``own_source_name``."""
-    base, mark, part = name.rpartition(OWN_MARK)
-    return bool(base and mark and len(part) == 8 and all(c in "0123456789abcdef" for c in part))
