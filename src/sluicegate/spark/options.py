@@ -24,7 +24,6 @@ from sluicegate.spark.driver import TOPIC_WAIT_TIMEOUT_S, DriverSettings
 from sluicegate.spark.file_options import CONNECTOR as FILES_CONNECTOR
 from sluicegate.spark.file_options import SPARK_NAMES as FILE_NAMES
 from sluicegate.spark.file_options import derived_source_name as derived_file_source_name
-from sluicegate.spark.source_identity import OWN_MARK
 from sluicegate.spark.file_options import (
     is_spark_file_option,
     names_a_path,
@@ -42,6 +41,7 @@ from sluicegate.spark.kafka_options import (
     read_spark_kafka_options,
 )
 from sluicegate.spark.read_reports import driver_host, report_url
+from sluicegate.spark.source_identity import OWN_MARK
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 CONNECTOR_PREFIX = "option."

@@ -30,4 +30,3 @@ def own_source_name(derived: str, token: str | None = None) -> str:
     """A new source name of a query's own: ``<derived>.query-<8 hex digits>``."""
     part = token if token is not None else secrets.token_hex(4)
     return validate_source(f"{derived[:_BASE_MAX].rstrip('.-_')}{OWN_MARK}{part}")
-
