@@ -117,16 +117,17 @@ def test_assigned_splits_are_planned_read_and_acknowledged(running: tuple[SparkR
     )
     assert {o.split_id: o.seq for o in state.views[0].splits} == {"seq-00000": 1, "seq-00001": 1}
 
-    first = plan_next(SourceOffset(1), state.views, None, lambda o, base: int(o.split["end"]))
-    assert driver.acknowledge(first)
-    second = plan_next(first, state.views, None, lambda o, base: int(o.split["end"]))
-    assert {r.split["split_id"]: (r.start, r.end) for r in ranges_between(first, second)[0]} == {
+    start = SourceOffset(1)
+    first = plan_next(start, state.views, None, lambda o, base: int(o.split["end"]))
+    planned = ranges_between(start, first)
+    assert {r.split["split_id"]: (r.start, r.end) for r in planned[0]} == {
         "seq-00000": (0, 100),
         "seq-00001": (100, 200),
     }
-    assert driver.acknowledge(second)
+    assert {r.split["split_id"]: (r.start, r.end) for r in planned[1]} == {"seq-00002": (200, 300)}
+    assert driver.acknowledge(first)
     acks = [e for e in coordinator.inbox(CheckpointAck) if e.subtask == 0]
-    assert [body(a, CheckpointAck).checkpoint_id for a in acks] == [first.checkpoint_id, second.checkpoint_id]
+    assert [body(a, CheckpointAck).checkpoint_id for a in acks] == [first.checkpoint_id]
     assert body(acks[-1], CheckpointAck).splits == []
     assert driver.status().splits_finished == 3
 
@@ -212,19 +213,21 @@ def test_a_failed_attempt_registers_again_with_its_checkpoint(running: tuple[Spa
 def test_a_timed_out_query_reads_nothing_twice_that_spark_planned_before_the_coordinator_heard(
     running: tuple[SparkReaderDriver, Coordinator],
 ) -> None:
-    """Spark wrote ``second`` to its offset log (its batch reads 10 of each split), but the
+    """Spark wrote ``first`` to its offset log (its batch reads 10 of each split), but the
     driver paused past its session timeout before the ack arrived: the coordinator gives
-    the splits back at the positions of ``first``. The next offset must start them where
-    ``second`` ended (Spark replays the batch up to there), not at ``first``."""
+    the splits back at the positions they were assigned with. The next offset must start
+    them where ``first`` ended (Spark replays the batch up to there), not where they were
+    assigned."""
     driver, coordinator = running
     register_both(coordinator)
     eventually(driver.all_active)
     for s in (0, 1):
         coordinator.send(s, AddSplits(seq=1, splits=[wire(2 * s), wire(2 * s + 1)]), attempt=1)
     views = eventually(lambda: (v := driver.planning_state().views) and all(len(v[s].splits) == 2 for s in v) and v)
-    first = plan_next(SourceOffset(1), views, None, lambda o, base: base)  # the splits join
-    assert driver.acknowledge(first)
-    second = plan_next(first, views, None, lambda o, base: base + 10)  # planned, never acknowledged
+    start = SourceOffset(1)
+    first = plan_next(start, views, None, lambda o, base: base + 10)  # planned, never acknowledged
+    read = {r.split["split_id"]: (r.start, r.end) for ranges in ranges_between(start, first).values() for r in ranges}
+    assert read == {f"seq-0000{k}": (k * 100, k * 100 + 10) for k in range(4)}
 
     for s in (0, 1):
         coordinator.send(s, SplitsReleased(reason="session-timeout", failed_attempt=1, split_ids=[]), attempt=1)
@@ -241,15 +244,17 @@ def test_a_timed_out_query_reads_nothing_twice_that_spark_planned_before_the_coo
     assert {o.split_id: o.assigned_pos for s in views for o in views[s].splits} == {
         f"seq-0000{k}": k * 100 for k in range(4)
     }
-    third = plan_next(second, views, None, lambda o, base: base + 10)
-    assert ranges_between(second, third) == {}  # new identities read nothing yet
-    assert {sid: e.pos for sub in third.subtasks.values() for sid, e in sub.splits.items()} == {
-        f"seq-0000{k}": k * 100 + 10 for k in range(4)
-    }
-    assert driver.acknowledge(third)
-    fourth = plan_next(third, driver.planning_state().views, None, lambda o, base: base + 10)
-    read = {r.split["split_id"]: (r.start, r.end) for ranges in ranges_between(third, fourth).values() for r in ranges}
+    second = plan_next(first, views, None, lambda o, base: base + 10)
+    # the new identities start where ``first`` ended, not at the assigned positions
+    read = {r.split["split_id"]: (r.start, r.end) for ranges in ranges_between(first, second).values() for r in ranges}
     assert read == {f"seq-0000{k}": (k * 100 + 10, k * 100 + 20) for k in range(4)}
+    assert {sid: e.pos for sub in second.subtasks.values() for sid, e in sub.splits.items()} == {
+        f"seq-0000{k}": k * 100 + 20 for k in range(4)
+    }
+    assert driver.acknowledge(second)
+    third = plan_next(second, driver.planning_state().views, None, lambda o, base: base + 10)
+    read = {r.split["split_id"]: (r.start, r.end) for ranges in ranges_between(second, third).values() for r in ranges}
+    assert read == {f"seq-0000{k}": (k * 100 + 20, k * 100 + 30) for k in range(4)}
 
 
 def test_registrations_are_exclusive_and_a_lasting_refusal_fails_the_query(
@@ -343,20 +348,23 @@ def test_a_split_asked_back_is_planned_no_further_and_returned_with_the_next_off
     def ten_more(o: Any, base: int) -> int:
         return base + 10
 
-    first = plan_next(SourceOffset(1), driver.planning_state().views, None, ten_more)
+    start = SourceOffset(1)
+    first = plan_next(start, driver.planning_state().views, None, ten_more)  # reads 10 of each
+    assert {r.split["split_id"]: (r.start, r.end) for r in ranges_between(start, first)[0]} == {
+        "seq-00000": (0, 10),
+        "seq-00001": (100, 110),
+    }
     assert driver.acknowledge(first)
-    second = plan_next(first, driver.planning_state().views, None, ten_more)  # reads 10 of each
-    assert driver.acknowledge(second)
 
     coordinator.send(0, ReleaseRequest(seq=2, split_ids=["seq-00000"]), attempt=1)
     views = eventually(lambda: (v := driver.planning_state().views) and v[0].applied_seq == 2 and v)
     assert {o.split_id: o.releasing for o in views[0].splits} == {"seq-00000": True, "seq-00001": False}
-    third = plan_next(second, views, None, ten_more)
+    second = plan_next(first, views, None, ten_more)
     # the batch after the request reads the other split only
-    assert {r.split["split_id"]: (r.start, r.end) for r in ranges_between(second, third)[0]} == {
+    assert {r.split["split_id"]: (r.start, r.end) for r in ranges_between(first, second)[0]} == {
         "seq-00001": (110, 120)
     }
-    assert driver.acknowledge(third)
+    assert driver.acknowledge(second)
     ack = body([e for e in coordinator.inbox(CheckpointAck) if e.subtask == 0][-1], CheckpointAck)
     assert ack.applied_seq == 2
     assert [(s["split_id"], s["position"]) for s in ack.returned] == [("seq-00000", 10)]
@@ -364,8 +372,8 @@ def test_a_split_asked_back_is_planned_no_further_and_returned_with_the_next_off
     # it is no longer this query's: the next offset keeps its position aside (parked)
     views = driver.planning_state().views
     assert [o.split_id for o in views[0].splits] == ["seq-00001"]
-    fourth = plan_next(third, views, None, ten_more)
-    assert fourth.parked["seq-00000"].pos == 10 and "seq-00000" not in fourth.subtasks[0].splits
+    third = plan_next(second, views, None, ten_more)
+    assert third.parked["seq-00000"].pos == 10 and "seq-00000" not in third.subtasks[0].splits
 
 
 @contextlib.contextmanager

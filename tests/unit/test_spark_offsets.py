@@ -9,6 +9,7 @@ from sluicegate_connectors.sequence import SequenceOptions, SequenceReader, Sequ
 
 from sluicegate.spark.job import WINDOW_MS, WindowRow, expected_sequence_windows
 from sluicegate.spark.offsets import (
+    OFFSET_VERSION,
     EventTimeBound,
     OffsetError,
     OwnedSplit,
@@ -43,6 +44,15 @@ def all_available(split: OwnedSplit, base: int) -> int:
     return split.end
 
 
+def ten_more(split: OwnedSplit, base: int) -> int:
+    return base + 10
+
+
+def read(start: SourceOffset, end: SourceOffset) -> dict[str, tuple[int, int]]:
+    """What the batch ``(start, end]`` reads, by split: (from, to)."""
+    return {r.split["split_id"]: (r.start, r.end) for rs in ranges_between(start, end).values() for r in rs}
+
+
 def view(attempt: int | None, *splits: OwnedSplit, applied_seq: int = 1, no_more: bool = False) -> SubtaskView:
     return SubtaskView(attempt, 1, applied_seq, no_more, splits)
 
@@ -67,6 +77,69 @@ def test_offset_json_round_trip_is_canonical() -> None:
     again = SourceOffset.from_json(json.loads(json.dumps(data)))
     assert again == offset
     assert json.dumps(again.to_json()) == json.dumps(data)  # Spark compares offsets as JSON text
+
+
+def test_offset_json_round_trips_source_and_first() -> None:
+    entries = {
+        "seq-00000": SplitEntry(wire(0), 1, 60, 100, first=40),
+        "seq-00001": SplitEntry(wire(1), 1, 150, 200),  # from an older offset: no first
+    }
+    offset = SourceOffset(7, 110, {0: SubtaskOffset(2, 1, 1, False, entries)}, source="orders-query-7")
+    data = offset.to_json()
+    assert data["source"] == "orders-query-7"
+    assert data["subtasks"]["0"]["splits"]["seq-00000"]["first"] == 40
+    assert "first" not in data["subtasks"]["0"]["splits"]["seq-00001"]  # written only when known
+    again = SourceOffset.from_json(json.loads(json.dumps(data)))
+    assert again == offset
+    assert again.source == "orders-query-7"
+    assert again.subtasks[0].splits["seq-00000"].first == 40 and again.subtasks[0].splits["seq-00001"].first is None
+    assert json.dumps(again.to_json()) == json.dumps(data)
+    # without a source, the key is not written (offsets as earlier versions wrote them)
+    assert (
+        "source" not in SourceOffset(7).to_json() and SourceOffset.from_json(SourceOffset(7).to_json()).source is None
+    )
+    # plan_next carries the source from the start offset
+    end = plan_next(SourceOffset(1, source="orders-query-7"), {0: view(1, owned(0, 1))}, None, ten_more)
+    assert end.checkpoint_id == 2 and end.source == "orders-query-7"
+    assert SourceOffset.from_json(end.to_json()).source == "orders-query-7"
+
+
+def test_an_offset_written_without_first_reads_nothing_for_an_identity_new_in_it() -> None:
+    # An old checkpoint (before SplitEntry.first): the offset in which an identity appeared
+    # read nothing from it, its position there being where it would start. seq-00000 was
+    # read to 60 by subtask 0 attempt 1 and given to subtask 1 attempt 2 at 40; seq-00001
+    # is new at its start.
+    def entry(k: int, seq: int, pos: int, position: int | None = None) -> dict[str, object]:
+        return {"split": wire(k, position=position), "seq": seq, "pos": pos, "end": (k + 1) * 100}
+
+    def subtask(attempt: int, applied_seq: int, splits: dict[str, object]) -> dict[str, object]:
+        return {"attempt": attempt, "epoch": 1, "applied_seq": applied_seq, "no_more_splits": False, "splits": splits}
+
+    start = {
+        "v": OFFSET_VERSION,
+        "checkpoint_id": 5,
+        "rows": 60,
+        "subtasks": {"0": subtask(1, 1, {"seq-00000": entry(0, 1, 60)})},
+        "parked": {},
+    }
+    end = {
+        "v": OFFSET_VERSION,
+        "checkpoint_id": 6,
+        "rows": 60,
+        "subtasks": {
+            "0": subtask(2, 1, {}),
+            "1": subtask(2, 3, {"seq-00000": entry(0, 3, 60, position=40), "seq-00001": entry(1, 3, 100)}),
+        },
+        "parked": {},
+    }
+    old_start, old_end = SourceOffset.from_json(start), SourceOffset.from_json(end)
+    assert {sid: e.first for sid, e in old_end.subtasks[1].splits.items()} == {"seq-00000": None, "seq-00001": None}
+    assert ranges_between(old_start, old_end) == {}  # not [40, 60) again, nor anything of seq-00001
+    assert json.dumps(old_end.to_json()) == json.dumps(end)  # written back as it was (Spark compares the text)
+    # the identities advance from the next offset on, from their positions there
+    views = {0: view(2), 1: view(2, owned(0, 3, position=40), owned(1, 3), applied_seq=3)}
+    nxt = plan_next(old_end, views, None, ten_more)
+    assert read(old_end, nxt) == {"seq-00000": (60, 70), "seq-00001": (100, 110)}
 
 
 @pytest.mark.parametrize(
@@ -97,13 +170,14 @@ def test_allocate_shares_in_proportion_to_backlog() -> None:
     assert shares == {"a": 75, "b": 25}
 
 
-def test_allocate_spends_the_whole_budget_by_largest_remainder() -> None:
-    shares = allocate({"a": 1, "b": 1, "c": 1}, 2)
-    assert sum(shares.values()) == 2 and set(shares) == {"a", "b"}  # ties go by key order
-    shares = allocate({"a": 10, "b": 7, "c": 1}, 9)
-    assert sum(shares.values()) == 9
-    assert all(shares.get(k, 0) <= b for k, b in {"a": 10, "b": 7, "c": 1}.items())
-    assert shares == {"a": 5, "b": 4}  # 5.0, 3.5, 0.5 -> 5, 3(+1), 0
+def test_allocate_rounds_as_sparks_kafka_source_not_starving_small_backlogs() -> None:
+    # KafkaMicroBatchSourceSuite's case: 101/11/1 records and a limit of 10 give 8/1/1
+    # (10 * 101/113 = 8.9 -> 8; 0.97 and 0.09 are under one record -> 1 each)
+    assert allocate({"p0": 101, "p1": 11, "p2": 1}, 10) == {"p0": 8, "p1": 1, "p2": 1}
+    # shares round down, so a budget may be left over: 6.67 each -> 6
+    assert allocate({"a": 100, "b": 100, "c": 100}, 20) == {"a": 6, "b": 6, "c": 6}
+    # a share is never more than its backlog
+    assert allocate({"a": 1, "b": 1, "c": 1}, 2) == {"a": 1, "b": 1, "c": 1}
 
 
 def test_allocate_with_a_zero_budget_gives_nothing() -> None:
@@ -113,22 +187,29 @@ def test_allocate_with_a_zero_budget_gives_nothing() -> None:
 # -- planning -----------------------------------------------------------------------
 
 
-def test_a_new_identity_reads_nothing_in_its_first_offset() -> None:
+def test_a_new_identity_reads_from_where_it_was_assigned_in_the_offset_where_it_appears() -> None:
     start = SourceOffset(100)
-    end = plan_next(start, {0: view(1, owned(0, 1), owned(1, 1))}, None, all_available)
-    assert end.checkpoint_id == 101 and end.rows == 0
-    assert {sid: e.pos for sid, e in end.subtasks[0].splits.items()} == {"seq-00000": 0, "seq-00001": 100}
-    assert ranges_between(start, end) == {}
+    end = plan_next(start, {0: view(1, owned(0, 1), owned(1, 1, position=130))}, None, ten_more)
+    assert end.checkpoint_id == 101 and end.rows == 20
+    assert {sid: (e.first, e.pos) for sid, e in end.subtasks[0].splits.items()} == {
+        "seq-00000": (0, 10),
+        "seq-00001": (130, 140),
+    }
+    assert read(start, end) == {"seq-00000": (0, 10), "seq-00001": (130, 140)}  # [assigned, available)
 
 
 def test_the_same_identity_advances_to_what_is_available() -> None:
     views = {0: view(1, owned(0, 1)), 1: view(4, owned(1, 2), applied_seq=2)}
-    first = plan_next(SourceOffset(1), views, None, all_available)
+    first = plan_next(SourceOffset(1), views, None, ten_more)  # 10 of each are available at first
     second = plan_next(first, views, None, all_available)
-    assert second.checkpoint_id == 3 and second.rows == 200
+    assert second.checkpoint_id == 3 and second.rows == 20 + 180
     planned = ranges_between(first, second)
-    assert [(r.split["split_id"], r.start, r.end) for r in planned[0]] == [("seq-00000", 0, 100)]
-    assert [(r.split["split_id"], r.start, r.end) for r in planned[1]] == [("seq-00001", 100, 200)]
+    assert [(r.split["split_id"], r.start, r.end) for r in planned[0]] == [("seq-00000", 10, 100)]
+    assert [(r.split["split_id"], r.start, r.end) for r in planned[1]] == [("seq-00001", 110, 200)]
+    assert {sid: e.first for sub in second.subtasks.values() for sid, e in sub.splits.items()} == {
+        "seq-00000": 0,
+        "seq-00001": 100,
+    }, "an identity that continues keeps where it began"
     assert second.subtasks[1].attempt == 4 and second.subtasks[1].applied_seq == 2
     assert all(e.finished for sub in second.subtasks.values() for e in sub.splits.values())
 
@@ -142,11 +223,12 @@ def test_nothing_new_returns_the_start_offset_itself() -> None:
 
 def test_max_rows_is_shared_by_backlog_across_subtasks() -> None:
     views = {0: view(1, owned(0, 1, size=300)), 1: view(1, owned(1, 1, size=100))}
-    first = plan_next(SourceOffset(1), views, None, all_available)
-    second = plan_next(first, views, 100, all_available)
-    assert second.rows == 100
-    assert second.subtasks[0].splits["seq-00000"].pos == 75
-    assert second.subtasks[1].splits["seq-00001"].pos == 100 + 25
+    start = SourceOffset(1)
+    first = plan_next(start, views, 100, all_available)
+    assert first.rows == 100
+    assert first.subtasks[0].splits["seq-00000"].pos == 75
+    assert first.subtasks[1].splits["seq-00001"].pos == 100 + 25
+    assert read(start, first) == {"seq-00000": (0, 75), "seq-00001": (100, 125)}
 
 
 def test_in_order_a_subtask_s_share_goes_to_its_splits_one_after_another() -> None:
@@ -156,15 +238,15 @@ def test_in_order_a_subtask_s_share_goes_to_its_splits_one_after_another() -> No
         0: view(1, owned(0, 1), owned(1, 1), owned(2, 1), owned(3, 1)),
         1: view(1, owned(4, 1), owned(5, 1), owned(6, 1), owned(7, 1)),
     }
-    first = plan_next(SourceOffset(1), views, None, all_available)
-    second = plan_next(first, views, 300, all_available, in_order=True)
-    read = {
+    start = SourceOffset(1)
+    first = plan_next(start, views, 300, all_available, in_order=True)
+    rows = {
         sid: e.pos - k * 100
         for s in (0, 1)
-        for k, (sid, e) in enumerate(sorted(second.subtasks[s].splits.items()), start=4 * s)
+        for k, (sid, e) in enumerate(sorted(first.subtasks[s].splits.items()), start=4 * s)
     }
-    assert second.rows == 300
-    assert read == {
+    assert first.rows == 300
+    assert rows == {
         "seq-00000": 100,
         "seq-00001": 50,
         "seq-00002": 0,
@@ -175,12 +257,12 @@ def test_in_order_a_subtask_s_share_goes_to_its_splits_one_after_another() -> No
         "seq-00007": 0,
     }
     # the next batch finishes the split started first, then takes the next one
-    third = plan_next(second, views, 300, all_available, in_order=True)
-    assert third.subtasks[0].splits["seq-00001"].pos == 100 + 100
-    assert third.subtasks[0].splits["seq-00002"].pos == 200 + 100
-    assert third.subtasks[0].splits["seq-00003"].pos == 300  # not yet
+    second = plan_next(first, views, 300, all_available, in_order=True)
+    assert second.subtasks[0].splits["seq-00001"].pos == 100 + 100
+    assert second.subtasks[0].splits["seq-00002"].pos == 200 + 100
+    assert second.subtasks[0].splits["seq-00003"].pos == 300  # not yet
     # by backlog, the same limit slices every split
-    shared = plan_next(first, views, 300, all_available)
+    shared = plan_next(start, views, 300, all_available)
     assert all(0 < e.pos % 100 < 100 for s in (0, 1) for e in shared.subtasks[s].splits.values())
 
 
@@ -191,13 +273,13 @@ def test_max_splits_reads_that_many_splits_a_batch_in_assignment_order_subtasks_
         0: view(1, owned(3, 1), owned(1, 1), owned(2, 1)),
         1: view(1, owned(5, 1), owned(4, 1)),
     }
-    first = plan_next(SourceOffset(1), views, None, all_available)
+    start = SourceOffset(1)
+    first = plan_next(start, views, None, all_available, in_order=True, max_splits=3)
+    assert read(start, first) == {"seq-00003": (300, 400), "seq-00001": (100, 200), "seq-00005": (500, 600)}
+    assert first.rows == 300
     second = plan_next(first, views, None, all_available, in_order=True, max_splits=3)
-    read = {sid: e.pos - e.split["position"] for s in (0, 1) for sid, e in second.subtasks[s].splits.items()}
-    assert {sid for sid, rows in read.items() if rows} == {"seq-00003", "seq-00001", "seq-00005"}
-    assert second.rows == 300
-    third = plan_next(second, views, None, all_available, in_order=True, max_splits=3)
-    assert third.rows - second.rows == 200, "the two splits left"
+    assert read(first, second) == {"seq-00002": (200, 300), "seq-00004": (400, 500)}, "the two splits left"
+    assert second.rows - first.rows == 200
 
 
 def test_allocate_in_order_spends_each_subtask_s_share_and_no_more_than_a_backlog() -> None:
@@ -210,15 +292,15 @@ def test_allocate_in_order_spends_each_subtask_s_share_and_no_more_than_a_backlo
 def test_available_limits_the_advance_and_is_asked_at_the_base_position() -> None:
     asked: list[tuple[str, int]] = []
 
-    def ten_more(split: OwnedSplit, base: int) -> int:
+    def asked_ten_more(split: OwnedSplit, base: int) -> int:
         asked.append((split.split_id, base))
         return base + 10
 
     views = {0: view(1, owned(0, 1))}
-    first = plan_next(SourceOffset(1), views, None, ten_more)
-    second = plan_next(first, views, None, ten_more)
-    third = plan_next(second, views, None, ten_more)
-    assert [e.pos for e in third.subtasks[0].splits.values()] == [20]
+    first = plan_next(SourceOffset(1), views, None, asked_ten_more)
+    second = plan_next(first, views, None, asked_ten_more)
+    assert [e.pos for e in first.subtasks[0].splits.values()] == [10]
+    assert [e.pos for e in second.subtasks[0].splits.values()] == [20]
     assert asked == [("seq-00000", 0), ("seq-00000", 10)]
 
 
@@ -227,17 +309,13 @@ def test_a_split_past_the_allowed_watermark_is_paused_until_the_bound_catches_up
     def event_time_before(split: OwnedSplit, base: int) -> int | None:
         return None if base <= int(split.split["start"]) else base - 1
 
-    def ten_more(split: OwnedSplit, base: int) -> int:
-        return base + 10
-
     def views(bound: int | None) -> dict[int, SubtaskView]:
         return {0: SubtaskView(1, 1, 1, False, (owned(0, 1), owned(1, 1)), bound)}
 
     def positions(offset: SourceOffset) -> dict[str, int]:
         return {sid: e.pos for sid, e in offset.subtasks[0].splits.items()}
 
-    first = plan_next(SourceOffset(1), views(None), None, ten_more, (), event_time_before)
-    second = plan_next(first, views(None), None, ten_more, (), event_time_before)
+    second = plan_next(SourceOffset(1), views(None), None, ten_more, (), event_time_before)
     assert positions(second) == {"seq-00000": 10, "seq-00001": 110}  # read up to event times 9 and 109
     # Bound 50: seq-00001 (at 109) pauses and takes no share of max_rows; seq-00000 gets it all.
     third = plan_next(second, views(50), 10, ten_more, (), event_time_before)
@@ -253,15 +331,18 @@ def test_a_split_past_the_allowed_watermark_is_paused_until_the_bound_catches_up
 def test_a_reassigned_split_starts_where_this_query_stopped_not_before() -> None:
     # Subtask 0 attempt 1 read seq-00000 to 60; after a restart the coordinator gives it
     # to subtask 1 attempt 2 at an older (acknowledged) position 40.
-    read = SourceOffset(5, 60, {0: SubtaskOffset(1, 1, 1, False, {"seq-00000": SplitEntry(wire(0), 1, 60, 100)})})
+    stopped = SourceOffset(5, 60, {0: SubtaskOffset(1, 1, 1, False, {"seq-00000": SplitEntry(wire(0), 1, 60, 100)})})
     views = {0: view(2), 1: view(2, owned(0, 3, position=40), applied_seq=3)}
-    end = plan_next(read, views, None, all_available)
-    assert end.subtasks[1].splits["seq-00000"].pos == 60
+    end = plan_next(stopped, views, None, ten_more)
+    assert end.subtasks[1].splits["seq-00000"].first == 60
+    assert end.subtasks[1].splits["seq-00000"].pos == 70
     assert end.subtasks[0].splits == {}
-    assert ranges_between(read, end) == {}  # a new identity reads nothing yet
+    assert read(stopped, end) == {"seq-00000": (60, 70)}  # from where it stopped, not [40, 60) again
+    assert end.rows == 60 + 10
     # a position further than what this query read is taken as given
     views = {1: view(2, owned(0, 3, position=80), applied_seq=3)}
-    assert plan_next(read, views, None, all_available).subtasks[1].splits["seq-00000"].pos == 80
+    further = plan_next(stopped, views, None, ten_more)
+    assert read(stopped, further) == {"seq-00000": (80, 90)}
 
 
 def test_a_registering_subtask_keeps_its_entry_until_it_is_active() -> None:
@@ -285,8 +366,9 @@ def test_splits_that_leave_every_subtask_are_parked_unless_reported_finished() -
     end = plan_next(start, {0: view(2, applied_seq=2)}, None, all_available, reported_finished={"seq-00002"})
     assert {sid: e.pos for sid, e in end.parked.items()} == {"seq-00000": 60, "seq-00001": 200}
     # given back later at an older position, it resumes from the parked one
-    later = plan_next(end, {0: view(2, owned(0, 3, position=40), applied_seq=3)}, None, all_available)
-    assert later.subtasks[0].splits["seq-00000"].pos == 60
+    later = plan_next(end, {0: view(2, owned(0, 3, position=40), applied_seq=3)}, None, ten_more)
+    assert later.subtasks[0].splits["seq-00000"].first == 60
+    assert read(end, later) == {"seq-00000": (60, 70)}
     assert set(later.parked) == {"seq-00001"}
 
 
@@ -385,7 +467,7 @@ def test_an_event_time_bound_reads_the_lagging_split_first_and_holds_the_others(
 
     bound = EventTimeBound(60_000, time_at, after)
     views = {0: view(1, owned(0, 1, size=10_000), owned(1, 1, size=10_000))}
-    offset = plan_next(SourceOffset(1), views, None, all_available)  # identities appear: nothing read yet
+    offset = SourceOffset(1)
     reads: list[dict[str, tuple[int, int]]] = []
     while True:
         nxt = plan_next(offset, views, None, all_available, event_time_bound=bound)
@@ -415,10 +497,10 @@ def test_without_event_times_the_bound_changes_nothing() -> None:
 
 
 def test_a_split_that_starts_under_a_new_identity_bounds_the_batch_in_which_it_appears() -> None:
-    # Split 0 is read; split 1, an hour behind, arrives (its subtask registered later). It
-    # reads nothing in the batch where its identity appears, but from the next one on: had
-    # split 0 been planned a minute further meanwhile, Spark's watermark would be past all
-    # of split 1 by then. So split 0 waits for it.
+    # Split 0 is being read; split 1, an hour behind, arrives (its subtask registered
+    # later). It reads in the batch where its identity appears, and its next record bounds
+    # that batch: had split 0 been planned a minute further, Spark's watermark would be
+    # past all of split 1. So split 0 waits for it.
     hour_ms = 3_600_000
     lag = {"seq-00000": 0, "seq-00001": -hour_ms}
 
@@ -434,12 +516,12 @@ def test_a_split_that_starts_under_a_new_identity_bounds_the_batch_in_which_it_a
 
     bound = EventTimeBound(60_000, time_at, after)
     s0, s1 = owned(0, 1, size=10_000), owned(1, 1, size=10_000)
-    first = plan_next(SourceOffset(1), {0: view(1, s0), 1: view(None)}, None, all_available)
+    start = SourceOffset(1)
+    first = plan_next(start, {0: view(1, s0), 1: view(None)}, None, all_available, event_time_bound=bound)
+    assert read(start, first) == {"seq-00000": (0, 61)}, "split 0 alone: up to 60 s past its next record"
     both = {0: view(1, s0), 1: view(1, s1)}
     arrived = plan_next(first, both, None, all_available, event_time_bound=bound)
-    assert arrived.subtasks[1].splits["seq-00001"].pos == 10_000, "split 1 appears"
-    assert ranges_between(first, arrived) == {}, "split 0 is not planned past split 1's next record + 60 s"
-    nxt = plan_next(arrived, both, None, all_available, event_time_bound=bound)
-    assert {r.split["split_id"]: (r.start, r.end) for rs in ranges_between(arrived, nxt).values() for r in rs} == {
-        "seq-00001": (10_000, 10_061)
-    }
+    assert arrived.subtasks[1].splits["seq-00001"].first == 10_000, "split 1 appears"
+    # split 0 is not planned past split 1's next record + 60 s; split 1 reads up to there
+    assert read(first, arrived) == {"seq-00001": (10_000, 10_061)}
+    assert arrived.subtasks[0].splits["seq-00000"].pos == 61

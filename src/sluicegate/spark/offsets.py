@@ -27,13 +27,14 @@ Rules that keep the offsets and the coordinator's view consistent
   runs no batch for it.
 
 Admission control (``maxRecordsPerTrigger``) shares a row budget across the
-readable splits in proportion to their backlog (largest remainder). Watermark
+readable splits in proportion to their backlog, rounded as Spark's Kafka source rounds. Watermark
 alignment: a split whose planned records already reach past the coordinator's
 ``max_allowed_watermark`` is not readable (paused) until the bound catches up.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -240,8 +241,11 @@ class SubtaskView:
 
 
 def allocate(backlog: Mapping[K, int], max_rows: int | None) -> dict[K, int]:
-    """Share ``max_rows`` across the keys in proportion to their backlog (largest
-    remainder, ties by key order); everything when it fits or there is no limit."""
+    """Share ``max_rows`` across the keys in proportion to their backlog, as Spark's Kafka
+    source shares ``maxOffsetsPerTrigger`` across partitions (``rateLimit`` of
+    KafkaMicroBatchStream): each key gets its share rounded down, but a share under one
+    record is rounded up, so that small partitions are not starved (the total may be a
+    little off ``max_rows`` either way). Everything when it fits or there is no limit."""
     wanted = {k: b for k, b in backlog.items() if b > 0}
     total = sum(wanted.values())
     if max_rows is None or total <= max_rows:
@@ -249,15 +253,10 @@ def allocate(backlog: Mapping[K, int], max_rows: int | None) -> dict[K, int]:
     if max_rows <= 0:
         return {}
     shares: dict[K, int] = {}
-    remainders: list[tuple[int, int, K]] = []
-    for order, k in enumerate(sorted(wanted, key=_sort_key)):
-        share, rem = divmod(max_rows * wanted[k], total)
-        shares[k] = share
-        remainders.append((-rem, order, k))
-    left = max_rows - sum(shares.values())
-    for _, _, k in sorted(remainders)[:left]:
-        shares[k] += 1
-    return {k: n for k, n in shares.items() if n > 0}
+    for k, rows in wanted.items():
+        prorate = max_rows * (rows / total)  # in doubles, as Spark computes it
+        shares[k] = min(rows, math.ceil(prorate) if prorate < 1 else math.floor(prorate))
+    return shares
 
 
 def allocate_in_order(
@@ -300,10 +299,6 @@ def first_splits(
             kept[key] = backlog[key]
         turn += 1
     return kept
-
-
-def _sort_key(key: Any) -> Any:
-    return key if isinstance(key, tuple) else (key,)
 
 
 def _paused(
