@@ -108,6 +108,12 @@ def test_a_second_query_of_a_topic_with_a_fresh_checkpoint_reads_it_all(lifecycl
     assert "reads a source of its own" in lifecycle["_log"]
 
 
+def test_a_fresh_query_of_a_named_source_continues_where_it_stands_and_says_so(lifecycle: dict[str, Any]) -> None:
+    first, second = lifecycle["kafka_named"]["sluicegate"]
+    assert values(first) == list(range(20)) and second == [], "the second query shares the first one's positions"
+    assert "was read before this query: a fresh query of a named source continues where the source" in lifecycle["_log"]
+
+
 def test_records_deleted_past_a_checkpoint_are_skipped_or_fail_as_failOnDataLoss_says(
     lifecycle: dict[str, Any],
 ) -> None:
@@ -262,6 +268,16 @@ class Scenarios:
                     {"availableNow": True},
                     value,
                 )
+        # a named source is shared on purpose: a fresh query of it continues where it stands
+        for run in ("first", "second"):
+            self.run(
+                "kafka_named",
+                "sluicegate",
+                self.kafka_reader("sluicegate", topic, source=f"{self.prefix}-shared"),
+                f"named-{run}",
+                {"availableNow": True},
+                value,
+            )
         # a second query of the topic, fresh checkpoint, while the first one's stands
         for side in SIDES:
             self.run(

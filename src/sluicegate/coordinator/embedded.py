@@ -116,6 +116,9 @@ class EmbeddedCoordinator:
         """Set when the committed state came to define the source otherwise (``sluicegate
         source redefine`` while this process ran): it coordinates no more, and whichever
         coordinator serves the new definition refuses the host's registrations."""
+        self.source_existed: bool | None = None
+        """Whether the source's control topics were there before this process looked (a
+        source read before); None until it looked (never, with ``external``)."""
         self._thread = LoopThread(f"sluicegate-coordinator-{source}")
         self._watch_task: asyncio.Task[None] | None = None
         self._backoff = RestartBackoff()
@@ -167,6 +170,7 @@ class EmbeddedCoordinator:
         """The control topics (existing ones keep their partition count) and the definition;
         then the watch starts (a source no coordinator ever served is taken at once)."""
         existing = (await describe_topics(self.bootstrap, [self.topics.readers], self.security))[self.topics.readers]
+        self.source_existed = existing is not None
         # the source's max_parallelism is the one it was set up with
         max_parallelism = existing.partitions if existing is not None else self.new_source_parallelism
         if max_parallelism is None:

@@ -215,6 +215,8 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._min_rows: MinRowsPerTrigger | None = None
         self._settled = False
         """Whether a latestOffset has planned since the driver started (planner._settle)."""
+        self._continues_named = False
+        """A fresh query of a named source read before: the first plan says where it continues."""
 
     # Spark pickles this object into the read function that executors run: only the
     # configuration travels, never the driver's thread and Kafka clients.
@@ -266,6 +268,10 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             )
             driver.start(restored)
             self._driver = driver
+            assert self._coordinator is not None
+            self._continues_named = (
+                restored is None and self.config.source_named and self._coordinator.source_existed is True
+            )
         return self._driver
 
     def _source_name(self, offset: SourceOffset) -> str:
@@ -353,9 +359,26 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self.config.max_splits_per_trigger,
         )
         end = planner.next_offset(start_offset, max_rows, self._available_now_ms, settle)
+        if self._continues_named:
+            self._continues_named = False
+            self._say_where_it_continues(driver)
         if end is start_offset or not self._admitted(end.rows - start_offset.rows):
             return start
         return end.to_json()
+
+    def _say_where_it_continues(self, driver: SparkReaderDriver) -> None:
+        """Once, after the first planning of a fresh query of a named source that was read
+        before: its splits are where that source stands, not where ``startingOffsets`` says."""
+        views = driver.planning_state().views.values()
+        where = sorted((owned.split_id, owned.assigned_pos) for view in views for owned in view.splits)
+        shown = ", ".join(f"{sid} at {pos}" for sid, pos in where[:10]) + (" ..." if len(where) > 10 else "")
+        log.warning(
+            "source %s was read before this query: a fresh query of a named source continues where the source "
+            "stands (%s), not where its startingOffsets say (they apply to a source's first reader); leave out "
+            "option source for a source of the query's own",
+            self.config.source,
+            shown or "no split assigned yet",
+        )
 
     def _admitted(self, new_rows: int) -> bool:
         """minOffsetsPerTrigger / maxTriggerDelay (not for Trigger.AvailableNow, which reads
