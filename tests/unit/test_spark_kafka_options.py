@@ -144,11 +144,20 @@ def test_a_spark_option_that_cannot_mean_what_it_says_fails_naming_it(
     assert says in str(error), error
 
 
-def test_a_java_client_setting_librdkafka_does_not_know_fails_naming_it() -> None:
-    c = config(subscribe="orders", **{"kafka.default.api.timeout.ms": "1000"})
+def test_a_java_client_setting_librdkafka_has_no_equivalent_for_is_noted_once_and_not_passed_on() -> None:
+    c = config(subscribe="orders", **{"kafka.default.api.timeout.ms": "1000", "kafka.fetch.max.wait.ms": "10"})
+    options = kafka_options(c)  # librdkafka would refuse it: it is not handed on
+    assert "kafka.default.api.timeout.ms" not in c.options and c.options["kafka.fetch.wait.max.ms"] == "10"
+    assert ("fetch.wait.max.ms", "10") in options.client_settings
+    [note] = [n for n in c.notes if "default.api.timeout.ms" in n]
+    assert "is not used: a setting of Spark's Java consumer that librdkafka has no equivalent for" in note
+
+
+def test_a_client_setting_neither_client_knows_fails_naming_it() -> None:
+    c = config(subscribe="orders", **{"kafka.fetch.max.wiat.ms": "10"})
     with pytest.raises(ConfigError) as info:
         kafka_options(c)
-    assert info.value.setting == "kafka.default.api.timeout.ms"
+    assert info.value.setting == "kafka.fetch.max.wiat.ms"
 
 
 def test_security_settings_reach_the_data_clients_but_not_the_source_definition() -> None:

@@ -90,6 +90,22 @@ JAVA_TO_LIBRDKAFKA = {
 (``fetch.max.bytes``, ``max.partition.fetch.bytes``, ``fetch.min.bytes``, ``client.id``,
 ``client.rack`` ...) pass as they are, and librdkafka refuses what it does not know."""
 
+JAVA_ONLY = {
+    "default.api.timeout.ms": "the Java consumer's timeout of its blocking calls",
+    "client.dns.lookup": "how the Java client resolves names",
+    "exclude.internal.topics": "sluicegate subscribes by name and pattern itself",
+    "internal.leave.group.on.close": "there is no consumer group",
+    "auto.include.jmx.reporter": "a JMX setting",
+    "metric.reporters": "a JMX setting",
+    "metrics.num.samples": "a JMX setting",
+    "metrics.recording.level": "a JMX setting",
+    "metrics.sample.window.ms": "a JMX setting",
+    "security.providers": "a JVM security setting",
+}
+"""Settings of Spark's Java consumer that librdkafka has no equivalent for: not passed on, and
+logged once as not used (the Java consumer only warns about a setting it does not use). With
+``readPath=jvm`` the executors' Java consumers take them."""
+
 DEPRECATED = {
     "topics": "subscribe",
     "topic_pattern": "subscribePattern",
@@ -169,6 +185,13 @@ def read_spark_kafka_options(
             raise ConfigError(name, f"is not supported, as in Spark's Kafka source: {why}")
     unused = [name for name in NOT_USED if name in given and not (jvm and name in USED_BY_JAVA_CONSUMERS)]
     notes += [f"option {name} is not used: {NOT_USED[name]}" for name in unused]
+    if not jvm:
+        notes += [
+            f"option kafka.{name} is not used: a setting of Spark's Java consumer that librdkafka has no "
+            f"equivalent for ({why})"
+            for name, why in JAVA_ONLY.items()
+            if f"kafka.{name}" in opts
+        ]
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
     if bootstrap and "bootstrap_servers" not in connector:
         connector["bootstrap_servers"] = bootstrap
@@ -281,7 +304,12 @@ def _client_settings(opts: Mapping[str, str], connector: Mapping[str, str]) -> d
     elif any(key in opts for key in security_keys):
         first = sorted(key for key in opts if key in security_keys)[0]
         raise ConfigError(first, "needs kafka.security.protocol (SASL_SSL, SSL, SASL_PLAINTEXT or PLAINTEXT)")
-    skipped = {"kafka.bootstrap.servers", *security_keys, *(n.lower() for n in (*NOT_USED, *REFUSED_AS_IN_SPARK))}
+    skipped = {
+        "kafka.bootstrap.servers",
+        *security_keys,
+        *(n.lower() for n in (*NOT_USED, *REFUSED_AS_IN_SPARK)),
+        *(f"kafka.{name}" for name in JAVA_ONLY),
+    }
     for key, value in opts.items():
         if not key.startswith("kafka.") or key in skipped:
             continue
