@@ -134,6 +134,13 @@ def test_options_that_make_no_sense_here_are_accepted_and_said_once() -> None:
         ({"minPartitions": "0"}, "minPartitions", ">= 1"),
         ({"startingOffset": "earliest"}, "startingoffset", "did you mean 'startingOffsets'"),
         ({"kafka.sasl.mechanism": "PLAIN"}, "kafka.sasl.mechanism", "kafka.security.protocol"),
+        # errors name the options the user wrote (issue 54), as Spark's do
+        ({"endingOffsets": '{"orders": {"0": -2}}'}, "endingOffsets", "earliest (-2)"),
+        (
+            {"startingOffsets": '{"orders": {"0": 1, "1": 2}}', "endingOffsets": '{"orders": {"0": 5}}'},
+            "endingOffsets",
+            "orders-1 in one only",
+        ),
     ],
 )
 def test_a_spark_option_that_cannot_mean_what_it_says_fails_naming_it(
@@ -284,3 +291,16 @@ def test_a_minimum_per_trigger_above_the_maximum_is_refused_as_spark_refuses_it(
     assert error.setting == "minOffsetsPerTrigger" and "higher than maxOffsetsPerTrigger (20)" in str(error)
     accepted = config(subscribe="orders", minOffsetsPerTrigger="20", maxOffsetsPerTrigger="20")
     assert accepted.min_records_per_trigger == accepted.max_records_per_trigger == 20
+
+
+@pytest.mark.parametrize("subscribe", ["", " , "])
+def test_an_empty_subscription_is_named_as_the_user_wrote_it(subscribe: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        SparkSourceOptions.from_options({"kafka.bootstrap.servers": DATA, "subscribe": subscribe})
+    assert info.value.setting == "subscribe" and "names nothing to read" in str(info.value)
+
+
+def test_a_query_with_nothing_to_read_is_told_what_spark_would_ask_for() -> None:
+    with pytest.raises(ConfigError) as info:
+        SparkSourceOptions.from_options({"kafka.bootstrap.servers": DATA})
+    assert info.value.setting == "subscribe" and "subscribePattern or assign" in str(info.value)

@@ -222,12 +222,16 @@ def _subscription(given: Mapping[str, str], connector: Mapping[str, str]) -> dic
     old = [key for key in ("topics", "topic_pattern", "assign") if key in connector]
     if old:
         raise ConfigError(named[0], f"and option.{old[0]} both name what to read: keep {named[0]}")
-    return {SUBSCRIPTIONS[named[0]]: given[named[0]]}
+    value = given[named[0]]
+    if not value.strip() or (named[0] == "subscribe" and not any(t.strip() for t in value.split(","))):
+        raise ConfigError(named[0], f"names nothing to read: give {named[0]} a value, as Spark requires")
+    return {SUBSCRIPTIONS[named[0]]: value}
 
 
 def _positions(given: Mapping[str, str], connector: dict[str, str], notes: list[str], spark_subscription: bool) -> None:
     """Starting and ending positions by Spark's precedence; Spark's default start of a
     stream (``latest``) where a streaming query names its subscription Spark's way."""
+    _same_partitions(given)
     for names, ours in ((STARTING, "starting_offsets"), (ENDING, "stopping_offsets")):
         present = [name for name in names if name in given]
         if not present:
@@ -280,9 +284,37 @@ def _position(name: str, value: str) -> str:
         return f"timestamp:{text}"
     if name == "endingOffsets" and text.lower() == "earliest":
         raise ConfigError(name, "must be latest or a JSON map (earliest is not an ending offset, as in Spark)")
+    if name == "endingOffsets" and text.startswith("{") and -2 in _json_offsets(name, text).values():
+        raise ConfigError(name, "cannot end a partition at earliest (-2), as in Spark: give -1 (latest) or an offset")
     if text.lower().startswith(("timestamp:", "none")):
         raise ConfigError(name, f"must be earliest, latest or Spark's JSON map, got {value!r}")
     return text
+
+
+def _json_offsets(name: str, text: str) -> dict[tuple[str, str], int]:
+    """Spark's JSON map of offsets (``{"topic": {"0": 23}}``) by (topic, partition)."""
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(name, f"must be Spark's JSON map of offsets: {exc}") from None
+    if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
+        raise ConfigError(name, f'must be Spark\'s JSON map of offsets, like {{"topic": {{"0": 23}}}}, got {text!r}')
+    return {(str(t), str(p)): o for t, ps in parsed.items() for p, o in ps.items()}
+
+
+def _same_partitions(given: Mapping[str, str]) -> None:
+    """Spark refuses JSON starting and ending offsets that name different partitions."""
+    start, end = given.get("startingOffsets", "").strip(), given.get("endingOffsets", "").strip()
+    if not (start.startswith("{") and end.startswith("{")):
+        return
+    starting, ending = set(_json_offsets("startingOffsets", start)), set(_json_offsets("endingOffsets", end))
+    if starting != ending:
+        only = sorted(f"{t}-{p}" for t, p in starting ^ ending)
+        raise ConfigError(
+            "endingOffsets",
+            f"and startingOffsets name different partitions ({', '.join(only)} in one only): name the same "
+            "partitions in both, as Spark requires",
+        )
 
 
 def _set(connector: dict[str, str], key: str, value: str, spark_name: str) -> None:

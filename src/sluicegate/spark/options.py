@@ -209,6 +209,12 @@ class SparkSourceOptions:
                 source = derived_source_name(connector_options)
             elif files is not None:
                 source = derived_file_source_name(connector_options["path"])
+            elif "connector" not in opts and not connector_options:  # nothing says what to read: as Spark says it
+                raise ConfigError(
+                    "subscribe",
+                    "one of subscribe, subscribePattern or assign must be given (what to read, as in Spark's "
+                    "Kafka source), or load(path) for files",
+                )
             else:
                 raise ConfigError("source", "is required: .option('source', NAME)")
             notes.append(
