@@ -10,6 +10,7 @@ side with a checkpoint of its own, every batch recorded by ``foreachBatch``:
   arrived: each run reads what arrived before it, in the same batches as Spark's;
 - ``Trigger.Once`` twice from one checkpoint, new records in between;
 - a query stopped mid-backlog (``maxOffsetsPerTrigger``) and restarted: every record once;
+- ``maxOffsetsPerTrigger`` over partitions of 101, 11 and 1 records: Spark's batches;
 - a second query of the same topic (directory), with a fresh checkpoint and
   ``startingOffsets=earliest``, while the first one's checkpoint stands: everything;
 - records deleted past a checkpoint (``deleteRecords``): ``failOnDataLoss=false`` reads on
@@ -100,6 +101,13 @@ def test_a_query_stopped_mid_backlog_reads_the_rest_after_its_restart(lifecycle:
         assert values(stopped + restarted) == list(range(200)), f"{side}: every record once"
     # the restart's batches (maxOffsetsPerTrigger=20 over 2 partitions) are Spark's
     assert lifecycle["kafka_stopped"]["sluicegate"][1] == lifecycle["kafka_stopped"]["spark"][1]
+
+
+def test_max_offsets_per_trigger_cuts_a_backlog_into_sparks_batches(lifecycle: dict[str, Any]) -> None:
+    (run,) = same_batches(lifecycle["kafka_rate_limit"])
+    assert values(run) == list(range(113))
+    # Spark's rounding: 101/11/1 with a limit of 10 give 8, 1 and 1 first; no empty batch
+    assert len(run[0]) == 10 and {101, 112} <= set(run[0]) and all(run)
 
 
 def test_a_second_query_of_a_topic_with_a_fresh_checkpoint_reads_it_all(lifecycle: dict[str, Any]) -> None:
@@ -313,6 +321,29 @@ class Scenarios:
                     stop_after,
                 )
 
+    def kafka_rate_limit(self) -> None:
+        """KafkaMicroBatchSourceSuite's maxOffsetsPerTrigger case: 101, 11 and 1 records."""
+        from confluent_kafka import Producer
+
+        topic = self.topic("rate-limit", 3)
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
+        n = 0
+        for partition, count in ((0, 101), (1, 11), (2, 1)):
+            for _ in range(count):
+                producer.produce(topic, str(n).encode(), partition=partition)
+                n += 1
+        assert producer.flush(30) == 0
+        value = "CAST(CAST(value AS STRING) AS BIGINT)"
+        for side in SIDES:
+            self.run(
+                "kafka_rate_limit",
+                side,
+                self.kafka_reader(side, topic, maxOffsetsPerTrigger="10"),
+                f"rate-limit-{side}",
+                {"availableNow": True},
+                value,
+            )
+
     def kafka_data_loss(self) -> None:
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import AdminClient
@@ -388,7 +419,15 @@ def main() -> int:
     spark = spark_session("sluicegate-lifecycle", quiet=True, extra_conf={"spark.jars": jars})
     scenarios = Scenarios(spark, os.environ["KAFKA_BOOTSTRAP_SERVERS"], Path(args.work), args.prefix)
     only = os.environ.get("LIFECYCLE_ONLY", "")
-    for name in ("kafka_available_now_and_second_query", "kafka_once", "kafka_stopped", "kafka_data_loss", "files"):
+    scenarios_in_order = (
+        "kafka_available_now_and_second_query",
+        "kafka_once",
+        "kafka_stopped",
+        "kafka_rate_limit",
+        "kafka_data_loss",
+        "files",
+    )
+    for name in scenarios_in_order:
         if not only or name in only.split(","):
             getattr(scenarios, name)()
     spark.stop()
