@@ -24,6 +24,7 @@ below judge its results: each side's batches, as lists of values.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import secrets
@@ -110,6 +111,11 @@ def test_max_offsets_per_trigger_cuts_a_backlog_into_sparks_batches(lifecycle: d
     assert len(run[0]) == 10 and {101, 112} <= set(run[0]) and all(run)
 
 
+def test_max_records_per_partition_cuts_a_streams_tasks_as_spark_cuts_them(lifecycle: dict[str, Any]) -> None:
+    (batches,) = same_batches(lifecycle["kafka_partition_cut"])
+    assert batches == [[1, 11, 25, 25, 25, 26]], "one batch, 101 records in 4 tasks of at most 30"
+
+
 def test_a_second_query_of_a_topic_with_a_fresh_checkpoint_reads_it_all(lifecycle: dict[str, Any]) -> None:
     (run,) = same_batches(lifecycle["kafka_second_query"])
     assert values(run) == list(range(20))
@@ -170,6 +176,11 @@ class Recorder:
     def run(self) -> Batches:
         with self.lock:
             return [self.batches[b] for b in sorted(self.batches)]
+
+
+def record_task_sizes(tasks: list[list[int]], frame: Any, batch_id: int) -> None:
+    """``foreachBatch``: how many records each Spark task of the batch read."""
+    tasks.append(sorted(len(rows) for rows in frame.rdd.glom().collect()))
 
 
 class Scenarios:
@@ -333,6 +344,18 @@ class Scenarios:
                 producer.produce(topic, str(n).encode(), partition=partition)
                 n += 1
         assert producer.flush(30) == 0
+        for side in SIDES:  # a stream's tasks cut by maxRecordsPerPartition (Spark 4)
+            tasks: list[list[int]] = []
+            reader = self.kafka_reader(side, topic, maxRecordsPerPartition="30")
+            query = (
+                reader.writeStream.foreachBatch(functools.partial(record_task_sizes, tasks))
+                .option("checkpointLocation", str(self.work / "checkpoints" / f"cut-{side}"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination(240)
+            self.results.setdefault("kafka_partition_cut", {})[side] = [tasks]
+            print(f"kafka_partition_cut {side}: {tasks}", flush=True)
         value = "CAST(CAST(value AS STRING) AS BIGINT)"
         for side in SIDES:
             self.run(

@@ -304,3 +304,9 @@ def test_a_query_with_nothing_to_read_is_told_what_spark_would_ask_for() -> None
     with pytest.raises(ConfigError) as info:
         SparkSourceOptions.from_options({"kafka.bootstrap.servers": DATA})
     assert info.value.setting == "subscribe" and "subscribePattern or assign" in str(info.value)
+
+
+def test_max_records_per_partition_is_read_with_sparks_meaning() -> None:
+    c = config(subscribe="orders", maxRecordsPerPartition="1000", minPartitions="4")
+    assert (c.max_records_per_partition, c.min_partitions) == (1000, 4)
+    assert refused(subscribe="orders", maxRecordsPerPartition="0").setting == "maxRecordsPerPartition"

@@ -58,7 +58,7 @@ def plan_batch(config: SparkSourceOptions) -> list[BatchPartition]:
         for i, (split, start, end) in enumerate(_bounded_ranges(source, splits))
         if end > start
     ]
-    cut = cut_ranges(parts, config.min_partitions)
+    cut = cut_ranges(parts, config.min_partitions)  # maxRecordsPerPartition: streams only, as in Spark
     log.info(
         "batch read of the %s connector: %d splits, %d rows at most, %d Spark tasks",
         config.connector,

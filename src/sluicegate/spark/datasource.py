@@ -421,7 +421,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             PlannedPart(subtask, tuple((r.split, r.start, r.end) for r in ranges))
             for subtask, ranges in sorted(ranges_between(start, end).items())
         ]
-        return cut_ranges(parts, self.config.min_partitions)
+        return cut_ranges(parts, self.config.min_partitions, self.config.max_records_per_partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         if self._driver is not None:

@@ -56,7 +56,7 @@ STARTING = ("startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets"
 ENDING = ("endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets")
 """Spark's precedence, first wins."""
 
-TRIGGER = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions")
+TRIGGER = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions", "maxRecordsPerPartition")
 
 NOT_USED = {
     "groupIdPrefix": "sluicegate assigns partitions: there is no consumer group",
@@ -132,6 +132,7 @@ class SparkKafkaOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     bootstrap_servers: str = ""
     notes: tuple[str, ...] = ()
     """Lines to log once at the query's start: options not used, deprecated names."""
@@ -179,7 +180,8 @@ def read_spark_kafka_options(
         connector.setdefault("partition_discovery_interval_ms", str(STREAM_DISCOVERY_INTERVAL_MS))
     if batch:
         _batch_positions(given, connector)
-        notes += [f"option {name} is not used by a batch query" for name in TRIGGER[:3] if name in given]
+        batch_unused = (*TRIGGER[:3], "maxRecordsPerPartition")  # Spark 4.2's batch reads ignore it too
+        notes += [f"option {name} is not used by a batch query" for name in batch_unused if name in given]
     for name, why in REFUSED_AS_IN_SPARK.items():
         if name in given:
             raise ConfigError(name, f"is not supported, as in Spark's Kafka source: {why}")
@@ -208,6 +210,7 @@ def read_spark_kafka_options(
         min_offsets_per_trigger=min_offsets,
         max_trigger_delay_ms=duration_ms("maxTriggerDelay", given.get("maxTriggerDelay", "15m")),
         min_partitions=_positive(given, "minPartitions"),
+        max_records_per_partition=_positive(given, "maxRecordsPerPartition"),
         bootstrap_servers=connector.get("bootstrap_servers", environment_bootstrap),
         notes=tuple(notes),
     )

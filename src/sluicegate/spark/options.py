@@ -138,6 +138,8 @@ class SparkSourceOptions:
     min_partitions: int | None = None
     """Spark's ``minPartitions``: large ranges are cut so that a batch has at least this
     many Spark partitions."""
+    max_records_per_partition: int | None = None
+    """Spark's ``maxRecordsPerPartition``: no Spark partition reads more rows than this."""
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     session_timeout_ms: int = SESSION_TIMEOUT_MS
     topic_wait_timeout_s: float = TOPIC_WAIT_TIMEOUT_S
@@ -237,6 +239,7 @@ class SparkSourceOptions:
             min_records_per_trigger=kafka.min_offsets_per_trigger if kafka else None,
             max_trigger_delay_ms=kafka.max_trigger_delay_ms if kafka else 15 * 60 * 1000,
             min_partitions=kafka.min_partitions if kafka else None,
+            max_records_per_partition=kafka.max_records_per_partition if kafka else None,
             heartbeat_interval_ms=int_option(opts, "heartbeatintervalms", HEARTBEAT_INTERVAL_MS, 10),
             session_timeout_ms=int_option(opts, "sessiontimeoutms", SESSION_TIMEOUT_MS, 100),
             topic_wait_timeout_s=float(int_option(opts, "topicwaittimeouts", int(TOPIC_WAIT_TIMEOUT_S), 0)),

@@ -6,14 +6,16 @@ connector a query reads through ``format("sluicegate")``: pure rules, the clock 
   "the trigger is delayed until minOffsetsPerTrigger are available or maxTriggerDelay has
   passed"). A batch that only carries bookkeeping (assignments, finished splits) is never
   held back: it reads nothing and the coordinator waits for it.
-- ``cut_ranges`` cuts a batch's large ranges so that it has at least ``min_partitions``
-  Spark partitions, each range in pieces in proportion to its share of the batch (as
-  Spark's Kafka source splits the offset range of a skewed or backlogged partition).
+- ``cut_ranges`` cuts a batch's large ranges so that no Spark partition reads more than
+  ``maxRecordsPerPartition`` rows and there are at least ``minPartitions`` of them, each
+  range in pieces in proportion to its share of the batch (as Spark's Kafka source splits
+  the offset range of a skewed or backlogged partition).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -45,21 +47,33 @@ class PlannedPart(Generic[SplitT]):
     ranges: tuple[tuple[SplitT, int, int], ...]
 
 
-def cut_ranges(parts: list[PlannedPart[SplitT]], min_partitions: int | None) -> list[PlannedPart[SplitT]]:
-    """``parts`` with large ranges cut so that there are at least ``min_partitions`` of
-    them (roughly: each range gets pieces in proportion to its rows). A range cut in
-    pieces leaves its subtask's part; its pieces are parts of their own."""
+def cut_ranges(
+    parts: list[PlannedPart[SplitT]], min_partitions: int | None, max_rows_per_part: int | None = None
+) -> list[PlannedPart[SplitT]]:
+    """``parts`` with large ranges cut: first each range of more than ``max_rows_per_part``
+    rows into ``ceil(rows / max)`` even pieces (Spark 4's ``maxRecordsPerPartition``), then,
+    so that there are at least ``min_partitions`` parts, each range into pieces in
+    proportion to its rows (Spark's ``minPartitions``), as Spark's Kafka source's
+    KafkaOffsetRangeCalculator cuts them. A range cut in pieces leaves its subtask's part;
+    its pieces are parts of their own."""
+    if max_rows_per_part is not None:
+        parts = _cut(parts, lambda rows: -(-rows // max_rows_per_part))
     if min_partitions is None or len(parts) >= min_partitions:
         return parts
     total = sum(end - start for part in parts for _, start, end in part.ranges)
     if total <= 0:
         return parts
+    return _cut(parts, lambda rows: min(rows, max(1, round(rows / total * min_partitions))))
+
+
+def _cut(parts: list[PlannedPart[SplitT]], pieces_of: Callable[[int], int]) -> list[PlannedPart[SplitT]]:
+    """Each range in ``pieces_of(its rows)`` even pieces, a part each (one piece: kept)."""
     out: list[PlannedPart[SplitT]] = []
     for part in parts:
         kept: list[tuple[SplitT, int, int]] = []
         pieces: list[PlannedPart[SplitT]] = []
         for split, start, end in part.ranges:
-            count = min(end - start, max(1, round((end - start) / total * min_partitions)))
+            count = pieces_of(end - start)
             if count <= 1:
                 kept.append((split, start, end))
                 continue
