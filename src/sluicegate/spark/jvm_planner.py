@@ -188,8 +188,8 @@ class FileRangePlanner(QueryPlanner):
         self.source = source
 
     def planFiles(self, start: str, end: str) -> str:
-        # Spark's Source API has no start before a query's first batch, which reads nothing:
-        # its splits arrive in it and are read from the next one (offsets.plan_next)
+        # Spark's Source API has no start before a query's first batch: an offset with no
+        # splits, so every split of the first batch reads from where it began (offsets.py)
         since = json.loads(start) if start else SourceOffset(checkpoint_id=0).to_json()
         files = [
             self._whole_file(wire, first, until)
