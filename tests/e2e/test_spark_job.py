@@ -261,7 +261,7 @@ def test_with_watermark_alignment_splits_ahead_pause_and_the_job_still_ends_exac
     # batch advances one split while another, already started and unfinished, stays.
     offsets = _offset_log(tmp_path / "checkpoint")
     paused = 0
-    batches_with_a_pause: list[tuple[int, int]] = []
+    batches_with_a_pause: list[tuple[int, int, int]] = []
     for before, after in itertools.pairwise(offsets):
         was, now = _positions(before), _positions(after)
         moved = {sid for sid in now if sid in was and now[sid][0] > was[sid][0]}
@@ -276,8 +276,11 @@ def test_with_watermark_alignment_splits_ahead_pause_and_the_job_still_ends_exac
             # paused ones do not keep a share of it (unless less than that was left to read)
             advanced = sum(now[sid][0] - was[sid][0] for sid in moved)
             left = sum(start + 3000 - was[sid][0] for sid, (_, start) in was.items() if sid not in waiting)
-            batches_with_a_pause.append((advanced, left))
+            batches_with_a_pause.append((advanced, left, len(moved)))
     assert paused > 0, f"no batch paused a split ahead of the others in {len(offsets)} offsets"
-    assert all(advanced == min(ALIGNED_BUDGET, left) for advanced, left in batches_with_a_pause), (
-        f"paused splits kept part of the budget: (rows planned, rows left to plan) = {batches_with_a_pause}"
-    )
+    # (each split's share is rounded as Spark's Kafka source rounds it: down, so the batch
+    # may plan up to a record less per split than the budget)
+    assert all(
+        min(ALIGNED_BUDGET, left) - moved < advanced <= min(ALIGNED_BUDGET, left)
+        for advanced, left, moved in batches_with_a_pause
+    ), f"paused splits kept part of the budget: (rows planned, rows left, splits read) = {batches_with_a_pause}"
