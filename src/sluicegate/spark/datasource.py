@@ -2,11 +2,13 @@
 partitions are the reader subtasks of a sluicegate source.
 
 Spark's driver keeps one ``SluicegateStreamReader`` for the whole query (in the
-Python process Spark runs for the source). It starts a ``SparkReaderDriver``
-(driver.py) on the first call that tells it where the query stands:
-``initialOffset`` for a fresh query (registration reports nothing), or the first
-``latestOffset``/``partitions`` of a restarted one (registration reports the
-splits of that offset, FLIP-537: the restored offsets are the readers' state).
+Python process Spark runs for the source). ``initialOffset`` (a fresh query) names
+the source the query reads (source_identity.py: its own, unless it names one) in the
+offset it returns, and every later offset carries it. The ``SparkReaderDriver``
+(driver.py) starts on the first ``latestOffset``/``partitions``, whose offset tells
+where the query stands: nothing read (registration reports nothing), or a restart
+(registration reports the splits of that offset, FLIP-537: the restored offsets are
+the readers' state, and the coordinator follows them).
 
 Per micro-batch:
 
