@@ -28,7 +28,6 @@ import functools
 import json
 import os
 import secrets
-import subprocess
 import sys
 import threading
 import time
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import support_pythonpath
+from processes import run_script
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.spark]
 
@@ -50,21 +49,9 @@ def lifecycle(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) ->
     """{scenario: {side: [run, ...]}}, a run being its batches (or {"error": ...})."""
     work = tmp_path_factory.mktemp("lifecycle")
     out, log = work / "results.json", work / "spark.log"
-    with log.open("wb") as handle:
-        done = subprocess.run(
-            [sys.executable, __file__, "--out", str(out), "--work", str(work), "--prefix", secrets.token_hex(3)],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=dict(
-                os.environ,
-                KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
-                PYTHONPATH=support_pythonpath(),
-                PYTHONUNBUFFERED="1",
-            ),
-            timeout=840,
-            check=False,
-        )
-    assert done.returncode == 0, log.read_text()[-8000:]
+    args = ["--out", str(out), "--work", str(work), "--prefix", secrets.token_hex(3)]
+    returncode = run_script(__file__, args, log, kafka_bootstrap, timeout_s=840)
+    assert returncode == 0, log.read_text()[-8000:]
     results: dict[str, Any] = json.loads(out.read_text())
     results["_log"] = log.read_text()
     return results

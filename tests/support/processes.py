@@ -1,9 +1,11 @@
 """The process helpers moved to the connector test kit (``sluicegate.testing.processes``);
-the tests keep importing them from here. ``support_pythonpath`` and
+the tests keep importing them from here. ``support_pythonpath``, ``run_script`` and
 ``completed_checkpoints`` are this folder's own."""
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from sluicegate.testing.processes import *  # noqa: F403
@@ -17,6 +19,23 @@ def support_pythonpath() -> str:
     as a script (a Spark query in a process of its own), a reader with record functions.
     pytest finds them through pyproject's ``pythonpath``; other processes need this."""
     return os.pathsep.join(p for p in (str(SUPPORT_DIR), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def run_script(script: str, args: list[str], log: Path, bootstrap: str, timeout_s: float) -> int:
+    """Run a test file as a script (a Spark process of its own, with Spark's Kafka source on
+    its classpath), its output into ``log``; returns its exit code."""
+    with log.open("wb") as handle:
+        done = subprocess.run(
+            [sys.executable, script, *args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=dict(
+                os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, PYTHONPATH=support_pythonpath(), PYTHONUNBUFFERED="1"
+            ),
+            timeout=timeout_s,
+            check=False,
+        )
+    return done.returncode
 
 
 def completed_checkpoints(reader: Proc) -> int:
