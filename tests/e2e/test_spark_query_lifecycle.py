@@ -9,6 +9,7 @@ side with a checkpoint of its own, every batch recorded by ``foreachBatch``:
 - ``Trigger.AvailableNow`` run again from its checkpoint after new records (files)
   arrived: each run reads what arrived before it, in the same batches as Spark's;
 - ``Trigger.Once`` twice from one checkpoint, new records in between;
+- a query started at Spark's JSON ``startingOffsets``, restarted after new records;
 - a query stopped mid-backlog (``maxOffsetsPerTrigger``) and restarted: every record once;
 - ``maxOffsetsPerTrigger`` over partitions of 101, 11 and 1 records: Spark's batches;
 - a second query of the same topic (directory), with a fresh checkpoint and
@@ -80,6 +81,14 @@ def test_available_now_runs_again_read_what_arrived_before_each(lifecycle: dict[
 def test_once_runs_read_what_arrived_before_each(lifecycle: dict[str, Any]) -> None:
     runs = same_batches(lifecycle["kafka_once"])
     assert [values(r) for r in runs] == [list(range(113)), list(range(113, 124))]
+
+
+def test_a_restart_of_a_query_that_started_at_json_offsets_goes_on_from_its_checkpoint(
+    lifecycle: dict[str, Any],
+) -> None:
+    runs = same_batches(lifecycle["kafka_json_start"])
+    # partition 0 (even numbers) from its offset 3, partition 1 (odd) from its start
+    assert [values(r) for r in runs] == [[1, 3, 5, 6, 7, 8, 9], [10, 11, 12, 13]]
 
 
 def test_a_query_stopped_mid_backlog_reads_the_rest_after_its_restart(lifecycle: dict[str, Any]) -> None:
@@ -304,6 +313,24 @@ class Scenarios:
             for side in SIDES:
                 self.run("kafka_once", side, self.kafka_reader(side, topic), f"once-{side}", {"once": True}, value)
 
+    def kafka_json_start(self) -> None:
+        """A fresh checkpoint at Spark's JSON starting offsets, then a restart: the restart
+        goes on from the checkpoint, whatever startingOffsets say."""
+        topic = self.topic("json-start", 2)
+        value = "CAST(CAST(value AS STRING) AS BIGINT)"
+        starting = json.dumps({topic: {"0": 3, "1": -2}})
+        for numbers in (range(10), range(10, 14)):
+            self.produce(topic, numbers, 2)
+            for side in SIDES:
+                self.run(
+                    "kafka_json_start",
+                    side,
+                    self.kafka_reader(side, topic, startingOffsets=starting),
+                    f"json-start-{side}",
+                    {"availableNow": True},
+                    value,
+                )
+
     def kafka_stopped(self) -> None:
         topic = self.topic("stopped", 2)
         self.produce(topic, range(200), 2)
@@ -433,6 +460,7 @@ def main() -> int:
     scenarios_in_order = (
         "kafka_available_now_and_second_query",
         "kafka_once",
+        "kafka_json_start",
         "kafka_stopped",
         "kafka_rate_limit",
         "kafka_data_loss",
