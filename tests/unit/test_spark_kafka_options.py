@@ -310,3 +310,9 @@ def test_max_records_per_partition_is_read_with_sparks_meaning() -> None:
     c = config(subscribe="orders", maxRecordsPerPartition="1000", minPartitions="4")
     assert (c.max_records_per_partition, c.min_partitions) == (1000, 4)
     assert refused(subscribe="orders", maxRecordsPerPartition="0").setting == "maxRecordsPerPartition"
+
+
+def test_a_misspelled_max_records_per_partition_fails_naming_the_option_it_meant() -> None:
+    error = refused(subscribe="orders", maxRecordPerPartition="1000")
+    assert error.setting == "maxrecordperpartition"
+    assert "did you mean 'maxRecordsPerPartition'" in str(error), error
