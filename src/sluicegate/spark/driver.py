@@ -265,12 +265,8 @@ class SparkReaderDriver:
 
     async def _depart(self) -> None:
         async with self._ack_turn:
-            if self._left:
-                return
-            self._left = True
-            for s, protocol in sorted(self.protocols.items()):
-                if protocol.active and not await self._send(s, ReaderLeaving(splits=[])):
-                    log.warning("subtask %d could not leave (the coordinator will time it out)", s)
+            if not self._left:
+                await self._send_leaving([s for s, protocol in sorted(self.protocols.items()) if protocol.active])
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -773,11 +769,15 @@ class SparkReaderDriver:
     async def _leave(self) -> None:
         if self._left or not await self._all_finished():
             return
-        for s in sorted(self.protocols):
+        await self._send_leaving(sorted(self.protocols))
+        log.info("all %d subtasks finished and left %s", len(self.protocols), self.settings.source)
+
+    async def _send_leaving(self, subtasks: list[int]) -> None:
+        """``ReaderLeaving`` from each of ``subtasks``; the heartbeats stop."""
+        self._left = True
+        for s in subtasks:
             if not await self._send(s, ReaderLeaving(splits=[])):
                 log.warning("subtask %d could not leave (the coordinator will time it out)", s)
-        self._left = True
-        log.info("all %d subtasks finished and left %s", len(self.protocols), self.settings.source)
 
 
 def _now_ms() -> int:
