@@ -41,6 +41,9 @@ from processes import run_script
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(900), pytest.mark.spark]
 
 SIDES = ("spark", "sluicegate")
+KAFKA_VALUE = "CAST(CAST(value AS STRING) AS BIGINT)"
+"""The records' values are numbers: each batch is recorded as its sorted numbers."""
+AVAILABLE_NOW = {"availableNow": True}
 Batches = list[list[int]]
 """A run of a query: the sorted values of each batch it ran, in batch order."""
 
@@ -268,84 +271,52 @@ class Scenarios:
         self.results.setdefault(scenario, {}).setdefault(side, []).append(run)
         print(f"{scenario} {side} run {len(self.results[scenario][side])}: {json.dumps(run)[:300]}", flush=True)
 
+    def both_kafka(
+        self, scenario: str, topic: str, trigger: dict[str, Any], stop_after: int | None = None, **options: str
+    ) -> None:
+        """A run of ``scenario`` on each side, from each side's checkpoint of the scenario."""
+        for side in SIDES:
+            frame = self.kafka_reader(side, topic, **options)
+            self.run(scenario, side, frame, f"{scenario}-{side}", trigger, KAFKA_VALUE, stop_after)
+
+    def both_files(self, scenario: str, directory: Path, trigger: dict[str, Any]) -> None:
+        for side in SIDES:
+            self.run(scenario, side, self.file_reader(side, directory), f"{scenario}-{side}", trigger, "id")
+
     # -- the scenarios
 
     def kafka_available_now_and_second_query(self) -> None:
         topic = self.topic("available-now", 2)
-        value = "CAST(CAST(value AS STRING) AS BIGINT)"
         for numbers in (range(10), range(10, 15), range(15, 20)):
             self.produce(topic, numbers, 2)
-            for side in SIDES:
-                self.run(
-                    "kafka_available_now",
-                    side,
-                    self.kafka_reader(side, topic),
-                    f"available-now-{side}",
-                    {"availableNow": True},
-                    value,
-                )
+            self.both_kafka("kafka_available_now", topic, AVAILABLE_NOW)
         # a named source is shared on purpose: a fresh query of it continues where it stands
         for run in ("first", "second"):
-            self.run(
-                "kafka_named",
-                "sluicegate",
-                self.kafka_reader("sluicegate", topic, source=f"{self.prefix}-shared"),
-                f"named-{run}",
-                {"availableNow": True},
-                value,
-            )
+            frame = self.kafka_reader("sluicegate", topic, source=f"{self.prefix}-shared")
+            self.run("kafka_named", "sluicegate", frame, f"named-{run}", AVAILABLE_NOW, KAFKA_VALUE)
         # a second query of the topic, fresh checkpoint, while the first one's stands
-        for side in SIDES:
-            self.run(
-                "kafka_second_query",
-                side,
-                self.kafka_reader(side, topic),
-                f"second-query-{side}",
-                {"availableNow": True},
-                value,
-            )
+        self.both_kafka("kafka_second_query", topic, AVAILABLE_NOW)
 
     def kafka_once(self) -> None:
         topic = self.topic("once", 3)
-        value = "CAST(CAST(value AS STRING) AS BIGINT)"
         for numbers in (range(113), range(113, 124)):
             self.produce(topic, numbers, 3)
-            for side in SIDES:
-                self.run("kafka_once", side, self.kafka_reader(side, topic), f"once-{side}", {"once": True}, value)
+            self.both_kafka("kafka_once", topic, {"once": True})
 
     def kafka_json_start(self) -> None:
         """A fresh checkpoint at Spark's JSON starting offsets, then a restart: the restart
         goes on from the checkpoint, whatever startingOffsets say."""
         topic = self.topic("json-start", 2)
-        value = "CAST(CAST(value AS STRING) AS BIGINT)"
         starting = json.dumps({topic: {"0": 3, "1": -2}})
         for numbers in (range(10), range(10, 14)):
             self.produce(topic, numbers, 2)
-            for side in SIDES:
-                self.run(
-                    "kafka_json_start",
-                    side,
-                    self.kafka_reader(side, topic, startingOffsets=starting),
-                    f"json-start-{side}",
-                    {"availableNow": True},
-                    value,
-                )
+            self.both_kafka("kafka_json_start", topic, AVAILABLE_NOW, startingOffsets=starting)
 
     def kafka_stopped(self) -> None:
         topic = self.topic("stopped", 2)
         self.produce(topic, range(200), 2)
-        value = "CAST(CAST(value AS STRING) AS BIGINT)"
-        for trigger, stop_after in (({"processingTime": "0 seconds"}, 3), ({"availableNow": True}, None)):
-            for side in SIDES:
-                self.run(
-                    "kafka_stopped",
-                    side,
-                    self.kafka_reader(side, topic, maxOffsetsPerTrigger="20"),
-                    f"stopped-{side}",
-                    trigger,
-                    value,
-                    stop_after,
-                )
+        for trigger, stop_after in (({"processingTime": "0 seconds"}, 3), (AVAILABLE_NOW, None)):
+            self.both_kafka("kafka_stopped", topic, trigger, stop_after, maxOffsetsPerTrigger="20")
 
     def kafka_rate_limit(self) -> None:
         """KafkaMicroBatchSourceSuite's maxOffsetsPerTrigger case: 101, 11 and 1 records."""
@@ -371,77 +342,34 @@ class Scenarios:
             query.awaitTermination(240)
             self.results.setdefault("kafka_partition_cut", {})[side] = [tasks]
             print(f"kafka_partition_cut {side}: {tasks}", flush=True)
-        value = "CAST(CAST(value AS STRING) AS BIGINT)"
-        for side in SIDES:
-            self.run(
-                "kafka_rate_limit",
-                side,
-                self.kafka_reader(side, topic, maxOffsetsPerTrigger="10"),
-                f"rate-limit-{side}",
-                {"availableNow": True},
-                value,
-            )
+        self.both_kafka("kafka_rate_limit", topic, AVAILABLE_NOW, maxOffsetsPerTrigger="10")
 
     def kafka_data_loss(self) -> None:
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import AdminClient
 
         topic = self.topic("data-loss", 1)
-        value = "CAST(CAST(value AS STRING) AS BIGINT)"
         self.produce(topic, range(10), 1)
         for scenario in ("kafka_data_loss_skip", "kafka_data_loss_fail"):
-            for side in SIDES:
-                self.run(
-                    scenario,
-                    side,
-                    self.kafka_reader(side, topic),
-                    f"{scenario}-{side}",
-                    {"availableNow": True},
-                    value,
-                )
+            self.both_kafka(scenario, topic, AVAILABLE_NOW)
         self.produce(topic, range(10, 20), 1)
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         for future in admin.delete_records([TopicPartition(topic, 0, 15)]).values():
             future.result(30)
         for scenario, fail in (("kafka_data_loss_skip", "false"), ("kafka_data_loss_fail", "true")):
-            for side in SIDES:
-                self.run(
-                    scenario,
-                    side,
-                    self.kafka_reader(side, topic, failOnDataLoss=fail),
-                    f"{scenario}-{side}",
-                    {"availableNow": True},
-                    value,
-                )
+            self.both_kafka(scenario, topic, AVAILABLE_NOW, failOnDataLoss=fail)
 
     def files(self) -> None:
         directory = self.work / "files"
         self.write_files(directory, 0, 4)
-        for files, trigger in ((0, {"availableNow": True}), (3, {"availableNow": True})):
+        for files in (0, 3):
             self.write_files(directory, 4, files)
-            for side in SIDES:
-                self.run(
-                    "files_available_now",
-                    side,
-                    self.file_reader(side, directory),
-                    f"files-available-now-{side}",
-                    trigger,
-                    "id",
-                )
-        for side in SIDES:
-            self.run(
-                "files_second_query",
-                side,
-                self.file_reader(side, directory),
-                f"files-second-query-{side}",
-                {"availableNow": True},
-                "id",
-            )
+            self.both_files("files_available_now", directory, AVAILABLE_NOW)
+        self.both_files("files_second_query", directory, AVAILABLE_NOW)
         once = self.work / "files-once"
         for first, files in ((0, 3), (3, 2)):
             self.write_files(once, first, files)
-            for side in SIDES:
-                self.run("files_once", side, self.file_reader(side, once), f"files-once-{side}", {"once": True}, "id")
+            self.both_files("files_once", once, {"once": True})
 
 
 def main() -> int:
