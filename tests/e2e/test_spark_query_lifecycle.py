@@ -98,7 +98,11 @@ def test_a_query_stopped_mid_backlog_reads_the_rest_after_its_restart(lifecycle:
     for side in SIDES:
         stopped, restarted = lifecycle["kafka_stopped"][side]
         assert len(stopped) >= 3 and all(len(b) <= 20 for b in stopped + restarted), side
-        assert values(stopped + restarted) == list(range(200)), f"{side}: every record once"
+        # A stop that lands after foreachBatch ran but before Spark committed the batch leaves it
+        # to the restart, which runs it again first, the same batch (foreachBatch is idempotent
+        # by batch id): the committed batches hold every record once.
+        committed = stopped[:-1] if restarted and restarted[0] == stopped[-1] else stopped
+        assert values(committed + restarted) == list(range(200)), f"{side}: every record once"
     # the restart's batches (maxOffsetsPerTrigger=20 over 2 partitions) are Spark's
     assert lifecycle["kafka_stopped"]["sluicegate"][1] == lifecycle["kafka_stopped"]["spark"][1]
 
