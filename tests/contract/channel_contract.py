@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from core_harness import body
 
 from sluicegate.protocol.codec import decode, encode, encode_key
+from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.messages import (
     AddSplits,
     Direction,
@@ -58,6 +59,17 @@ def to_reader_env(
 ) -> bytes:
     source = topics.coordinator.split(".")[1]
     return encode(envelope(body, source=source, subtask=subtask, attempt=attempt, epoch=epoch, ts=1))  # type: ignore[arg-type]
+
+
+async def letters_until(harness: ChannelHarness, count: int) -> list[tuple[dict[str, bytes], bytes | None]]:
+    """The dead-letter topic once it holds ``count`` letters (sends may still be on their way)."""
+    letters: list[tuple[dict[str, bytes], bytes | None]] = []
+    for _ in range(100):
+        letters = await harness.dead_letters()
+        if len(letters) >= count:
+            return letters
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{len(letters)} dead letters, not {count}")
 
 
 async def poll_until(channel: ControlChannel, count: int, subtask: int | None = None) -> list[Inbound]:
@@ -123,6 +135,29 @@ class ChannelContract:
         assert headers["sluicegate.origin.partition"] == b"0"
         assert headers["sluicegate.error.kind"] == b"malformed"
         await channel.close()
+
+    async def test_bad_input_found_again_by_a_restarted_planner_is_dead_lettered_once(
+        self, harness: ChannelHarness
+    ) -> None:
+        def bad_file(path: str, position: int = 0) -> DeadLetter:
+            return DeadLetter(path, -1, position, path.encode(), b"torn", "bad-file", "torn")
+
+        first = harness.channel()
+        await first.open([0])
+        await first.dead_letter_once(bad_file("/in/a.parquet"))
+        await first.dead_letter_once(bad_file("/in/a.parquet"))  # the same planner again
+        await letters_until(harness, 1)
+        await first.close()
+        restarted = harness.channel()
+        await restarted.open([0])
+        await restarted.dead_letter_once(bad_file("/in/a.parquet"))
+        await restarted.dead_letter_once(bad_file("/in/a.parquet", position=7))  # other input
+        await restarted.dead_letter_once(bad_file("/in/b.parquet"))
+        letters = await letters_until(harness, 3)
+        origins = [(h["sluicegate.origin.topic"], h["sluicegate.origin.offset"]) for h, _ in letters]
+        assert origins == [(b"/in/a.parquet", b"0"), (b"/in/a.parquet", b"7"), (b"/in/b.parquet", b"0")]
+        assert (first.dead_letters, restarted.dead_letters) == (1, 2)
+        await restarted.close()
 
     async def test_a_send_reaches_the_inbox_keyed_by_subtask_and_counts_as_contact(
         self, harness: ChannelHarness

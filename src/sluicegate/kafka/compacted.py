@@ -1,4 +1,5 @@
-"""Reading compacted topics (state records): the whole topic, or the latest value of a key.
+"""Reading a topic whole (state records, dead letters), or the latest value of a key of a
+compacted one.
 
 Both read ``read_committed``: state records are written in transactions, and an
 aborted one must never be restored.
@@ -7,17 +8,28 @@ aborted one must never be restored.
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from sluicegate.kafka.clients import control_consumer
+from sluicegate.kafka.security import KafkaSecurity
 
 
 async def read_all(bootstrap: str, topic: str, max_record_bytes: int) -> list[tuple[bytes | None, bytes | None]]:
     """Every committed (key, value) of every partition of ``topic``, in offset order per partition."""
+    return [(r.key, r.value) for r in await read_all_records(bootstrap, topic, max_record_bytes)]
+
+
+async def read_all_records(
+    bootstrap: str, topic: str, max_record_bytes: int, security: KafkaSecurity | None = None
+) -> list[ConsumerRecord[Any, Any]]:
+    """Every committed record of every partition of ``topic`` (headers too), in offset
+    order per partition."""
     consumer = control_consumer(
         bootstrap,
         f"sluicegate-read-{topic}",
+        security,
         max_partition_fetch_bytes=max_record_bytes,
         fetch_max_bytes=max_record_bytes,
     )
@@ -31,12 +43,12 @@ async def read_all(bootstrap: str, topic: str, max_record_bytes: int) -> list[tu
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         end = await consumer.end_offsets(tps)
-        records: list[tuple[bytes | None, bytes | None]] = []
+        records: list[ConsumerRecord[Any, Any]] = []
         remaining = {tp for tp in tps if end[tp] > 0}
         while remaining:
             batch = await consumer.getmany(*remaining, timeout_ms=1000)
             for tp, messages in batch.items():
-                records.extend((m.key, m.value) for m in messages)
+                records.extend(messages)
                 if messages and messages[-1].offset + 1 >= end[tp]:
                     remaining.discard(tp)
             for tp in list(remaining):

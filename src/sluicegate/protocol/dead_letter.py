@@ -4,9 +4,13 @@ topic/partition/offset, copied to NS.S.dead-letter, and skipped."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 log = logging.getLogger("sluicegate.dead_letter")
+
+LetterIdentity = tuple[str, str, str, str]
+"""What a letter is about: kind, origin topic (or file), partition, offset (or position)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +33,18 @@ class DeadLetter:
             ("sluicegate.origin.partition", str(self.partition).encode()),
             ("sluicegate.origin.offset", str(self.offset).encode()),
         ]
+
+    def identity(self) -> LetterIdentity:
+        return (self.kind, self.topic, str(self.partition), str(self.offset))
+
+    @staticmethod
+    def identity_in(headers: Mapping[str, bytes]) -> LetterIdentity:
+        """The identity of a letter already in the topic, from its headers."""
+
+        def header(name: str) -> str:
+            return headers.get(f"sluicegate.{name}", b"").decode(errors="replace")
+
+        return (header("error.kind"), header("origin.topic"), header("origin.partition"), header("origin.offset"))
 
     def log(self) -> None:
         log.warning(

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sluicegate.protocol.codec import DecodeError, decode, encode, encode_key
-from sluicegate.protocol.dead_letter import DeadLetter
+from sluicegate.protocol.dead_letter import DeadLetter, LetterIdentity
 from sluicegate.protocol.messages import Direction, Envelope
 from sluicegate.protocol.topics import ControlTopics
 
@@ -66,6 +66,9 @@ class ControlChannel(ABC):
         self.last_contact_s = time.monotonic()
         """When the coordinator's inbox last surely got something from us (monotonic s)."""
         self.dead_letters = 0
+        self._lettered: set[LetterIdentity] | None = None
+        """The identities of the letters in the dead-letter topic (read on the first
+        ``dead_letter_once``), and of those sent since."""
 
     # -- what a host calls ---------------------------------------------------------
 
@@ -129,6 +132,25 @@ class ControlChannel(ABC):
         except Exception as exc:
             log.warning("could not copy the record to %s: %s", self.topics.dead_letter, exc)
 
+    async def dead_letter_once(self, letter: DeadLetter) -> None:
+        """``dead_letter``, unless the topic holds a letter about the same input already.
+
+        For bad input found while planning, outside any transaction: a planner that
+        restarts from an older checkpoint finds the same bad file again, and its letter
+        must not be copied twice. The topic is read once per channel, on the first call,
+        so a source without bad input never reads it."""
+        if self._lettered is None:
+            try:
+                self._lettered = {DeadLetter.identity_in(h) for h in await self._letters_in_topic()}
+            except Exception as exc:  # a letter twice is better than none, or a planner that stops
+                log.warning("could not read %s (a letter may be copied twice): %s", self.topics.dead_letter, exc)
+                self._lettered = set()
+        if letter.identity() in self._lettered:
+            log.info("already dead-lettered: %s (%s) at %d", letter.topic, letter.kind, letter.offset)
+            return
+        self._lettered.add(letter.identity())
+        await self.dead_letter(letter)
+
     def contact(self) -> None:
         self.last_contact_s = time.monotonic()
 
@@ -139,6 +161,10 @@ class ControlChannel(ABC):
     async def close(self) -> None: ...
 
     # -- what an implementation provides -----------------------------------------
+
+    @abstractmethod
+    async def _letters_in_topic(self) -> list[dict[str, bytes]]:
+        """The headers of every committed record of the dead-letter topic."""
 
     @abstractmethod
     async def _send(

@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from sluicegate.kafka.clients import control_consumer, plain_producer
+from sluicegate.kafka.compacted import read_all_records
 from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.kafka.topics import TopicApplyError, TopicsMissingError, wait_for_topics
 from sluicegate.protocol.topics import ControlTopics
@@ -21,6 +22,9 @@ log = logging.getLogger("sluicegate.reader")
 
 FOREVER_S = 10.0**9
 RETRY_S = 1.0
+LETTER_MAX_BYTES = 16 * 1024 * 1024
+"""The largest dead letter read back: a copied control record, which Kafka's default
+message size limit keeps far below this."""
 
 
 class KafkaNeverAnswered(TopicApplyError):
@@ -168,6 +172,12 @@ class KafkaControlChannel(ControlChannel):
             for tp, records in sorted(batches.items(), key=lambda item: item[0].partition)
             for r in records
         ]
+
+    async def _letters_in_topic(self) -> list[dict[str, bytes]]:
+        records = await read_all_records(
+            self.bootstrap_servers, self.topics.dead_letter, LETTER_MAX_BYTES, self.security
+        )
+        return [dict(r.headers) for r in records]
 
     def _require_consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:

@@ -120,5 +120,8 @@ class MemoryControlChannel(ControlChannel):
             self._positions[s] = len(log)
         return out
 
+    async def _letters_in_topic(self) -> list[dict[str, bytes]]:
+        return [dict(r.headers) for r in self.broker.records(self.topics.dead_letter)]
+
     async def close(self) -> None:
         self._positions = {}

@@ -290,7 +290,8 @@ class SparkReaderDriver:
     # -- what the Spark thread asks --------------------------------------------------
 
     def dead_letter(self, skipped: list[SkippedInput]) -> None:
-        """Copy bad input the connector skipped while planning to the dead-letter topic."""
+        """Copy bad input the connector skipped while planning to the dead-letter topic,
+        once: a restarted query plans the uncommitted batches again and finds it again."""
         self._call(lambda: self._dead_letter(skipped))
 
     async def _dead_letter(self, skipped: list[SkippedInput]) -> None:
@@ -298,7 +299,7 @@ class SparkReaderDriver:
             letter = DeadLetter(
                 item.origin, -1, item.position, item.origin.encode(), item.reason.encode(), item.kind, item.reason
             )
-            await self.channel.dead_letter(letter)
+            await self.channel.dead_letter_once(letter)
 
     def planning_state(self) -> PlanningState:
         """Every subtask's attempt and owned splits, and the splits reported finished."""
