@@ -6,30 +6,22 @@ BIN    := $(VENV)/bin
 
 .PHONY: install native jvm demo test unit flaky lint kafka prometheus clean
 
-$(BIN)/.installed: pyproject.toml
+# sluicegate with its native Kafka reader (native/, Rust): one maturin build, as the wheel
+# users install is (docs/packaging.md), installed editable. Cargo's target dir is kept
+# outside the clone, shared by every clone on this machine: a few minutes the first time,
+# seconds after a Rust edit.
+NATIVE_TARGET ?= $(HOME)/.cache/sluicegate/native-target
+NATIVE_SRC := $(wildcard native/Cargo.toml native/Cargo.lock native/src/*.rs)
+
+$(BIN)/.installed: pyproject.toml $(NATIVE_SRC)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@command -v cargo >/dev/null 2>&1 || { echo "cargo not found: sluicegate's native Kafka reader needs Rust (https://rustup.rs)"; exit 1; }
+	@echo "installing sluicegate and its native Kafka reader (cargo: minutes the first time on this machine)"
+	CARGO_TARGET_DIR=$(NATIVE_TARGET) CARGO_BUILD_JOBS=2 $(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# The native Kafka range reader (native/, Rust): built into the venv when cargo is there,
-# incrementally (cargo's target dir is kept outside the clone, shared by every clone on
-# this machine). Without cargo, or if the build fails, one line says so and the kafka
-# connector reads with confluent-kafka: install never fails for it.
-NATIVE_TARGET ?= $(HOME)/.cache/sluicegate/native-target
-NATIVE_SRC := $(wildcard native/Cargo.toml native/Cargo.lock native/pyproject.toml native/*.pyi native/src/*.rs)
-
-$(VENV)/.native: $(BIN)/.installed $(NATIVE_SRC)
-	@if ! command -v cargo >/dev/null 2>&1; then \
-	  echo "native kafka reader: cargo not found, not built (the kafka connector reads with confluent-kafka)"; \
-	elif VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(NATIVE_TARGET) CARGO_BUILD_JOBS=2 \
-	     $(BIN)/maturin develop --release --manifest-path native/Cargo.toml > $(VENV)/native-build.log 2>&1; then \
-	  touch $@; echo "native kafka reader: built"; \
-	else \
-	  echo "native kafka reader: build failed, see $(VENV)/native-build.log (the kafka connector reads with confluent-kafka)"; \
-	fi
-
-native: $(VENV)/.native  ## the native kafka reader alone
+native: $(BIN)/.installed  ## rebuild the native kafka reader after a Rust edit
 
 # The JVM read path's jar (readPath=jvm; src/sluicegate/spark/jvm_sources, Java 17): compiled
 # once per machine into the cache against PySpark and Spark's Kafka source (~3 s; the Kafka
@@ -42,7 +34,7 @@ $(VENV)/.jvm: $(BIN)/.installed $(JVM_SRC)
 
 jvm: $(VENV)/.jvm  ## the JVM read path's jar alone
 
-install: $(BIN)/.installed $(VENV)/.native $(VENV)/.jvm
+install: $(BIN)/.installed $(VENV)/.jvm
 
 kafka: install  ## resolve Apache Kafka from Maven Central into the cache (first run only)
 	$(BIN)/sluicegate broker fetch

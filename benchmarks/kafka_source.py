@@ -28,7 +28,7 @@ Sides, each run its own Python process with its own SparkSession (``spark_sessio
   partitions but at most the task slots of ``--master`` (``local[2]``: 2), each subtask
   reading several partitions' ranges in one Spark task (``--parallelism`` sets it), a real
   coordinator process on a fresh source name, and ``SLUICEGATE_KAFKA_READ_PATH`` set to the
-  read path (``native`` only when the module ``sluicegate_native`` is importable).
+  read path (``native`` only when the module ``sluicegate._native`` is importable).
 
 All read with ``Trigger.AvailableNow`` and the same per-batch limit (``--max-per-trigger``:
 ``maxOffsetsPerTrigger`` / ``maxRecordsPerTrigger``), in two jobs: ``noop`` (the rows into
@@ -101,7 +101,7 @@ NATIVE_TUNED_SIDE = "native-tuned"
 NATIVE_SIDES = (NATIVE_DEFAULTS, NATIVE_TUNED_SIDE)
 READ_PATH_ENV = "SLUICEGATE_KAFKA_READ_PATH"
 READ_PATHS = ("python", "native", "jvm")
-NATIVE_MODULE = "sluicegate_native"
+NATIVE_MODULE = "sluicegate._native"
 #: Spark's Kafka source, "tuned": bigger polls and fetches, no waiting for a full fetch.
 NATIVE_TUNED: dict[str, str] = {
     "kafka.max.poll.records": "20000",
@@ -956,7 +956,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         epilog=(
             "Sides: native-defaults, native-tuned (with "
             + ", ".join(f"{k}={v}" for k, v in NATIVE_TUNED.items())
-            + "), sluicegate-python and, when sluicegate_native imports, sluicegate-native. "
+            + "), sluicegate-python and, when sluicegate._native imports, sluicegate-native. "
             "See the module docstring and benchmarks/README.md for the method."
         ),
         formatter_class=HelpFormatter,
@@ -994,7 +994,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--sides",
         default="",
         help="comma-separated subset of native-defaults, native-tuned, sluicegate-python, sluicegate-native, "
-        f"{JVM_SIDE} (default: all; sluicegate-native only when sluicegate_native imports, {JVM_SIDE} only "
+        f"{JVM_SIDE} (default: all; sluicegate-native only when sluicegate._native imports, {JVM_SIDE} only "
         "when its jar is built)",
     )
     parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated subset of noop, windowed")

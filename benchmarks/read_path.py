@@ -9,9 +9,9 @@ partition of the topic from its first to its last offset, batches of ``--max-row
 each path's own consumer (made once, as the executor's shared consumer is):
 
 - ``python``: confluent-kafka ``consume()`` and Arrow columns built in Python;
-- ``native-batch``: ``sluicegate_native`` with ``rd_kafka_consume_batch_queue`` (the one
+- ``native-batch``: ``sluicegate._native`` with ``rd_kafka_consume_batch_queue`` (the one
   the connector uses);
-- ``native-poll``: ``sluicegate_native`` with the rdkafka crate's ``BaseConsumer::poll``,
+- ``native-poll``: ``sluicegate._native`` with the rdkafka crate's ``BaseConsumer::poll``,
   one message per call (a prototype kept for this comparison).
 
 Each figure: rows/s (wall clock), the process's CPU seconds per million rows
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kafka_clients import bench_broker, default_topic, fill_topic, topic_counts
 from kafka_source import listening_pid, parse_settings
+
 from sluicegate_connectors.kafka.options import KafkaOptions
 from sluicegate_connectors.kafka.ranges import RANGE_READ_DEFAULTS, RangeReader
 from sluicegate_connectors.kafka.read_path import RangeConsumer, native_available, new_range_consumer
@@ -98,7 +99,7 @@ def main() -> int:
         variants[f"native-batch+{label}"] = parse_settings(settings.split(","))
     paths = [p for p in [*args.paths, *variants] if PATHS.get(p, ("native",))[0] == "python" or native_available()]
     if len(paths) < len(args.paths) + len(variants):
-        print("sluicegate_native is not built: native paths skipped (make install)", flush=True)
+        print("sluicegate._native is not built: native paths skipped (make install)", flush=True)
     failed = False
     with bench_broker(args.bootstrap_servers) as bootstrap:
         for partitions in args.partitions:

@@ -816,7 +816,7 @@ def read_path() -> str:
     forced = os.environ.get("SLUICEGATE_KAFKA_READ_PATH")
     if forced:
         return forced
-    return "native" if importlib.util.find_spec("sluicegate_native") is not None else "python"
+    return "native" if importlib.util.find_spec("sluicegate._native") is not None else "python"
 
 
 def quix_settings(defaults: bool, overrides: Sequence[str]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-//! sluicegate_native: Kafka records of one partition range straight into Arrow.
+//! sluicegate._native: Kafka records of one partition range straight into Arrow.
 //!
 //! Policy (data loss, time-outs, messages) stays in Python
 //! (`connectors/kafka/ranges.py::RangeReader`); this module only runs the per-record loop:
@@ -337,7 +337,7 @@ fn raw_consumer(config: &[(String, String)]) -> PyResult<RawHandle> {
 }
 
 /// A Kafka consumer that reads offset ranges of one assigned partition into Arrow.
-#[pyclass(frozen, module = "sluicegate_native")]
+#[pyclass(frozen, module = "sluicegate._native")]
 struct NativeRangeConsumer {
     backend: Backend,
     /// Messages taken from librdkafka and not used yet (after an event ended a fill).
@@ -589,6 +589,7 @@ impl NativeRangeConsumer {
 }
 
 #[pymodule]
+#[pyo3(name = "_native")]
 fn sluicegate_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeRangeConsumer>()?;
     m.add_class::<partitions::NativePartitionsConsumer>()?;

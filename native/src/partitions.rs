@@ -65,7 +65,7 @@ fn checked_err(what: &str, err: rd::rd_kafka_resp_err_t) -> PyResult<()> {
 const UNSET: i64 = rd::RD_KAFKA_OFFSET_INVALID as i64;
 
 /// A Kafka consumer of several assigned partitions that reads whatever they deliver.
-#[pyclass(frozen, module = "sluicegate_native")]
+#[pyclass(frozen, module = "sluicegate._native")]
 pub struct NativePartitionsConsumer {
     handle: RawHandle,
 }

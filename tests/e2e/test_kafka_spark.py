@@ -482,12 +482,13 @@ def test_a_bounded_topic_is_read_exactly_once_into_parquet(
     one is the default, and ``readPath=jvm`` (Spark's own Kafka readers under sluicegate's
     planning) must read the same rows."""
     from pyspark.sql.types import _parse_datatype_string
+
     from sluicegate_connectors.kafka.read_path import native_available
 
     if read_path == "native" and not native_available():
         if os.environ.get("CI") == "true":
-            pytest.fail("sluicegate_native is not built (make install): the build failed? see .venv/native-build.log")
-        pytest.skip("sluicegate_native is not built (make install)")
+            pytest.fail("sluicegate._native is not built (make install): it is built by `make install` (maturin)")
+        pytest.skip("sluicegate._native is not built (make install)")
     if read_path == "jvm":
         require_jvm_read_path()
     options = connector_options(data_topic.topic, kafka_bootstrap)

@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 import pytest
 from aiokafka import AIOKafkaProducer
 from processes import poll_until, readers_messages
-from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.api import SplitEnumeratorContext
 from sluicegate.connectors import load_source
@@ -24,11 +23,12 @@ from sluicegate.coordinator.source_runner import RunnerState
 from sluicegate.kafka.topics import apply_topics
 from sluicegate.protocol import ReaderRegistration, encode, envelope
 from sluicegate.protocol.topics import topic_specs
+from sluicegate_connectors.sequence import SequenceSource
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(90)]
 
 
-class _FlakySource(SequenceSource):  # type: ignore[misc]  # (mypy sees the installed connectors as Any)
+class _FlakySource(SequenceSource):  # (mypy sees the installed connectors as Any)
     """``sequence`` whose enumerator hands a new reader its splits and then raises: the
     first time only (in any incarnation), as a transient bug would."""
 

@@ -1,7 +1,7 @@
 """A reader written from docs/protocol.md alone: how to plug any reader into sluicegate.
 
 ``ForeignReader`` below uses aiokafka, orjson and jsonschema and nothing of the
-sluicegate package except the JSON Schema files in topics/schemas, which it loads
+sluicegate package except the JSON Schema files in src/sluicegate_topics/schemas, which it loads
 by path (a reader in another language would do the same). It checks every record it
 receives and every record it sends against ``envelope.schema.json`` and the schema
 of the message type. What it does, in protocol order:
@@ -46,7 +46,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from jsonschema import Draft202012Validator
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "topics" / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "src" / "sluicegate_topics" / "schemas"
 PROTOCOL_VERSION = 2
 
 

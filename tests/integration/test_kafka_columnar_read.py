@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from kafka_data import create_topic
+
 from sluicegate_connectors.kafka.options import KafkaOptions
 from sluicegate_connectors.kafka.read_path import native_available
 from sluicegate_connectors.kafka.reader import KafkaSourceReader
@@ -21,9 +22,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
 READ_PATHS = [
     "python",
-    pytest.param("native", marks=pytest.mark.skipif(not native_available(), reason="sluicegate_native not built")),
+    pytest.param("native", marks=pytest.mark.skipif(not native_available(), reason="sluicegate._native not built")),
 ]
-"""The columns come from either read path (connectors/kafka/partitions.py): both are held
+"""The columns come from either read path (src/sluicegate_connectors/kafka/partitions.py): both are held
 to the same answers."""
 
 PER_PARTITION = 40

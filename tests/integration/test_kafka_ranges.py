@@ -1,6 +1,6 @@
 """Reading offset ranges into Arrow over real Kafka, on both read paths (read_path.py).
 
-The native path (sluicegate_native) and the confluent-kafka path must hand Spark the same
+The native path (sluicegate._native) and the confluent-kafka path must hand Spark the same
 rows: the same batches' contents, the schema of Spark's Kafka source, and the same
 behaviour at transactions (aborted records filtered, an open transaction's records not
 read: ranges end at the last stable offset), offset gaps, data loss and time-outs.
@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka_data import create_topic
+
 from sluicegate_connectors.kafka.options import KafkaOptions
 from sluicegate_connectors.kafka.ranges import RANGE_READ_DEFAULTS, PlanningView, RangeReader, arrow_schema
 from sluicegate_connectors.kafka.read_path import RangeConsumer, native_available, new_range_consumer
@@ -27,7 +28,7 @@ from sluicegate_connectors.kafka.split import KafkaPartitionSplit
 
 pytestmark = pytest.mark.kafka
 
-NOT_BUILT = "sluicegate_native is not built (make install builds it where cargo is)"
+NOT_BUILT = "sluicegate._native is not built (make install builds it where cargo is)"
 
 Reader = Callable[..., RangeReader]
 
@@ -38,7 +39,7 @@ def read_path(request: pytest.FixtureRequest) -> str:
     and never in CI (CI=true), where cargo is there and a failed build must show."""
     if request.param == "native" and not native_available():
         if os.environ.get("CI") == "true":
-            pytest.fail(f"{NOT_BUILT}: the build failed? see .venv/native-build.log")
+            pytest.fail(f"{NOT_BUILT}: it is built by `make install` (maturin)")
         pytest.skip(NOT_BUILT)
     return str(request.param)
 

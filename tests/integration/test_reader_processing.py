@@ -22,9 +22,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka_data import audit_ok, coordinator_args, create_topic, kafka_options, option_args
 from processes import ProcessGroup
-from sluicegate_connectors.kafka.read_path import native_available
 
 from sluicegate.protocol.topics import ControlTopics
+from sluicegate_connectors.kafka.read_path import native_available
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
 
@@ -142,7 +142,7 @@ def run_source(
     "path",
     [
         "python",
-        pytest.param("native", marks=pytest.mark.skipif(not native_available(), reason="sluicegate_native not built")),
+        pytest.param("native", marks=pytest.mark.skipif(not native_available(), reason="sluicegate._native not built")),
     ],
 )
 def test_no_function_writes_each_record_as_it_was_read(

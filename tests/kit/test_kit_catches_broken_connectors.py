@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sluicegate_connectors.sequence import SequenceReader, SequenceSource, SequenceSplit
 
 from sluicegate.api import SourceReaderContext, SplitEnumerator, SplitEnumeratorContext
 from sluicegate.testing import ConnectorTestKit, KitEnv
+from sluicegate_connectors.sequence import SequenceReader, SequenceSource, SequenceSplit
 
 
 class ForgetfulEnumerator(SplitEnumerator[SequenceSplit]):
@@ -37,7 +37,7 @@ class ForgetfulEnumerator(SplitEnumerator[SequenceSplit]):
         return self.inner.snapshot_state(checkpoint_id)
 
 
-class ForgetfulSource(SequenceSource):  # type: ignore[misc]
+class ForgetfulSource(SequenceSource):
     def create_enumerator(self, context: SplitEnumeratorContext[SequenceSplit]) -> Any:
         return ForgetfulEnumerator(super().create_enumerator(context))
 
@@ -45,7 +45,7 @@ class ForgetfulSource(SequenceSource):  # type: ignore[misc]
         return ForgetfulEnumerator(super().restore_enumerator(context, checkpoint))
 
 
-class OffByOneReader(SequenceReader):  # type: ignore[misc]
+class OffByOneReader(SequenceReader):
     """Checkpoints each split one record past where it stands (the bug)."""
 
     def snapshot_state(self, checkpoint_id: int) -> list[SequenceSplit]:
@@ -54,19 +54,19 @@ class OffByOneReader(SequenceReader):  # type: ignore[misc]
         ]
 
 
-class OffByOneSource(SequenceSource):  # type: ignore[misc]
+class OffByOneSource(SequenceSource):
     def create_reader(self, context: SourceReaderContext) -> SequenceReader:
         return OffByOneReader(self.options)
 
 
-class ReEmittingReader(SequenceReader):  # type: ignore[misc]
+class ReEmittingReader(SequenceReader):
     """Restarts every split it is given from the split's start, not its position (the bug)."""
 
     def add_splits(self, splits: Sequence[SequenceSplit]) -> None:
         super().add_splits([SequenceSplit(s.split_id, s.start, s.end, s.start) for s in splits])
 
 
-class ReEmittingSource(SequenceSource):  # type: ignore[misc]
+class ReEmittingSource(SequenceSource):
     def create_reader(self, context: SourceReaderContext) -> SequenceReader:
         return ReEmittingReader(self.options)
 

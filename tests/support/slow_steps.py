@@ -11,12 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from sluicegate.api import Boundedness, SplitEnumeratorContext
 from sluicegate_connectors.sequence.enumerator import SequenceEnumerator
 from sluicegate_connectors.sequence.options import SequenceOptions
 from sluicegate_connectors.sequence.source import SequenceSource
 from sluicegate_connectors.sequence.split import SequenceSplit
-
-from sluicegate.api import Boundedness, SplitEnumeratorContext
 
 
 def spin(seconds: float) -> None:
@@ -26,7 +25,7 @@ def spin(seconds: float) -> None:
         pass
 
 
-class SlowRegistrationEnumerator(SequenceEnumerator):  # type: ignore[misc]  # Any to mypy (pyproject.toml)
+class SlowRegistrationEnumerator(SequenceEnumerator):  # Any to mypy (pyproject.toml)
     add_reader_s = 0.0
     """Set by the source (the enumerator's constructor is the sequence connector's)."""
 
@@ -35,7 +34,7 @@ class SlowRegistrationEnumerator(SequenceEnumerator):  # type: ignore[misc]  # A
         super().add_reader(subtask)
 
 
-class SlowRegistrationSource(SequenceSource):  # type: ignore[misc]  # Any to mypy (pyproject.toml)
+class SlowRegistrationSource(SequenceSource):  # Any to mypy (pyproject.toml)
     def __init__(self, options: SequenceOptions, add_reader_s: float) -> None:
         super().__init__(options)
         self.add_reader_s = add_reader_s

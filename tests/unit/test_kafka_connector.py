@@ -9,19 +9,19 @@ from typing import Any
 
 import pytest
 from core_harness import CoreHarness, body
+
+from sluicegate.api.errors import ConfigError, SourceError
+from sluicegate.coordinator.core import AsyncCall, Effects
+from sluicegate.protocol.messages import AddSplits, CoordinatorSourceEvent, NoMoreSplits
 from sluicegate_connectors.kafka import KafkaOptions, KafkaSource
 from sluicegate_connectors.kafka.cluster import DataCluster, DataClusterError, TopicPartitionKey
 from sluicegate_connectors.kafka.enumerator import RETRY_MS
 from sluicegate_connectors.kafka.split import KafkaPartitionSplit, partition_owner_key
 
-from sluicegate.api.errors import ConfigError, SourceError
-from sluicegate.coordinator.core import AsyncCall, Effects
-from sluicegate.protocol.messages import AddSplits, CoordinatorSourceEvent, NoMoreSplits
-
 BOOTSTRAP = "127.0.0.1:1"
 
 
-class MemoryCluster(DataCluster):  # type: ignore[misc]  # DataCluster is Any to mypy here
+class MemoryCluster(DataCluster):  # DataCluster is Any to mypy here
     """Partitions with [earliest, latest) offsets and record timestamps, in memory."""
 
     def __init__(self, options: KafkaOptions) -> None:

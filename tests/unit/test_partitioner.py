@@ -36,5 +36,5 @@ def test_both_paths_agree_with_murmur2(keys: list[bytes | None], partitions: int
 
 def test_the_native_path_is_built_where_cargo_is() -> None:
     if len(PATHS) == 1:
-        pytest.skip("sluicegate_native with key_partitions is not built here")
+        pytest.skip("sluicegate._native with key_partitions is not built here")
     assert native_key_partitions in PATHS

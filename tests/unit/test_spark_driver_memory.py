@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from core_harness import body
-from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.api.errors import SourceError
 from sluicegate.api.reader import LowWatermarkListener
@@ -42,6 +41,7 @@ from sluicegate.reader.memory_channel import MemoryBroker, MemoryControlChannel
 from sluicegate.spark.driver import DriverSettings, PlanningState, SparkReaderDriver
 from sluicegate.spark.offsets import SourceOffset, plan_next, ranges_between
 from sluicegate.spark.read_reports import ReadReport, SplitRead, report_url
+from sluicegate_connectors.sequence import SequenceSource
 
 SOURCE = "memdriver"
 TOPICS = ControlTopics.for_source(SOURCE)
@@ -472,7 +472,7 @@ def test_split_idleness_splits_held_back_by_the_alignment_bound_are_not_idle(
     assert eventually(lambda: heartbeats(coordinator)[-1].idle)
 
 
-class SlowEventTimes(SequenceSource):  # type: ignore[misc]
+class SlowEventTimes(SequenceSource):
     """A source whose event times take as long as the test says (the kafka connector reads
     them from the cluster)."""
 
@@ -504,7 +504,7 @@ def test_an_acknowledgement_does_not_wait_for_its_event_times_and_the_watermark_
         SlowEventTimes.answer.set()  # never leave the driver's probe thread waiting
 
 
-class ListeningSequence(SequenceSource, LowWatermarkListener):  # type: ignore[misc]
+class ListeningSequence(SequenceSource, LowWatermarkListener):
     """A source that hears the low watermark on the Spark host (FLINK-4576's listener)."""
 
     heard: list[int]

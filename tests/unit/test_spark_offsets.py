@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from sluicegate_connectors.sequence import SequenceOptions, SequenceReader, SequenceSource, SequenceSplit
 
 from sluicegate.spark.job import WINDOW_MS, WindowRow, expected_sequence_windows
 from sluicegate.spark.offsets import (
@@ -22,6 +21,7 @@ from sluicegate.spark.offsets import (
     plan_next,
     ranges_between,
 )
+from sluicegate_connectors.sequence import SequenceOptions, SequenceReader, SequenceSource, SequenceSplit
 
 
 def wire(k: int, size: int = 100, position: int | None = None) -> dict[str, object]:
@@ -402,7 +402,7 @@ def test_sequence_ranges_give_what_its_reader_gives(skew_ms: int) -> None:
         for a, b in ((split.start, split.start + 17), (split.start + 17, split.end)):
             assert b is not None
             for chunk in source.read_range(split, a, b, 8):
-                assert len(chunk) <= 8
+                assert len(chunk) <= 8 and chunk.event_times_ms is not None
                 got.extend(zip(chunk.values.to_pylist(), chunk.event_times_ms.to_pylist(), strict=True))
         assert got == expected[split.split_id]
         assert source.event_time_before(split, split.start) is None

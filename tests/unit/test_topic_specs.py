@@ -1,4 +1,4 @@
-"""Topic definitions of topics/topics.toml (no Kafka needed)."""
+"""Topic definitions of src/sluicegate_topics/topics.toml (no Kafka needed)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 modulo the partition count (the Java client's rule, so a record lands where any other
 producer would put it).
 
-Native (``sluicegate_native.key_partitions``, native/src/partitioner.rs) when built:
+Native (``sluicegate._native.key_partitions``, native/src/partitioner.rs) when built:
 in Python, murmur2 costs ~4.6 µs a key, more than everything else of writing a record;
 else aiokafka's murmur2, key by key. tests/unit/test_partitioner.py holds both to the
 same answers.
@@ -21,7 +21,7 @@ def python_key_partitions(keys: pa.Array, partitions: int) -> list[int | None]:
 
 
 def native_key_partitions(keys: pa.Array, partitions: int) -> list[int | None]:
-    from sluicegate_native import key_partitions
+    from sluicegate._native import key_partitions
 
     result: list[int | None] = key_partitions(keys.cast(pa.binary()), partitions).to_pylist()
     return result
@@ -29,13 +29,10 @@ def native_key_partitions(keys: pa.Array, partitions: int) -> list[int | None]:
 
 def _chosen() -> Callable[[pa.Array, int], list[int | None]]:
     try:
-        import sluicegate_native
-
-        if hasattr(sluicegate_native, "key_partitions"):
-            return native_key_partitions
+        from sluicegate._native import LIBRDKAFKA_VERSION  # noqa: F401
     except ImportError:
-        pass
-    return python_key_partitions
+        return python_key_partitions
+    return native_key_partitions
 
 
 key_partitions = _chosen()

@@ -28,7 +28,7 @@ BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 topics_app = typer.Typer(
     name="topics",
     help="Create and inspect the control topics of a source (NS.S.coordinator, NS.S.readers, "
-    "...), as declared in topics/topics.toml.",
+    "...), as declared in src/sluicegate_topics/topics.toml.",
     no_args_is_help=True,
     rich_markup_mode=None,  # click's layout wraps at any width; rich's panels cut option names at 80
     add_completion=False,

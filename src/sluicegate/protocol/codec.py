@@ -1,6 +1,6 @@
 """orjson encoding and schema-checked decoding of control records.
 
-The JSON Schemas in topics/schemas are the single source of truth for what a
+The JSON Schemas in src/sluicegate_topics/schemas are the single source of truth for what a
 valid record is; this module compiles them once and checks every decoded record.
 """
 

@@ -1,6 +1,6 @@
 """The standalone reader's consumer of several assigned partitions, on either read path.
 
-- ``native``: ``sluicegate_native.NativePartitionsConsumer`` (native/src/partitions.rs):
+- ``native``: ``sluicegate._native.NativePartitionsConsumer`` (native/src/partitions.rs):
   librdkafka's messages into one Arrow batch in native code, the GIL released;
 - ``python``: confluent-kafka's ``consume()``, the batch built in Python. It also hands
   out the messages themselves (``messages``), which the JSON envelope needs.
@@ -104,7 +104,7 @@ class PythonPartitionsConsumer:
 
 def new_partitions_consumer(config: dict[str, Any], path: str) -> PartitionsConsumer:
     if path == "native":
-        from sluicegate_native import NativePartitionsConsumer
+        from sluicegate._native import NativePartitionsConsumer
 
         native: PartitionsConsumer = NativePartitionsConsumer(native_config(config))
         return native

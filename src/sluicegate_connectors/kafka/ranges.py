@@ -6,7 +6,7 @@ consumer per data-cluster configuration and reuses it for every range it reads,
 as Spark's own Kafka source caches its consumers; a range only re-assigns the
 consumer to its partition and offset. Records go from librdkafka's messages into
 Arrow columns with the schema of Spark's Kafka source, in native code where
-``sluicegate_native`` is built, else in Python (read_path.py chooses).
+``sluicegate._native`` is built, else in Python (read_path.py chooses).
 
 Driver side (``PlanningView``): how far each partition can be read now (its last
 stable offset, fetched once per planning round for all partitions in one

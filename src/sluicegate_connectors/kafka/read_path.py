@@ -1,6 +1,6 @@
 """The two ways an executor reads a partition range into Arrow, chosen in one place.
 
-- ``native``: ``sluicegate_native.NativeRangeConsumer`` (native/, Rust): librdkafka's
+- ``native``: ``sluicegate._native.NativeRangeConsumer`` (native/, Rust): librdkafka's
   messages go into Arrow builders in native code with the GIL released, a whole
   ``pyarrow.RecordBatch`` per call;
 - ``python``: confluent-kafka's ``consume()`` and Arrow columns built in Python.
@@ -11,7 +11,7 @@ stops early at an event (librdkafka's error code, text and offset). What an even
 (the end of a partition, data loss, a deleted topic) and how long to wait is decided once,
 in ``ranges.RangeReader``, for both.
 
-``read_path()``: native when ``sluicegate_native`` imports, else python; the environment
+``read_path()``: native when ``sluicegate._native`` imports, else python; the environment
 variable ``SLUICEGATE_KAFKA_READ_PATH=python|native`` forces one for a process, the
 connector option ``read_path=python|native`` for a query (native forced but not built is
 an error that says how to build it). Logged once per process.
@@ -61,7 +61,7 @@ class RangeConsumer(Protocol):
 
 
 NOT_BUILT = (
-    "{what} but the native Kafka reader (sluicegate_native) is not built: run `make install` (needs cargo) "
+    "{what} but the native Kafka reader (sluicegate._native) is not built: run `make install` (needs cargo) "
     "or `pip install ./native`"
 )
 
@@ -71,7 +71,7 @@ _chosen_lock = threading.Lock()
 
 def native_available() -> bool:
     try:
-        import sluicegate_native  # noqa: F401
+        from sluicegate._native import LIBRDKAFKA_VERSION  # noqa: F401
     except ImportError:
         return False
     return True
@@ -95,9 +95,9 @@ def read_path(requested: str = "auto") -> str:
             raise RuntimeError(NOT_BUILT.format(what=f"{ENV}=native"))
         path = forced or ("native" if native_available() else "python")
         if path == "native":
-            import sluicegate_native
+            from sluicegate._native import LIBRDKAFKA_VERSION
 
-            log.info("kafka ranges: native read path (librdkafka %s into Arrow)", sluicegate_native.LIBRDKAFKA_VERSION)
+            log.info("kafka ranges: native read path (librdkafka %s into Arrow)", LIBRDKAFKA_VERSION)
         else:
             log.info("kafka ranges: python read path (confluent-kafka)%s", " (forced)" if forced else "")
         _chosen = path
@@ -120,7 +120,7 @@ def native_config(config: dict[str, Any]) -> list[tuple[str, str]]:
 
 def new_range_consumer(config: dict[str, Any], path: str, mode: str = "batch") -> RangeConsumer:
     if path == "native":
-        from sluicegate_native import NativeRangeConsumer
+        from sluicegate._native import NativeRangeConsumer
 
         return NativeRangeConsumer(native_config(config), mode)
     return PythonRangeConsumer(config)
