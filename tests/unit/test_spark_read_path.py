@@ -5,22 +5,26 @@ what the JVM path cannot do is refused, never ignored."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sluicegate_connectors.kafka import KafkaOptions
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.spark import jvm_classpath
 from sluicegate.spark.datasource import PYTHON_FORMAT, session_data_source
-from sluicegate.spark.jvm_classpath import CLASSPATH_FILE, JAR_NAME, build_dir, built, jvm_read_path_jars
+from sluicegate.spark.jvm_classpath import build_key, built, classpath_listing, jvm_read_path_jars
 from sluicegate.spark.jvm_planner import JvmPlannerFactory, KafkaRangePlanner, executor_consumer_settings, spread_parts
+from sluicegate.spark.maven_central import JarFetchError, MavenJar, ensure_jar
 from sluicegate.spark.offsets import SourceOffset
 from sluicegate.spark.options import SparkSourceOptions
 from sluicegate.spark.trigger_limits import PlannedPart
+from sluicegate_connectors.kafka import KafkaOptions
 
 DATA = "127.0.0.1:9092"
 
@@ -135,18 +139,47 @@ def test_the_factory_checks_as_the_python_path_and_says_whether_rows_have_header
     assert "readPath" in check(metricsPort="9400")["error"]
 
 
-def test_the_jar_is_found_only_when_built_for_these_sources(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    monkeypatch.setenv("SLUICEGATE_CACHE_DIR", str(tmp_path))
-    assert built() is None and jvm_read_path_jars() == []
-    where = build_dir()
-    where.mkdir(parents=True)
-    kafka_jar = tmp_path / "kafka-clients.jar"
-    kafka_jar.write_bytes(b"")
-    (where / JAR_NAME).write_bytes(b"")
-    (where / CLASSPATH_FILE).write_text(f"{kafka_jar}\n")
-    assert jvm_read_path_jars() == [str(where / JAR_NAME), str(kafka_jar)]
-    kafka_jar.unlink()
-    assert built() is None, "a jar it lists is gone: not usable"
+def test_the_jar_is_used_only_when_built_for_these_sources_and_its_kafka_jars_are_fetched_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(jvm_classpath, "JAR", tmp_path / "pkg" / "sluicegate-spark.jar")
+    monkeypatch.setattr(jvm_classpath, "CLASSPATH_FILE", tmp_path / "pkg" / "classpath.tsv")
+    monkeypatch.setenv("SLUICEGATE_CACHE_DIR", str(tmp_path / "cache"))
+    repository = tmp_path / "repo"
+    monkeypatch.setenv("SLUICEGATE_MAVEN_REPOSITORY", repository.as_uri())
+    assert built() is None and jvm_read_path_jars() == [], "no jar in this install"
+
+    kafka = b"kafka-clients, as Maven Central serves it"
+    jar = MavenJar("org.apache.kafka", "kafka-clients", "3.9.2", hashlib.sha256(kafka).hexdigest())
+    (repository / jar.relative_path()).parent.mkdir(parents=True)
+    (repository / jar.relative_path()).write_bytes(kafka)
+    jvm_classpath.JAR.parent.mkdir()
+    jvm_classpath.JAR.write_bytes(b"PK")
+    jvm_classpath.CLASSPATH_FILE.write_text(classpath_listing((jar,)))
+    cached = tmp_path / "cache" / "maven" / "org/apache/kafka/kafka-clients/3.9.2/kafka-clients-3.9.2.jar"
+    assert jvm_read_path_jars() == [str(jvm_classpath.JAR), str(cached)]
+    assert cached.read_bytes() == kafka, "fetched from the repository"
+    (repository / jar.relative_path()).unlink()
+    assert jvm_read_path_jars() == [str(jvm_classpath.JAR), str(cached)], "once: the cache serves it after"
+
+    jvm_classpath.CLASSPATH_FILE.write_text(classpath_listing((jar,)).replace(build_key(), "0" * 16))
+    assert built() is None, "a jar built from other Java sources is stale: not used"
+
+
+def test_a_kafka_jar_that_is_not_the_one_built_against_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SLUICEGATE_CACHE_DIR", str(tmp_path / "cache"))
+    repository = tmp_path / "repo"
+    monkeypatch.setenv("SLUICEGATE_MAVEN_REPOSITORY", repository.as_uri())
+    jar = MavenJar("org.apache.kafka", "kafka-clients", "3.9.2", hashlib.sha256(b"the real one").hexdigest())
+    with pytest.raises(JarFetchError, match="cannot fetch"):
+        ensure_jar(jar)
+    (repository / jar.relative_path()).parent.mkdir(parents=True)
+    (repository / jar.relative_path()).write_bytes(b"tampered")
+    with pytest.raises(JarFetchError, match="sha256"):
+        ensure_jar(jar)
+    assert not jar.cached().exists() and not list(jar.cached().parent.iterdir()), "nothing half-written is left"
 
 
 # -- the files connector: Spark's Parquet reader under sluicegate's planning -----------------

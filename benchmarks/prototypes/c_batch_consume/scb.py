@@ -1,4 +1,4 @@
-"""ctypes wrapper of libscb.so: ``CRangeReader.read`` is ``RangeReader.read`` (src/sluicegate_connectors/kafka/ranges.py)
+"""ctypes wrapper of libscb.so: ``CRangeReader.read`` is ``RangeReader.read`` (sluicegate_connectors/kafka/ranges.py)
 with the records going from librdkafka into Arrow buffers in C, one ArrowArray per batch
 through the Arrow C Data Interface: no Python object per record.
 
