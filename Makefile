@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install native jvm demo test unit flaky lint kafka prometheus clean
+.PHONY: install native jvm wheel demo test unit flaky lint kafka prometheus clean
 
 # sluicegate with its native Kafka reader (native/, Rust): one maturin build, as the wheel
 # users install is (docs/packaging.md), installed editable. Cargo's target dir is kept
@@ -35,6 +35,9 @@ $(VENV)/.jvm: $(BIN)/.installed $(JVM_SRC)
 jvm: $(VENV)/.jvm  ## the JVM read path's jar alone
 
 install: $(BIN)/.installed $(VENV)/.jvm
+
+wheel: install  ## the wheel users install (native reader and jar inside) into dist/
+	$(BIN)/python -m sluicegate.devtools.wheel --out dist
 
 kafka: install  ## resolve Apache Kafka from Maven Central into the cache (first run only)
 	$(BIN)/sluicegate broker fetch

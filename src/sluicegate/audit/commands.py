@@ -49,7 +49,8 @@ from sluicegate.audit.report import (
     to_json_bytes,
 )
 from sluicegate.audit.timeline import PointNotFound, Timeline, build_timeline, ownership_at, position_at, split_history
-from sluicegate.audit.timeline_plot import UnsupportedFormat, draw_timeline
+from sluicegate.audit.timeline_plot import UnsupportedFormat, draw_timeline, require_plots
+from sluicegate.extras import MissingExtra
 from sluicegate.kafka.access import KafkaAccessError, require_access
 from sluicegate.protocol.names import validate_source
 
@@ -247,9 +248,11 @@ def _explain(
         validate_source(source, "--source")
         if path is not None and path.suffix.lower() not in (".png", ".svg", ".pdf"):
             raise UnsupportedFormat(f"--timeline {path}: the file must end in .png, .svg or .pdf")
+        if path is not None:
+            require_plots()  # before the control topics are read, not after
         history = asyncio.run(read_timeline(bootstrap, source, namespace))
         position = None if at is None else position_at(history, at)
-    except (ConfigError, MissingTopicsError, ReadTimeoutError, PointNotFound, UnsupportedFormat) as exc:
+    except (ConfigError, MissingTopicsError, ReadTimeoutError, PointNotFound, UnsupportedFormat, MissingExtra) as exc:
         raise _fail(str(exc), False) from None
     except Exception as exc:
         raise _fail(f"could not read the control topics of {source!r} from {bootstrap}: {exc!r}", False) from None

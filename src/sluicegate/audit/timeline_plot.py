@@ -17,9 +17,11 @@ import math
 import zlib
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from sluicegate.audit.timeline import Mark, MarkKind, Ownership, Timeline
+from sluicegate.extras import require
 
 SUPPORTED = (".png", ".svg", ".pdf")
 _LANE = 0.8
@@ -93,12 +95,16 @@ def clipped(timeline: Timeline, since_ms: int) -> Timeline:
     )
 
 
+def require_plots() -> ModuleType:
+    """matplotlib, or MissingExtra naming ``pip install 'sluicegate[plots]'``."""
+    return require("plots", "matplotlib", "sluicegate audit --timeline")
+
+
 def draw_timeline(timeline: Timeline, path: Path, *, title: str = "", since_ms: int | None = None) -> None:
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED:
         raise UnsupportedFormat(f"--timeline {path}: the file must end in {', '.join(SUPPORTED)}")
-    import matplotlib
-
+    matplotlib = require_plots()
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
