@@ -61,8 +61,8 @@ class RangeConsumer(Protocol):
 
 
 NOT_BUILT = (
-    "{what} but the native Kafka reader (sluicegate._native) is not built: run `make install` (needs cargo) "
-    "or `pip install ./native`"
+    "{what} but this install has no native Kafka reader (sluicegate._native): install a sluicegate wheel "
+    "for this platform (docs/packaging.md), or build one from source with cargo (`make install` in a checkout)"
 )
 
 _chosen: str | None = None
