@@ -22,7 +22,6 @@ from typing import Any
 
 import orjson
 import psutil
-from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.audit.follow import AuditFollower
 from sluicegate.audit.invariants import audit_records
@@ -41,6 +40,7 @@ from sluicegate.protocol import (
     envelope,
 )
 from sluicegate.protocol.state_records import state_key
+from sluicegate_connectors.sequence import SequenceSource
 
 SOURCE = "bench"
 INBOX, READERS_TOPIC = f"sluicegate.{SOURCE}.coordinator", f"sluicegate.{SOURCE}.readers"

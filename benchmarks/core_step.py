@@ -24,14 +24,13 @@ import statistics
 import time
 from collections.abc import Callable
 
-from sluicegate_connectors.sequence import SequenceSource
-
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.core import CoordinatorCore
 from sluicegate.coordinator.state_store import encode_parts
 from sluicegate.coordinator.step_thread import collector_paused
 from sluicegate.protocol.codec import encode
 from sluicegate.protocol.messages import Body, Envelope, ReaderRegistration
+from sluicegate_connectors.sequence import SequenceSource
 
 SOURCE = "bench"
 

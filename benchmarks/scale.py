@@ -37,11 +37,11 @@ import time
 from dataclasses import dataclass
 
 import psutil
-from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.core import CoordinatorCore
 from sluicegate.protocol.messages import Envelope, Heartbeat, ReaderRegistration, WatermarkAnnouncement
+from sluicegate_connectors.sequence import SequenceSource
 
 SOURCE = "scale"
 START_MS = 1_700_000_000_000

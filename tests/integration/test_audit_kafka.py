@@ -13,7 +13,6 @@ import pytest
 import typer
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from sluicegate_connectors.sequence import SequenceSource
 from typer.testing import CliRunner
 
 from sluicegate.audit import ViolationKind, topic_names
@@ -39,6 +38,7 @@ from sluicegate.protocol import (
     envelope,
 )
 from sluicegate.testing.core_harness import fences_done_at_once
+from sluicegate_connectors.sequence import SequenceSource
 
 pytestmark = pytest.mark.kafka
 

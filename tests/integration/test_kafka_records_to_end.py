@@ -9,6 +9,7 @@ import time
 
 import pytest
 from kafka_data import DataWriter, create_topic
+
 from sluicegate_connectors.kafka.options import KafkaOptions
 from sluicegate_connectors.kafka.reader import KafkaSourceReader
 from sluicegate_connectors.kafka.split import KafkaPartitionSplit

@@ -18,7 +18,6 @@ import pytest
 from acks import acknowledged_splits
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from inline_coordinator import InlineCoordinator, create_topics
-from sluicegate_connectors.sequence import SequenceOptions, SequenceSource
 
 from sluicegate.kafka.compacted import read_latest_value
 from sluicegate.kafka.topics import apply_topics
@@ -33,6 +32,7 @@ from sluicegate.protocol.topics import ControlTopics, TopicSpec
 from sluicegate.reader.host import EXIT_DUPLICATE, EXIT_OK, ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
 from sluicegate.reader.state import ReaderCheckpoint
+from sluicegate_connectors.sequence import SequenceOptions, SequenceSource
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(90)]
 

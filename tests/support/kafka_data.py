@@ -20,11 +20,11 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from local_http import wait_until
 from processes import Proc, ProcessGroup, support_pythonpath
-from sluicegate_connectors.kafka.split import partition_owner_key
 
 from sluicegate.audit import AuditSummary
 from sluicegate.audit.commands import run_audit
 from sluicegate.audit.invariants import AuditResult
+from sluicegate_connectors.kafka.split import partition_owner_key
 
 COORDINATOR_TIMEOUTS = ("--session-timeout-ms", "3000", "--reader-departure-timeout-ms", "30000")
 FAST_CHECKPOINTS = ("--checkpoint-interval-ms", "300", "--heartbeat-interval-ms", "300")

@@ -10,7 +10,6 @@ from typing import Any
 
 import orjson
 import pytest
-from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.audit import AuditResult, Ordering, ViolationKind, audit_records, replay
 from sluicegate.audit.report import print_report, to_json, to_json_bytes
@@ -37,6 +36,7 @@ from sluicegate.protocol import (
     envelope,
 )
 from sluicegate.testing.core_harness import fences_done_at_once
+from sluicegate_connectors.sequence import SequenceSource
 
 SOURCE = "audit-test"
 INBOX = f"sluicegate.{SOURCE}.coordinator"

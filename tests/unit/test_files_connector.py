@@ -15,6 +15,11 @@ import pytest
 from core_harness import CoreHarness, body
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from sluicegate.api import InputStatus, Record, SourceReaderContext
+from sluicegate.api.errors import ConfigError
+from sluicegate.coordinator.core import AsyncCall, Effects
+from sluicegate.protocol.messages import AddSplits, NoMoreSplits
 from sluicegate_connectors.files import FileOptions, FileSource, FileSplit
 from sluicegate_connectors.files.badfiles import BadFileError, change_of
 from sluicegate_connectors.files.enumerator import RETRY_MS
@@ -23,11 +28,6 @@ from sluicegate_connectors.files.planning import RowGroup, group_ranges, plan_fi
 from sluicegate_connectors.files.processed import ProcessedFiles
 from sluicegate_connectors.files.schema import SchemaMismatch, conform, parse_ddl
 from sluicegate_connectors.files.split import FileEntry, FileSplitCodec
-
-from sluicegate.api import InputStatus, Record, SourceReaderContext
-from sluicegate.api.errors import ConfigError
-from sluicegate.coordinator.core import AsyncCall, Effects
-from sluicegate.protocol.messages import AddSplits, NoMoreSplits
 
 SCHEMA = "id BIGINT, name STRING, ts TIMESTAMP"
 
@@ -486,9 +486,8 @@ def test_a_corrupt_first_file_is_a_bad_file_under_the_policy_not_a_bad_schema_se
 def test_a_path_that_does_not_exist_fails_the_first_start_unless_told_to_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sluicegate_connectors.files import source as files_source
-
     from sluicegate.api.errors import SourceError
+    from sluicegate_connectors.files import source as files_source
 
     monkeypatch.setattr(files_source, "CHECK_INTERVAL_S", 0.01)
     typo = tmp_path / "inbxo"

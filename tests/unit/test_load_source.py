@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.api import ConfigError
 from sluicegate.connectors import load_source
+from sluicegate_connectors.sequence import SequenceSource
 
 
 def test_a_connector_named_module_and_class_is_loaded() -> None:

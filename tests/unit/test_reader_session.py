@@ -8,7 +8,6 @@ from typing import Any
 
 import orjson
 import pytest
-from sluicegate_connectors.sequence import SequenceOptions, SequenceSource
 
 from sluicegate.api import (
     Boundedness,
@@ -45,6 +44,7 @@ from sluicegate.reader.protocol import CheckpointPlan, Fenced
 from sluicegate.reader.session import Disposition, Phase, ReaderSession
 from sluicegate.reader.state import ReaderCheckpoint, StateRecordError
 from sluicegate.reader.watermark import SplitWatermarks
+from sluicegate_connectors.sequence import SequenceOptions, SequenceSource
 
 SOURCE = "orders"
 SUBTASK = 3

@@ -9,19 +9,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import sluicegate_connectors.sequence.reader as sequence_reader_module
 from core_harness import CoreHarness, sequence_source
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sluicegate_connectors.sequence import (
-    SequenceOptions,
-    SequenceReader,
-    SequenceSource,
-    SequenceSplit,
-)
-from sluicegate_connectors.sequence.enumerator import FreshRuns
-from sluicegate_connectors.sequence.split import UNBOUNDED_STRIDE
 
+import sluicegate_connectors.sequence.reader as sequence_reader_module
 from sluicegate.api import (
     Boundedness,
     ConfigError,
@@ -31,6 +23,14 @@ from sluicegate.api import (
     SupportsSplitReassignmentOnRecovery,
 )
 from sluicegate.connectors import load_source
+from sluicegate_connectors.sequence import (
+    SequenceOptions,
+    SequenceReader,
+    SequenceSource,
+    SequenceSplit,
+)
+from sluicegate_connectors.sequence.enumerator import FreshRuns
+from sluicegate_connectors.sequence.split import UNBOUNDED_STRIDE
 
 CTX = SourceReaderContext(subtask=0, attempt=1, location="test")
 

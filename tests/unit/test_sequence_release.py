@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from core_harness import CoreHarness, body, sequence_source
-from sluicegate_connectors.sequence import SequenceEnumerator, SequenceOptions, SequenceSource, SequenceSplit
 
 from sluicegate.api import ConfigError
 from sluicegate.api.enumerator import AsyncCallHandle, EnumeratorMetrics, ReaderInfo, SplitEnumeratorContext
 from sluicegate.coordinator.core import AsyncCall, CoreMetrics, Effects
 from sluicegate.protocol.messages import AddSplits, NoMoreSplits
+from sluicegate_connectors.sequence import SequenceEnumerator, SequenceOptions, SequenceSource, SequenceSplit
 
 SPLITS = 10
 

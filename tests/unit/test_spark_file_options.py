@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sluicegate_connectors.files import FileOptions
-from sluicegate_connectors.files.schema import parse_ddl
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.spark.file_options import schema_ddl
 from sluicegate.spark.options import SparkSourceOptions
+from sluicegate_connectors.files import FileOptions
+from sluicegate_connectors.files.schema import parse_ddl
 
 PATH = "/data/landing"
 DDL = "`id` bigint, `name` string"

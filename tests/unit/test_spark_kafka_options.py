@@ -4,11 +4,11 @@ from Spark's guide, with format("kafka") replaced by format("sluicegate"), means
 from __future__ import annotations
 
 import pytest
-from sluicegate_connectors.kafka import KafkaOptions
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.spark.kafka_options import derived_source_name, duration_ms
 from sluicegate.spark.options import SparkSourceOptions
+from sluicegate_connectors.kafka import KafkaOptions
 
 DATA = "127.0.0.1:9092"
 

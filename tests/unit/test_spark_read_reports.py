@@ -9,7 +9,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from sluicegate_connectors.sequence import SequenceSource
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SplitEntry, SubtaskOffset
@@ -24,6 +23,7 @@ from sluicegate.spark.read_reports import (
     report_url,
     send_report,
 )
+from sluicegate_connectors.sequence import SequenceSource
 
 
 def batch(rows: int) -> pa.RecordBatch:

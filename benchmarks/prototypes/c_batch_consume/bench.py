@@ -49,6 +49,7 @@ sys.path.insert(0, str(HERE.parent.parent))
 import kafka_clients  # noqa: E402
 from kafka_clients import bench_broker, default_topic, fill_topic, topic_counts  # noqa: E402
 from scb import CRangeReader  # noqa: E402
+
 from sluicegate_connectors.kafka import ranges  # noqa: E402
 from sluicegate_connectors.kafka.options import KafkaOptions  # noqa: E402
 from sluicegate_connectors.kafka.source import KafkaSource  # noqa: E402
