@@ -24,9 +24,10 @@ $(BIN)/.installed: pyproject.toml $(NATIVE_SRC)
 native: $(BIN)/.installed  ## rebuild the native kafka reader after a Rust edit
 
 # The JVM read path's jar (readPath=jvm; src/sluicegate/spark/jvm_sources, Java 17): compiled
-# once per machine into the cache against PySpark and Spark's Kafka source (~3 s; the Kafka
-# source's jars come from Maven Central once, as for the broker). Without a JDK one line
-# says so and readPath=jvm fails naming why: install never fails for it.
+# into the package (src/sluicegate/spark/jvm/, which the wheel ships) against PySpark and
+# Spark's Kafka source (~3 s; the Kafka source's jars come from Maven Central once, as for
+# the broker). Without a JDK one line says so and readPath=jvm fails naming why: install
+# never fails for it (`make wheel` does).
 JVM_SRC := $(shell find src/sluicegate/spark/jvm_sources -type f 2>/dev/null)
 
 $(VENV)/.jvm: $(BIN)/.installed $(JVM_SRC)
