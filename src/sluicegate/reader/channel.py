@@ -12,7 +12,9 @@ hosts need in the same way:
   missed and nothing older is seen;
 - intake: ``poll`` decodes records in partition order; a record that does not
   decode is dead-lettered (logged, counted, copied to ``NS.S.dead-letter``) and
-  skipped; ``reject`` dead-letters one the host could not apply;
+  skipped; ``reject`` dead-letters one the host could not apply; ``dead_letter_once``
+  copies bad input a planner found unless the topic has it already (a restarted planner
+  finds it again);
 - sends with contact tracking: ``send`` returns whether the coordinator's inbox
   has the envelope, and ``last_contact_s`` is when that was last true, from which
   a host decides it lost contact and fences itself.
