@@ -17,8 +17,10 @@ import os
 import shutil
 import tempfile
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from sluicegate.cache_dir import cache_root
 
@@ -78,17 +80,17 @@ def ensure_jar(jar: MavenJar) -> Path:
     target = jar.cached()
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     url = f"{repository()}/{jar.relative_path()}"
     log.warning("fetching %s from Maven Central into %s (once per machine)", jar.file_name, target.parent)
-    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{jar.file_name}.", delete=False) as part:
-        partial = Path(part.name)
-        try:
-            with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
-                shutil.copyfileobj(response, part)
-        except OSError as exc:
-            partial.unlink(missing_ok=True)
-            raise JarFetchError(f"cannot fetch {url}: {exc}") from None
+
+    def download(part: IO[bytes]) -> None:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+            shutil.copyfileobj(response, part)
+
+    try:
+        partial = _staged(target, download)
+    except OSError as exc:
+        raise JarFetchError(f"cannot fetch {url}: {exc}") from None
     got = sha256_of(partial)
     if got != jar.sha256:
         partial.unlink(missing_ok=True)
@@ -101,11 +103,20 @@ def place_jar(jar: MavenJar, source: Path) -> Path:
     """Put a jar resolved by other means (a build's Maven run) where ``ensure_jar`` finds it."""
     target = jar.cached()
     if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with (
-            source.open("rb") as whole,
-            tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{jar.file_name}.", delete=False) as part,
-        ):
-            shutil.copyfileobj(whole, part)
-        os.replace(part.name, target)
+        with source.open("rb") as whole:
+            os.replace(_staged(target, lambda part: shutil.copyfileobj(whole, part)), target)
     return target
+
+
+def _staged(target: Path, fill: Callable[[IO[bytes]], None]) -> Path:
+    """A temporary file beside ``target`` written by ``fill`` (removed if ``fill`` fails), for
+    the caller to rename into place: a reader of ``target`` never sees half a jar."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False) as part:
+        partial = Path(part.name)
+        try:
+            fill(part)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+    return partial
