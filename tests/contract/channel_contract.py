@@ -123,13 +123,7 @@ class ChannelContract:
         got = await poll_until(channel, 1, subtask=0)
         assert [r.env.type for r in got] == ["AddSplits"]
         assert channel.dead_letters == 1
-        letters: list[tuple[dict[str, bytes], bytes | None]] = []
-        for _ in range(50):
-            letters = await harness.dead_letters()
-            if letters:
-                break
-            await asyncio.sleep(0.1)
-        headers, value = letters[0]
+        headers, value = (await letters_until(harness, 1))[0]
         assert value == b"{not json"
         assert headers["sluicegate.origin.topic"] == harness.topics.readers.encode()
         assert headers["sluicegate.origin.partition"] == b"0"

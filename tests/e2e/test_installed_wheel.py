@@ -75,6 +75,16 @@ class Installed:
         return done.returncode, done.stdout, done.stdout + done.stderr
 
 
+def filled_topic(bootstrap: str, topic: str) -> DataWriter:
+    """``topic`` created with PER_PARTITION records in each of its PARTITIONS; its writer
+    knows what they are."""
+    create_topic(bootstrap, topic, PARTITIONS)
+    writer = DataWriter(bootstrap, topic, PARTITIONS)
+    writer.produce(PER_PARTITION)
+    writer.flush()
+    return writer
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
@@ -121,10 +131,7 @@ def test_the_installed_wheel_reads_kafka_and_files_into_spark_with_its_native_re
     with_spark: Installed, kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     topic = f"{unique_source}-in"
-    create_topic(kafka_bootstrap, topic, PARTITIONS)
-    writer = DataWriter(kafka_bootstrap, topic, PARTITIONS)
-    writer.produce(PER_PARTITION)
-    writer.flush()
+    filled_topic(kafka_bootstrap, topic)
     files = tmp_path / "files"
     files.mkdir()
     for k in range(FILES):
@@ -154,10 +161,7 @@ def test_a_standalone_reader_of_a_base_install_copies_a_topic_exactly_once_nativ
     base: Installed, kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     topic = f"{unique_source}-in"
-    create_topic(kafka_bootstrap, topic, PARTITIONS)
-    writer = DataWriter(kafka_bootstrap, topic, PARTITIONS)
-    writer.produce(PER_PARTITION)
-    writer.flush()
+    writer = filled_topic(kafka_bootstrap, topic)
     out = tmp_path / "out"
     command = [
         str(base.venv / "bin" / "sluicegate"), "reader", "--source", unique_source, "--subtask", "0",
