@@ -139,14 +139,20 @@ def test_the_factory_checks_as_the_python_path_and_says_whether_rows_have_header
     assert "readPath" in check(metricsPort="9400")["error"]
 
 
-def test_the_jar_is_used_only_when_built_for_these_sources_and_its_kafka_jars_are_fetched_once(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(jvm_classpath, "JAR", tmp_path / "pkg" / "sluicegate-spark.jar")
-    monkeypatch.setattr(jvm_classpath, "CLASSPATH_FILE", tmp_path / "pkg" / "classpath.tsv")
+@pytest.fixture
+def repository(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A ``file://`` Maven repository (empty) and an empty sluicegate cache for this test."""
     monkeypatch.setenv("SLUICEGATE_CACHE_DIR", str(tmp_path / "cache"))
     repository = tmp_path / "repo"
     monkeypatch.setenv("SLUICEGATE_MAVEN_REPOSITORY", repository.as_uri())
+    return repository
+
+
+def test_the_jar_is_used_only_when_built_for_these_sources_and_its_kafka_jars_are_fetched_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, repository: Path
+) -> None:
+    monkeypatch.setattr(jvm_classpath, "JAR", tmp_path / "pkg" / "sluicegate-spark.jar")
+    monkeypatch.setattr(jvm_classpath, "CLASSPATH_FILE", tmp_path / "pkg" / "classpath.tsv")
     assert built() is None and jvm_read_path_jars() == [], "no jar in this install"
 
     kafka = b"kafka-clients, as Maven Central serves it"
@@ -166,12 +172,7 @@ def test_the_jar_is_used_only_when_built_for_these_sources_and_its_kafka_jars_ar
     assert built() is None, "a jar built from other Java sources is stale: not used"
 
 
-def test_a_kafka_jar_that_is_not_the_one_built_against_is_refused(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("SLUICEGATE_CACHE_DIR", str(tmp_path / "cache"))
-    repository = tmp_path / "repo"
-    monkeypatch.setenv("SLUICEGATE_MAVEN_REPOSITORY", repository.as_uri())
+def test_a_kafka_jar_that_is_not_the_one_built_against_is_refused(repository: Path) -> None:
     jar = MavenJar("org.apache.kafka", "kafka-clients", "3.9.2", hashlib.sha256(b"the real one").hexdigest())
     with pytest.raises(JarFetchError, match="cannot fetch"):
         ensure_jar(jar)

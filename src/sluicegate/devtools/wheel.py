@@ -96,7 +96,6 @@ def build_wheel(out: Path, target: str | None = None) -> Path:
         raise WheelBuildError(f"the JVM read path's jar: {exc}") from None
     print(f"wheel: JVM read path jar {classpath.jar}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    before = set(out.glob("*.whl"))
     env = {**os.environ, "CARGO_BUILD_JOBS": os.environ.get("CARGO_BUILD_JOBS", "2")}
     cargo_target = Path(env.setdefault("CARGO_TARGET_DIR", str(NATIVE_TARGET)))
     if target is not None:
@@ -115,7 +114,7 @@ def build_wheel(out: Path, target: str | None = None) -> Path:
         _unlink_linked(cargo_target)
     if done.returncode != 0:
         raise WheelBuildError(f"maturin failed:\n{(done.stderr or done.stdout).strip()[-3000:]}")
-    made = sorted(set(out.glob("*.whl")) - before) or sorted(out.glob("sluicegate-*.whl"), key=os.path.getmtime)
+    made = sorted(out.glob("sluicegate-*.whl"), key=os.path.getmtime)  # maturin's is the newest
     if not made:
         raise WheelBuildError(f"maturin wrote no wheel into {out}")
     wheel = made[-1]
