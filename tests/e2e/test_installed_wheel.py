@@ -18,18 +18,14 @@ the venv's; the reader's log says so) and the Spark one with the wheel's jar.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from kafka_data import DataWriter, create_topic
+from wheel_install import Installed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -40,41 +36,6 @@ PER_PARTITION = 2_000
 FILES, FILE_ROWS = 4, 1_000
 
 
-@dataclass(frozen=True)
-class Installed:
-    venv: Path
-    cache: Path
-    """The venv's own sluicegate cache (SLUICEGATE_CACHE_DIR), empty at the start."""
-
-    @property
-    def python(self) -> Path:
-        return self.venv / "bin" / "python"
-
-    def env(self, bootstrap: str) -> dict[str, str]:
-        keep = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON")}
-        path = os.pathsep.join([str(self.venv / "bin"), keep.get("PATH", "")])
-        return {
-            **keep,
-            "PATH": path,
-            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-            "SLUICEGATE_CACHE_DIR": str(self.cache),
-            "PYTHONUNBUFFERED": "1",
-            "COLUMNS": "200",
-        }
-
-    def run(self, command: list[str], cwd: Path, bootstrap: str, timeout_s: float) -> tuple[int, str, str]:
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=cwd,
-            env=self.env(bootstrap),
-            timeout=timeout_s,
-        )
-        return done.returncode, done.stdout, done.stdout + done.stderr
-
-
 def filled_topic(bootstrap: str, topic: str) -> DataWriter:
     """``topic`` created with PER_PARTITION records in each of its PARTITIONS; its writer
     knows what they are."""
@@ -83,48 +44,6 @@ def filled_topic(bootstrap: str, topic: str) -> DataWriter:
     writer.produce(PER_PARTITION)
     writer.flush()
     return writer
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    built = subprocess.run(
-        [sys.executable, "-m", "sluicegate.devtools.wheel", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-    return Path(built.stdout.strip().splitlines()[-1])
-
-
-def install(wheel: Path, where: Path, extras: str) -> Installed:
-    venv = where / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    requirement = f"{wheel}[{extras}]" if extras else str(wheel)
-    pip = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", requirement],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=where,
-    )
-    assert pip.returncode == 0, pip.stdout + pip.stderr
-    return Installed(venv, where / "cache")
-
-
-@pytest.fixture(scope="module")
-def with_spark(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    installed = install(wheel, tmp_path_factory.mktemp("with-spark"), "spark")
-    yield installed
-    shutil.rmtree(installed.venv, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def base(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    installed = install(wheel, tmp_path_factory.mktemp("base"), "")
-    yield installed
-    shutil.rmtree(installed.venv, ignore_errors=True)
 
 
 def test_the_installed_wheel_reads_kafka_and_files_into_spark_with_its_native_reader_and_jar(
