@@ -10,8 +10,10 @@ Three directories of the same rows: Parquet (five files, and a file in a subdire
 JSON Lines. The Parquet directory is read as a stream (``Trigger.AvailableNow`` into a
 memory sink, ``maxFilesPerTrigger=2``: no batch larger than two files, on both sides) and
 by a recursive batch query (``spark.read``); the CSV and JSON ones by batch queries (the
-same executor read as a stream's). Schema and rows must be the same. The stream is read a
-third time with ``readPath=jvm``: sluicegate's planning, Spark's own Parquet reader.
+same executor read as a stream's). Schema and rows must be the same. The default read path
+of the stream (``readPath=auto``) is the JVM one where its jar is in the session (sluicegate's
+planning, Spark's own Parquet reader): the stream is then read a third time with
+``readPath=python``, so that both paths give Spark's rows.
 
 Spark runs in a subprocess (this file as a script), as in test_spark_kafka_parity.py.
 """
@@ -98,7 +100,7 @@ def test_the_same_file_query_gives_the_same_rows_through_sparks_source_and_sluic
     expected = sorted(json.dumps(r, separators=(",", ":")) for f in range(FILES) for r in rows_of(f))
     for case, sides in results.items():
         spark_side = sides["spark"]
-        for side, ours in sides.items():  # sluicegate, and for the stream sluicegate-jvm
+        for side, ours in sides.items():  # sluicegate, and for the stream sluicegate-python
             assert ours["schema"] == spark_side["schema"], (case, side)
             assert sorted(ours["rows"]) == sorted(spark_side["rows"]), (case, side)
         if case != "parquet_batch":
@@ -113,7 +115,8 @@ def test_the_same_file_query_gives_the_same_rows_through_sparks_source_and_sluic
     spark_log = log.read_text()
     assert "this process coordinates it now" in spark_log, "the query coordinated its source itself"
     require_jvm_read_path()
-    assert JVM_SIDE in stream, "the stream was read on readPath=jvm too (its rows compared above)"
+    assert "readPath=auto chose jvm" in spark_log, "the default read path of a Parquet stream with the jar"
+    assert PYTHON_SIDE in stream, "the stream was read on readPath=python too (its rows compared above)"
 
 
 def _canonical(row: str) -> str:
@@ -123,9 +126,9 @@ def _canonical(row: str) -> str:
 
 # -- the Spark side (this file run as a script) -----------------------------------------
 
-JVM_SIDE = "sluicegate-jvm"
-"""A stream is read a third time with ``readPath=jvm`` (Spark's Parquet reader, sluicegate's
-planning), which reads streams only, when its jar is built."""
+PYTHON_SIDE = "sluicegate-python"
+"""A stream is read a third time with ``readPath=python`` when the JVM path's jar is built
+(the default side then reads on the JVM path)."""
 
 
 def run_cases(cases: dict[str, dict[str, Any]], work: Path) -> dict[str, Any]:
@@ -140,14 +143,14 @@ def run_cases(cases: dict[str, dict[str, Any]], work: Path) -> dict[str, Any]:
     for case, spec in cases.items():
         results[case] = {}
         stream = spec["mode"] == "stream"
-        for side in ("spark", "sluicegate", *((JVM_SIDE,) if stream and built() else ())):
+        for side in ("spark", "sluicegate", *((PYTHON_SIDE,) if stream and built() else ())):
             reader = (spark.readStream if stream else spark.read).schema(SCHEMA)
             if side == "spark":
                 reader = reader.format(spec["format"])
             else:
                 reader = reader.format("sluicegate").option("format", spec["format"])
-            if side == JVM_SIDE:  # a source of its own: it plans a split a file
-                reader = reader.option("readPath", "jvm").option("source", derived_source_name(spec["path"]) + "-jvm")
+            if side == PYTHON_SIDE:  # a source of its own: it plans splits within files
+                reader = reader.option("readPath", "python").option("source", derived_source_name(spec["path"]) + "-py")
             for key, value in spec["options"].items():
                 reader = reader.option(key, value)
             frame = reader.load(spec["path"])

@@ -124,6 +124,14 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
         dead-letter topic. None by default."""
         return []
 
+    def reads_natively(self) -> bool:
+        """Whether this install reads the source's ranges in native code (the ``kafka``
+        connector with ``sluicegate._native``). Spark's ``readPath=auto`` takes a Python
+        path that reads natively over Spark's own JVM readers where it is faster
+        (spark/read_path_choice.py); False (the default): Python builds the rows.
+        Must not block."""
+        return False
+
     def arrow_schema(self) -> Any | None:
         """The pyarrow schema of ``read_arrow``'s batches; None (the default): hosts
         use ``split_id, value, event_time`` from ``read_range``."""

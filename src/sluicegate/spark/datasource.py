@@ -82,6 +82,7 @@ from sluicegate.spark.offsets import (
 )
 from sluicegate.spark.options import JVM, SparkSourceOptions
 from sluicegate.spark.planner import NextOffsetPlanner
+from sluicegate.spark.read_path_choice import JVM_CONNECTORS
 from sluicegate.spark.read_reports import ReadReport, SplitRead, counted, send_report
 from sluicegate.spark.source_identity import own_source_name
 from sluicegate.spark.task_slots import capped_parallelism, task_slots
@@ -198,7 +199,18 @@ class SluicegateDataSource(DataSource):
         return source_schema(value_type_of(config.connector, config.connector_options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return SluicegateStreamReader(self._config(schema=schema), task_slots=self.task_slots)
+        config = self._config(schema=schema)
+        given = {k.lower() for k in self.options}
+        if self.registered_name == FORMAT and "readpath" not in given and config.connector in JVM_CONNECTORS:
+            # readPath=auto where the JVM path is not in the session (with it, the Java source
+            # chooses and says so: read_path_choice.py)
+            configure_logging()
+            log.info(
+                "source %s: readPath=auto reads on the Python path (the JVM read path cannot read in this session: %s)",
+                config.source,
+                self.jvm_unavailable,
+            )
+        return SluicegateStreamReader(config, task_slots=self.task_slots)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from sluicegate.spark.batch import SluicegateBatchReader

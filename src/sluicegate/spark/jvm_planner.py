@@ -40,6 +40,7 @@ from sluicegate.spark.file_options import schema_ddl
 from sluicegate.spark.jvm_classpath import BUILD_COMMAND, SOURCE_CLASS, built
 from sluicegate.spark.offsets import SourceOffset
 from sluicegate.spark.options import SparkSourceOptions
+from sluicegate.spark.read_path_choice import BY_TRIGGER, PYTHON, QueryFacts, ReadPathChoice, choose
 
 log = logging.getLogger("sluicegate.spark")
 
@@ -226,6 +227,7 @@ class JvmPlannerFactory:
 
     def __init__(self, data_source: type[Any]) -> None:
         self.data_source = data_source
+        self._last_choice: tuple[str, str, str] | None = None
 
     def check(self, options_json: str, schema_json: str) -> str:
         """The checks of the Python path's ``schema()``: the options, then the connector's
@@ -241,6 +243,44 @@ class JvmPlannerFactory:
         except ConfigError as exc:
             return json.dumps({"error": str(exc)})
         return json.dumps({"read": "kafka", "includeHeaders": source.options.include_headers is True})
+
+    def choose(self, options_json: str, trigger: str | None) -> str:
+        """``readPath=auto``'s choice for a stream of these options (read_path_choice.py):
+        ``{"path": "jvm" | "python" | "trigger", "why": ...}``; ``trigger`` (Spark's trigger
+        by its class's name, "" unknown) is None before the query starts. A query whose
+        options do not parse goes to the Python path, which fails naming the option as it
+        always has. The final choice is logged once a query and path."""
+        options: dict[str, str] = json.loads(options_json)
+        try:
+            config = SparkSourceOptions.from_options(options)
+            facts = self._facts(config, trigger)
+        except ConfigError as exc:
+            return json.dumps({"path": PYTHON, "why": f"the Python path reports it: {exc}"})
+        choice = choose(config, options, facts)
+        if choice.path != BY_TRIGGER:
+            self._log_choice(config, choice)
+        return json.dumps({"path": choice.path, "why": choice.why})
+
+    @staticmethod
+    def _facts(config: SparkSourceOptions, trigger: str | None) -> QueryFacts:
+        from sluicegate.spark.datasource import range_source
+
+        source: Any = range_source(config.connector, config.connector_options)
+        if config.connector == FILES_CONNECTOR:
+            return QueryFacts(files_local=source.store().is_local(), trigger=trigger)
+        return QueryFacts(reads_natively=bool(source.reads_natively()), trigger=trigger)
+
+    def _log_choice(self, config: SparkSourceOptions, choice: ReadPathChoice) -> None:
+        """Spark looks a table up twice as it loads a query (its schema, then the table):
+        one line for both."""
+        said = (config.source, choice.path, choice.why)
+        if said == self._last_choice:
+            return
+        self._last_choice = said
+        from sluicegate.spark.datasource import configure_logging
+
+        configure_logging()
+        log.info("source %s: readPath=auto chose %s: %s", config.source, choice.path, choice.why)
 
     def createRangePlanner(self, options_json: str) -> KafkaRangePlanner:
         from sluicegate.spark.datasource import range_source

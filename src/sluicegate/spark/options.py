@@ -47,11 +47,13 @@ BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 CONNECTOR_PREFIX = "option."
 
 READ_PATHS = ("auto", "native", "python", "jvm")
-"""``readPath``: how executors read the kafka and files connectors' ranges. ``auto`` (the
-default), ``native`` and ``python`` are the kafka connector's own ``read_path`` (in Spark's
-Python workers; for files ``auto`` and ``python`` are the connector's one reader there);
-``jvm`` is Spark's own readers in the executors' JVM, its Kafka readers or its Parquet
-reader (jvm_planner.py)."""
+"""``readPath``: how executors read the kafka and files connectors' ranges. ``native`` and
+``python`` are the kafka connector's own ``read_path`` (in Spark's Python workers; for
+files ``python`` is the connector's one reader there); ``jvm`` is Spark's own readers in
+the executors' JVM, its Kafka readers or its Parquet reader (jvm_planner.py). ``auto`` (the
+default) chooses between the Python data source and the JVM path by what the benchmarks
+measured, where the session has the JVM path (read_path_choice.py); on the Python data
+source it is the kafka connector's own ``auto``."""
 JVM = "jvm"
 WHOLE_FILES = "0"
 """The files connector's ``split_size_bytes`` under ``readPath=jvm``: a split a file, which
@@ -340,7 +342,9 @@ def _read_path(opts: Mapping[str, str], connector: str, batch: bool) -> str:
             "readPath", f"chooses how the kafka and files connectors are read, and this query reads {connector}"
         )
     if connector == FILES_CONNECTOR and path == "native":
-        raise ConfigError("readPath", "native is the kafka connector's: files are read by python (the default) or jvm")
+        raise ConfigError(
+            "readPath", "native is the kafka connector's: files are read by python or jvm (auto, the default, chooses)"
+        )
     if path != JVM:
         return path
     if batch:

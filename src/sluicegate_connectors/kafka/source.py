@@ -30,6 +30,7 @@ from .enumerator import KafkaEnumerator
 from .options import KafkaOptions, headers_in_rows
 from .positions import starting_offsets, stopping_offsets
 from .ranges import PlanningView, RangeReader, arrow_schema
+from .read_path import native_available
 from .reader import KafkaSourceReader
 from .split import KafkaPartitionSplit, KafkaSplitCodec
 
@@ -229,6 +230,10 @@ class KafkaSource(
 
     def position_after_event_time(self, split: KafkaPartitionSplit, event_time_ms: int) -> int | None:
         return self._view().offset_after(split, event_time_ms)
+
+    def reads_natively(self) -> bool:
+        requested = self.options.read_path
+        return requested == "native" or (requested != "python" and native_available())
 
     def arrow_schema(self) -> Any:
         return arrow_schema(headers_in_rows(self.options))

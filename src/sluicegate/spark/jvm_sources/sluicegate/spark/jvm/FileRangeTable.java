@@ -4,8 +4,6 @@ import java.util.EnumSet;
 import java.util.Set;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.TableCapability;
-import org.apache.spark.sql.connector.read.Batch;
-import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -16,13 +14,16 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * {@code StreamSourceProvider} side instead ({@link FileRangeSource}). That API makes each
  * batch a plan of Spark's own Parquet reader, which Spark's optimizer prunes to the columns
  * the query uses; the table API's micro-batch scans are built unpruned. A batch query
- * (spark.read) fails naming the option, as on the kafka side.
+ * (spark.read) is the Python path's under {@code readPath=auto} ({@link PythonFallback}), and
+ * fails naming the option where {@code readPath=jvm} was given, as on the kafka side.
  */
 final class FileRangeTable implements SupportsRead {
     private final StructType schema;
+    private final PythonFallback python;
 
-    FileRangeTable(StructType schema) {
+    FileRangeTable(StructType schema, PythonFallback python) {
         this.schema = schema;
+        this.python = python;
     }
 
     @Override
@@ -43,16 +44,7 @@ final class FileRangeTable implements SupportsRead {
 
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-        return () -> new Scan() {
-            @Override
-            public StructType readSchema() {
-                return schema;
-            }
-
-            @Override
-            public Batch toBatch() {
-                throw JvmReadPath.batchRefused();
-            }
-        };
+        // only a batch query gets here: Spark reads the stream through the Source API
+        return python.scanBuilder(options);
     }
 }

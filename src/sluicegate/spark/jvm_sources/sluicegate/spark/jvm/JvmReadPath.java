@@ -3,16 +3,18 @@ package sluicegate.spark.jvm;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.util.HashMap;
 import java.util.Map;
 import org.apache.spark.sql.kafka010.KafkaRecordToRowConverter$;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** Whether a query asks for the JVM read path, and the checks of its options before it gets it. */
+/** Which read path a query takes, and the checks of its options before the JVM path reads it. */
 final class JvmReadPath {
     static final String OPTION = "readPath";
     static final String JVM = "jvm";
+    static final String AUTO = "auto";
     private static final ObjectMapper JSON = new ObjectMapper();
 
     /** What a checked query reads: {@code kafka} ranges or {@code files}, into rows of {@code schema}. */
@@ -20,8 +22,57 @@ final class JvmReadPath {
 
     private JvmReadPath() {}
 
-    static boolean requested(Map<String, String> options) {
+    /** Which source reads a query: the JVM read path, the Python one, or one its trigger picks. */
+    enum Path {
+        JVM,
+        PYTHON,
+        BY_TRIGGER
+    }
+
+    /**
+     * The read path of a query of these options: {@code readPath} where given; for {@code
+     * auto} (the default) the driver's choice (read_path_choice.py), which is the Python path
+     * where this session has no planner (register(spark) not called, Spark Connect).
+     */
+    static Path chosen(Map<String, String> options) {
+        String given = new CaseInsensitiveStringMap(options).getOrDefault(OPTION, AUTO).trim();
+        if (JVM.equalsIgnoreCase(given)) {
+            return Path.JVM;
+        }
+        PlannerFactory factory = Planners.installed();
+        if (!AUTO.equalsIgnoreCase(given) || factory == null) {
+            return Path.PYTHON;
+        }
+        return switch (tree(factory.choose(json(options), null)).get("path").asText()) {
+            case JVM -> Path.JVM;
+            case "trigger" -> Path.BY_TRIGGER;
+            default -> Path.PYTHON;
+        };
+    }
+
+    /** Whether the query gave {@code readPath=jvm} itself (not {@code auto}'s choice). */
+    static boolean given(Map<String, String> options) {
         return JVM.equalsIgnoreCase(new CaseInsensitiveStringMap(options).getOrDefault(OPTION, "").trim());
+    }
+
+    /** A {@link Path#BY_TRIGGER} stream's choice as its query starts: whether the JVM path reads it. */
+    static boolean jvmAtStart(Map<String, String> options) {
+        String chosen = Planners.factory().choose(json(options), QueryTrigger.current());
+        return JVM.equals(tree(chosen).get("path").asText());
+    }
+
+    /** The options with {@code readPath=jvm}, as the planner of a query the JVM path reads takes them. */
+    static Map<String, String> onJvm(Map<String, String> options) {
+        Map<String, String> given =
+                options instanceof CaseInsensitiveStringMap insensitive ? insensitive.asCaseSensitiveMap() : options;
+        Map<String, String> jvm = new HashMap<>();
+        given.forEach((key, value) -> {
+            if (!OPTION.equalsIgnoreCase(key)) {
+                jvm.put(key, value);
+            }
+        });
+        jvm.put(OPTION, JVM);
+        return jvm;
     }
 
     /**

@@ -11,6 +11,14 @@ public interface PlannerFactory {
      */
     String check(String optionsJson, String schemaJson);
 
+    /**
+     * {@code readPath=auto}'s choice for a stream of these options (sluicegate's
+     * read_path_choice.py): {"path": "jvm" | "python" | "trigger", "why": ...}, where "trigger"
+     * asks again once the query's {@code trigger} is known (Spark's trigger by its class's
+     * name, "" when unknown; null before the query starts).
+     */
+    String choose(String optionsJson, String trigger);
+
     /** The planner of one kafka query (one per {@code MicroBatchStream}: one per query run). */
     RangePlanner createRangePlanner(String optionsJson);
 

@@ -13,6 +13,11 @@ public final class Planners {
         factory = installed;
     }
 
+    /** The installed factory, or null: {@code register(spark)} was not called (or over Spark Connect). */
+    static PlannerFactory installed() {
+        return factory;
+    }
+
     static PlannerFactory factory() {
         PlannerFactory installed = factory;
         if (installed == null) {

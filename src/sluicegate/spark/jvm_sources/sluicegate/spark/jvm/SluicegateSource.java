@@ -19,8 +19,8 @@ import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * {@code format("sluicegate")} when sluicegate's jar is on the session's classpath ({@code
- * spark.jars}: {@code sluicegate.spark.jvm_read_path_jars()}). A query with {@code readPath=jvm}
- * is read here: sluicegate's planning (in the driver's Python, through a {@link StreamPlanner})
+ * spark.jars}: {@code sluicegate.spark.jvm_read_path_jars()}). A query the JVM read path reads
+ * ({@code readPath=jvm}, or {@code readPath=auto}'s choice: {@link JvmReadPath#chosen}) is read here: sluicegate's planning (in the driver's Python, through a {@link StreamPlanner})
  * with Spark's own readers on the executors: its Kafka partition readers for the kafka
  * connector ({@link KafkaRangeTable}), its Parquet reader for the files connector ({@link
  * FileRangeSource}, through Spark's {@code StreamSourceProvider} API). Every other query goes
@@ -46,15 +46,17 @@ public final class SluicegateSource implements TableProvider, StreamSourceProvid
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
-        if (!JvmReadPath.requested(options)) {
+        if (JvmReadPath.chosen(options) == JvmReadPath.Path.PYTHON) {
             return python.inferSchema(options);
         }
-        return JvmReadPath.check(options, null).schema();
+        return JvmReadPath.check(JvmReadPath.onJvm(options), null).schema();
     }
 
     @Override
     public Transform[] inferPartitioning(CaseInsensitiveStringMap options) {
-        return JvmReadPath.requested(options) ? new Transform[0] : python.inferPartitioning(options);
+        return JvmReadPath.chosen(options) == JvmReadPath.Path.PYTHON
+                ? python.inferPartitioning(options)
+                : new Transform[0];
     }
 
     @Override
@@ -64,20 +66,27 @@ public final class SluicegateSource implements TableProvider, StreamSourceProvid
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-        if (!JvmReadPath.requested(properties)) {
+        JvmReadPath.Path path = JvmReadPath.chosen(properties);
+        if (path == JvmReadPath.Path.PYTHON) {
             return python.getTable(schema, partitioning, properties);
         }
-        JvmReadPath.Checked checked = JvmReadPath.check(properties, schema);
+        boolean given = JvmReadPath.given(properties);
+        JvmReadPath.Checked checked = JvmReadPath.check(JvmReadPath.onJvm(properties), schema);
+        PythonFallback fallback =
+                given ? PythonFallback.none() : PythonFallback.of(python.getTable(schema, partitioning, properties));
         if (checked.files()) {
-            return new FileRangeTable(checked.schema());
+            return new FileRangeTable(checked.schema(), fallback);
         }
         if (!checked.schema().equals(schema)) {
+            if (!given) {
+                return python.getTable(schema, partitioning, properties); // a schema of the user's own
+            }
             // a schema of the user's own would be silently ignored by Spark's readers
             throw new IllegalArgumentException(
                     "readPath=jvm reads Spark's Kafka schema " + checked.schema().simpleString()
                             + ": leave .schema(...) out (or give that one), got " + schema.simpleString());
         }
-        return new KafkaRangeTable(checked.schema());
+        return new KafkaRangeTable(checked.schema(), fallback);
     }
 
     // -- the Source API: files queries on the JVM read path ---------------------------------
@@ -92,10 +101,10 @@ public final class SluicegateSource implements TableProvider, StreamSourceProvid
     public Tuple2<String, StructType> sourceSchema(
             SQLContext sqlContext, Option<StructType> schema, String providerName, scala.collection.immutable.Map<String, String> parameters) {
         Map<String, String> options = given(parameters);
-        if (!JvmReadPath.requested(options)) {
+        if (JvmReadPath.chosen(options) != JvmReadPath.Path.JVM) {
             return new Tuple2<>(NAME, new StructType());
         }
-        return new Tuple2<>(NAME, JvmReadPath.check(options, schema.getOrElse(() -> null)).schema());
+        return new Tuple2<>(NAME, JvmReadPath.check(JvmReadPath.onJvm(options), schema.getOrElse(() -> null)).schema());
     }
 
     @Override
@@ -105,7 +114,7 @@ public final class SluicegateSource implements TableProvider, StreamSourceProvid
             Option<StructType> schema,
             String providerName,
             scala.collection.immutable.Map<String, String> parameters) {
-        Map<String, String> options = given(parameters);
+        Map<String, String> options = JvmReadPath.onJvm(given(parameters));
         JvmReadPath.Checked checked = JvmReadPath.check(options, schema.getOrElse(() -> null));
         if (!checked.files()) {
             throw new IllegalStateException("Spark asked for the Source of a query that its table reads: " + options);
