@@ -18,7 +18,9 @@ place each repetition), ``--repetitions`` times:
 - ``sluicegate-jvm``: the native side's query with ``format("sluicegate")``,
   ``option("format", "parquet")`` and ``readPath=jvm`` (sluicegate's planning, Spark's
   Parquet reader; the query coordinates its source itself, in the driver, as a user's would),
-  ``maxFilesPerTrigger`` as on the native side, ``--parallelism`` reader subtasks.
+  ``maxFilesPerTrigger`` as on the native side, ``--parallelism`` reader subtasks;
+- ``sluicegate-default``: the same query with no ``readPath``: what a user gets
+  (``readPath=auto``, sluicegate/spark/read_path_choice.py); the path it chose is printed.
 
 Jobs: ``noop`` (all ten columns into ``writeStream.format("noop")``), ``pruned`` (S names two
 of the ten columns, ``id, value``: Spark's reader and the connector's read only those two;
@@ -60,9 +62,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paired import paired_ratios, paired_text
+from read_path_log import ChoiceLog, install
 
 TARGET_RATIO = 1.0
-SIDES = ("native", "sluicegate", "sluicegate-jvm")
+READ_PATHS = {"native": "spark", "sluicegate": "python", "sluicegate-jvm": "jvm"}
+"""The read path of each side that names one (``sluicegate-default`` prints its choice)."""
+SIDES = ("native", "sluicegate", "sluicegate-jvm", "sluicegate-default")
+DRIVER_PLANNED = ("sluicegate-jvm", "sluicegate-default")
+"""The sides whose query coordinates its source itself, Spark's way (``load(dir)``)."""
 JOBS = ("noop", "pruned", "windowed")
 FULL_SCHEMA = (
     "id BIGINT, value DOUBLE, name STRING, ts TIMESTAMP, "
@@ -71,7 +78,7 @@ FULL_SCHEMA = (
 PRUNED_SCHEMA = "id BIGINT, value DOUBLE"
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PLOT = REPO / "docs" / "images" / "file-source-benchmark.png"
-COLORS = {"native": "#546e7a", "sluicegate": "#1e88e5", "sluicegate-jvm": "#43a047"}
+COLORS = {"native": "#546e7a", "sluicegate": "#1e88e5", "sluicegate-jvm": "#43a047", "sluicegate-default": "#fb8c00"}
 TS_ORIGIN_MS = 1_700_000_000_000
 WINDOW_MS = 60_000
 
@@ -152,6 +159,8 @@ class FileRun:
     phases_ms: dict[str, float] = field(default_factory=dict)
     """Median ms of each part of a steady-state trigger (Spark's ``durationMs``)."""
     windows_ok: bool | None = None
+    read_path: str = ""
+    """The read path the query took: the one given, or ``readPath=auto``'s choice."""
     error: str = ""
 
 
@@ -163,12 +172,14 @@ def stream_of(
     spark: Any, side: str, job: str, args: argparse.Namespace, data: Path, source: str, bootstrap: str
 ) -> Any:
     ddl = schema_of(job)
-    if side in ("native", "sluicegate-jvm"):
+    if side == "native" or side in DRIVER_PLANNED:
         schema = spark.createDataFrame([], ddl).schema
         reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", str(args.files_per_batch))
         if side == "native":
             return reader.parquet(str(data))
-        reader = reader.format("sluicegate").option("format", "parquet").option("readPath", "jvm")
+        reader = reader.format("sluicegate").option("format", "parquet")
+        if side == "sluicegate-jvm":
+            reader = reader.option("readPath", "jvm")
         reader = reader.option("source", source).option("kafka.bootstrap.servers", bootstrap)
         return reader.option("parallelism", str(args.parallelism)).load(str(data))
     return (
@@ -231,7 +242,9 @@ def summarize(run: FileRun, progress: list[dict[str, Any]]) -> None:
         }
 
 
-def one_run(spark: Any, run: FileRun, args: argparse.Namespace, data: Path, workdir: Path, bootstrap: str) -> None:
+def one_run(
+    spark: Any, run: FileRun, args: argparse.Namespace, data: Path, workdir: Path, bootstrap: str, choices: ChoiceLog
+) -> None:
     coordinator = None
     source = f"fbench-{secrets.token_hex(3)}"
     tag = f"{run.side}-{run.job}-{run.repetition}"
@@ -242,6 +255,7 @@ def one_run(spark: Any, run: FileRun, args: argparse.Namespace, data: Path, work
         stream = stream_of(spark, run.side, run.job, args, data, source, bootstrap)
         progress, windows = run_query(spark, stream, run, workdir / f"checkpoint-{tag}", args.timeout)
         summarize(run, progress)
+        run.read_path = READ_PATHS.get(run.side) or choices.chosen(source)
         if windows is not None:
             run.windows_ok = windows == expected_windows(args.files * args.rows_per_file)
     except Exception as exc:
@@ -265,7 +279,7 @@ def report(runs: list[FileRun], args: argparse.Namespace) -> int:
         f"\n{args.files} files x {args.rows_per_file:,} rows, {args.files_per_batch} files a batch; "
         f"{args.repetitions} repetition(s), median (min - max) of steady-state rows/s\n"
     )
-    print(f"{'job':<9} {'side':<15} {'rows/s':>12} {'(min - max)':>27} {'addBatch ms':>12}")
+    print(f"{'job':<9} {'side':<19} {'rows/s':>12} {'(min - max)':>27} {'addBatch ms':>12}  read path")
     medians: dict[tuple[str, str], float] = {}
     for job in args.jobs:
         for side in args.sides:
@@ -273,13 +287,14 @@ def report(runs: list[FileRun], args: argparse.Namespace) -> int:
                 r for r in runs if r.side == side and r.job == job and not r.error and r.steady_rate == r.steady_rate
             ]
             if not good:
-                print(f"{job:<9} {side:<15} {'FAILED':>12}")
+                print(f"{job:<9} {side:<19} {'FAILED':>12}")
                 continue
             rates = [r.steady_rate for r in good]
             medians[(job, side)] = statistics.median(rates)
             spread = f"({min(rates):,.0f} - {max(rates):,.0f})"
             add_batch = statistics.median(r.add_batch_ms for r in good)
-            print(f"{job:<9} {side:<15} {medians[(job, side)]:>12,.0f} {spread:>27} {add_batch:>12,.0f}")
+            paths = "/".join(sorted({r.read_path for r in good}))
+            print(f"{job:<9} {side:<19} {medians[(job, side)]:>12,.0f} {spread:>27} {add_batch:>12,.0f}  {paths}")
     print()
     for job in args.jobs:
         for side in args.sides:
@@ -402,6 +417,7 @@ def run(args: argparse.Namespace) -> int:
             broker = LocalKafkaBroker(run_dir=workdir / "broker", die_with_parent=True)
             bootstrap = broker.start(timeout_s=180)
         spark = spark_session("sluicegate-file-bench", args.master, quiet=True)
+        choices = install()
         for job in args.jobs if args.warmup else ():
             # the session's first queries run up to 1.5x slower (the JVM compiles Spark's
             # reader and operators as they run): whichever side went first would pay for it.
@@ -409,7 +425,7 @@ def run(args: argparse.Namespace) -> int:
             # compiles its request paths the same way.
             for side in args.sides:
                 print(f"warm-up (not counted): {side} / {job}", flush=True)
-                one_run(spark, FileRun(side, job, -1), args, data, workdir, bootstrap)
+                one_run(spark, FileRun(side, job, -1), args, data, workdir, bootstrap, choices)
         count = args.repetitions * len(args.jobs) * len(args.sides)
         for repetition in range(args.repetitions):
             first = repetition % len(args.sides)
@@ -418,10 +434,12 @@ def run(args: argparse.Namespace) -> int:
                 for side in sides:
                     run = FileRun(side, job, repetition)
                     print(f"[{len(runs) + 1}/{count}] repetition {repetition + 1}: {side} / {job}", flush=True)
-                    one_run(spark, run, args, data, workdir, bootstrap)
+                    one_run(spark, run, args, data, workdir, bootstrap, choices)
                     runs.append(run)
                     state = (
-                        run.error or f"{run.rows:,} rows in {run.batches} data batches, {run.steady_rate:,.0f} rows/s"
+                        run.error
+                        or f"{run.rows:,} rows in {run.batches} data batches, {run.steady_rate:,.0f} rows/s"
+                        f" (read path {run.read_path})"
                     )
                     print(f"  -> {state}", flush=True)
     finally:

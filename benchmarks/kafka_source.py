@@ -112,6 +112,10 @@ NATIVE_TUNED: dict[str, str] = {
 #: format("sluicegate") with readPath=jvm: sluicegate's planning (its coordinator, its offsets)
 #: with Spark's own Kafka partition readers, given native-tuned's consumer settings.
 JVM_SIDE = "sluicegate-jvm"
+#: format("sluicegate") with no readPath and no tuning: what a user gets (readPath=auto,
+#: sluicegate/spark/read_path_choice.py); the run prints the path it chose.
+DEFAULT_SIDE = "sluicegate-default"
+CHOICE_LINE = re.compile(r"readPath=auto chose (\w+)")
 #: The sluicegate side's batches into Spark (SparkSourceOptions.arrow_batch_rows' default).
 ARROW_BATCH_ROWS = 65_536
 DEFAULT_PLOT = REPO / "docs" / "images" / "kafka-source-benchmark.png"
@@ -216,6 +220,8 @@ def stream_reader(spark: Any, spec: dict[str, Any]) -> Any:
     options = sluicegate_options(spec)
     if side == JVM_SIDE:  # Spark's readers, with the consumer settings native-tuned has
         options = {**options, "readPath": "jvm", **spec["native_settings"]}
+        options.pop("arrowBatchRows")
+    if side == DEFAULT_SIDE:  # nothing that tunes or names a read path
         options.pop("arrowBatchRows")
     for key, value in options.items():
         reader = reader.option(key, value)
@@ -547,6 +553,8 @@ class Result:
     workers: int = 0
     cpu_us_per_row: dict[str, float] = field(default_factory=dict)
     """CPU µs per row of each of ``CPU_PARTS`` in the steady state."""
+    read_path: str = ""
+    """The read path the query took (``read_path_of``)."""
 
     @property
     def steady_rate(self) -> float:
@@ -603,7 +611,7 @@ def run_one(
     coordinator = None
     out = workdir / f"result-{run}.json"
     # the executors' read path of the sluicegate sides that read in Python workers
-    in_python = side.startswith("sluicegate-") and side != JVM_SIDE
+    in_python = side.startswith("sluicegate-") and side not in (JVM_SIDE, DEFAULT_SIDE)
     read_path = side.removeprefix("sluicegate-").split("+")[0] if in_python else None
     spec: dict[str, Any] = {
         "side": side,
@@ -648,13 +656,26 @@ def run_one(
             tail = "\n".join(stderr_log.read_text(errors="replace").splitlines()[-40:])
             res.error = f"the Spark process failed (exit {code}), {stderr_log}:\n{tail}"
             return res
-        return summarize(res, json.loads(out.read_text()), args.records, args.value_bytes, cpu)
+        res = summarize(res, json.loads(out.read_text()), args.records, args.value_bytes, cpu)
+        res.read_path = read_path_of(side, stderr_log)
+        return res
     except Exception as exc:
         res.error = f"{type(exc).__name__}: {exc}"
         return res
     finally:
         if coordinator is not None:
             stop_process(coordinator)
+
+
+def read_path_of(side: str, spark_log: Path) -> str:
+    """The read path a side's query took: the one its side names, or readPath=auto's choice
+    as the driver logged it."""
+    if is_native(side):
+        return "spark"
+    if side != DEFAULT_SIDE:
+        return side.removeprefix("sluicegate-").split("+")[0]
+    chosen = CHOICE_LINE.findall(spark_log.read_text(errors="replace"))
+    return chosen[-1] if chosen else "python (no JVM path in the session)"
 
 
 def run_line(r: Result, args: argparse.Namespace) -> str:
@@ -668,7 +689,7 @@ def run_line(r: Result, args: argparse.Namespace) -> str:
         if r.workers
         else ""
     )
-    return f"  -> {r.side} {r.job}: {r.rows:,} rows in {r.seconds:.1f} s, {steady}{memory}"
+    return f"  -> {r.side} {r.job}: {r.rows:,} rows in {r.seconds:.1f} s, {steady} (read path {r.read_path}){memory}"
 
 
 @dataclass
@@ -688,6 +709,7 @@ class Summary:
     worker_rss_mb: float = 0.0
     rates: list[float] = field(default_factory=list)
     cpu_us_per_row: dict[str, float] = field(default_factory=dict)
+    read_path: str = ""
 
 
 def summaries(results: Sequence[Result], sides: Sequence[str], jobs: Sequence[str]) -> list[Summary]:
@@ -705,6 +727,7 @@ def summaries(results: Sequence[Result], sides: Sequence[str], jobs: Sequence[st
                 s.seconds = statistics.median(r.seconds for r in good)
                 s.first_batch_s = statistics.median(r.first_batch_s for r in good)
                 s.worker_rss_mb = max(r.worker_rss_mb for r in good)
+                s.read_path = "/".join(sorted({r.read_path for r in good}))
                 measured = [r.cpu_us_per_row for r in good if r.cpu_us_per_row]
                 if measured:
                     s.cpu_us_per_row = {part: statistics.median(m[part] for m in measured) for part in CPU_PARTS}
@@ -731,7 +754,7 @@ def report(results: list[Result], summary: list[Summary], args: argparse.Namespa
     w = max([18, *(len(s.side) for s in summary)])
     header = (
         f"{'job':<9} {'side':<{w}} {'rows/s':>12} {'(min - max)':>25} {'MB/s':>8} "
-        f"{'seconds':>8} {'1st batch s':>11} {'worker RSS MB':>13}"
+        f"{'seconds':>8} {'1st batch s':>11} {'worker RSS MB':>13}  read path"
     )
     print(header)
     print("-" * len(header))
@@ -743,7 +766,7 @@ def report(results: list[Result], summary: list[Summary], args: argparse.Namespa
         rss = f"{s.worker_rss_mb:,.0f}" if s.worker_rss_mb else "-"
         print(
             f"{s.job:<9} {s.side:<{w}} {s.rows_per_s:>12,.0f} {spread:>25} {s.mb_per_s:>8.1f} "
-            f"{s.seconds:>8.1f} {s.first_batch_s:>11.1f} {rss:>13}"
+            f"{s.seconds:>8.1f} {s.first_batch_s:>11.1f} {rss:>13}  {s.read_path}"
         )
     print()
     by_key = {(s.job, s.side): s for s in summary}
@@ -829,6 +852,7 @@ def plot(datasets: Sequence[dict[str, Any]], path: Path) -> None:
         sluicegate_side("python"): "#1e88e5",
         sluicegate_side("native"): "#fb8c00",
         JVM_SIDE: "#43a047",
+        DEFAULT_SIDE: "#8e24aa",
     }
     panel = 0
     if throughput:
@@ -1086,7 +1110,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.variants = _labelled_settings(parser, "--variant", args.variant)
     args.sluicegate_variants = _labelled_settings(parser, "--sluicegate-variant", args.sluicegate_variant)
     paths = available_read_paths()
-    all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS)]
+    all_sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in READ_PATHS), DEFAULT_SIDE]
     if args.sides:
         args.sides = [s.strip() for s in args.sides.split(",") if s.strip()]
         if bad := [s for s in args.sides if s not in all_sides]:
@@ -1096,7 +1120,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if JVM_SIDE in args.sides and "jvm" not in paths:
             parser.error(f"{JVM_SIDE} needs the JVM read path's jar: make install builds it")
     else:
-        args.sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in paths)]
+        args.sides = [*NATIVE_SIDES, *(sluicegate_side(p) for p in paths), DEFAULT_SIDE]
     variant_sides = [f"{NATIVE_TUNED_SIDE}+{label}" for label in args.variants]
     native_end = max((i + 1 for i, s in enumerate(args.sides) if is_native(s)), default=0)
     args.sides[native_end:native_end] = variant_sides

@@ -15,7 +15,10 @@ side with a checkpoint of its own, every batch recorded by ``foreachBatch``:
 - a second query of the same topic (directory), with a fresh checkpoint and
   ``startingOffsets=earliest``, while the first one's checkpoint stands: everything;
 - records deleted past a checkpoint (``deleteRecords``): ``failOnDataLoss=false`` reads on
-  from what is left, ``true`` fails the query.
+  from what is left, ``true`` fails the query;
+- one checkpoint run daily with ``Trigger.AvailableNow``, then as a processing-time stream,
+  then daily again: ``readPath=auto`` reads the first and last on the native reader and the
+  stream on the JVM path (read_path_choice.py), every record once.
 
 One Spark process runs every scenario (this file as a script, as in
 test_spark_kafka_parity.py: Spark's Kafka source is a jar on ``spark.jars``); the tests
@@ -145,6 +148,19 @@ def test_records_deleted_past_a_checkpoint_are_skipped_or_fail_as_failOnDataLoss
     for side in SIDES:
         first, failed = lifecycle["kafka_data_loss_fail"][side]
         assert values(first) == list(range(10)) and "error" in failed, side
+
+
+def test_one_checkpoint_read_daily_then_as_a_stream_then_daily_takes_each_trigger_s_path(
+    lifecycle: dict[str, Any],
+) -> None:
+    daily, stream, again = lifecycle["kafka_trigger_switch"]["sluicegate"]
+    assert values(daily) == list(range(10))
+    # a stop that lands after foreachBatch ran but before Spark committed the batch leaves it
+    # to the next run, which runs it again first, the same batch
+    committed = stream[:-1] if again and stream and again[0] == stream[-1] else stream
+    assert values(committed + again) == list(range(10, 25)), "every record once"
+    said = [line for line in lifecycle["_log"].splitlines() if "trigger-switch: readPath=auto chose" in line]
+    assert [line.split("readPath=auto chose ")[1].split(":")[0] for line in said] == ["python", "jvm", "python"], said
 
 
 # -- files ------------------------------------------------------------------------------
@@ -368,6 +384,19 @@ class Scenarios:
         for scenario, fail in (("kafka_data_loss_skip", "false"), ("kafka_data_loss_fail", "true")):
             self.both_kafka(scenario, topic, AVAILABLE_NOW, failOnDataLoss=fail)
 
+    def kafka_trigger_switch(self) -> None:
+        topic = self.topic("trigger-switch", 2)
+        self.produce(topic, range(10), 2)
+        frame = self.kafka_reader("sluicegate", topic)
+        self.run("kafka_trigger_switch", "sluicegate", frame, "trigger-switch", AVAILABLE_NOW, KAFKA_VALUE)
+        self.produce(topic, range(10, 20), 2)
+        frame = self.kafka_reader("sluicegate", topic)
+        stream = {"processingTime": "0 seconds"}
+        self.run("kafka_trigger_switch", "sluicegate", frame, "trigger-switch", stream, KAFKA_VALUE, 1)
+        self.produce(topic, range(20, 25), 2)
+        frame = self.kafka_reader("sluicegate", topic)
+        self.run("kafka_trigger_switch", "sluicegate", frame, "trigger-switch", AVAILABLE_NOW, KAFKA_VALUE)
+
     def files(self) -> None:
         directory = self.work / "files"
         self.write_files(directory, 0, 4)
@@ -401,6 +430,7 @@ def main() -> int:
         "kafka_stopped",
         "kafka_rate_limit",
         "kafka_data_loss",
+        "kafka_trigger_switch",
         "files",
     )
     for name in scenarios_in_order:
