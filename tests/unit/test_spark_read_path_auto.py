@@ -83,6 +83,12 @@ def test_a_given_read_path_is_never_second_guessed(given: str) -> None:
     assert path == ("jvm" if given.strip().lower() == "jvm" else "python") and "was given" in why
 
 
+@pytest.mark.parametrize("own", ["native", "python"])
+def test_the_kafka_connectors_own_read_path_option_keeps_the_python_data_source(own: str) -> None:
+    path, why = chosen(kafka(**{"option.read_path": own}), with_trigger("ProcessingTimeTrigger"))
+    assert path == "python" and f"option.read_path={own} was given" in why
+
+
 def test_other_connectors_have_one_read_path() -> None:
     options = {"connector": "sequence", "source": "numbers", "option.splits": "2"}
     assert chosen(options) == ("python", "the sequence connector has one read path")

@@ -21,9 +21,10 @@ Either is a choice only where the JVM path is in the session (its jar from the J
 and ``register(spark)``: jvm_planner.py): elsewhere the Python data source reads everything.
 A query whose options tune one path (``arrowBatchRows``, ``metricsPort``'s executor
 figures: the Python path's) or that the JVM path cannot read (not Parquet, rows cut inside
-files, another file system) takes the Python path, saying why. A given ``readPath`` is
-never second-guessed. The rule is here once; the Java source asks it through the planner
-factory (``JvmPlannerFactory.choose``), for a kafka stream again when its trigger is known.
+files, another file system) takes the Python path, saying why. A given ``readPath`` (or
+the kafka connector's own ``option.read_path``) is never second-guessed. The rule is here
+once; the Java source asks it through the planner factory (``JvmPlannerFactory.choose``),
+for a kafka stream again when its trigger is known.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def choose(config: SparkSourceOptions, options: Mapping[str, str], facts: QueryF
     if config.connector == FILES_CONNECTOR:
         return _files(config, given, facts)
     if config.connector == KAFKA_CONNECTOR:
+        own = config.options.get("read_path", "auto").strip().lower()
+        if own != "auto":  # the connector's own option names one of the Python data source's
+            return ReadPathChoice(PYTHON, f"option.read_path={own} was given")
         return _kafka(given, facts)
     return ReadPathChoice(PYTHON, f"the {config.connector} connector has one read path")
 
