@@ -13,6 +13,8 @@ from sluicegate.audit.commands import audit_command
 from sluicegate.coordinator.commands import coordinator_command
 from sluicegate.coordinator.source_commands import source_app
 from sluicegate.devtools.broker.commands import broker_app
+from sluicegate.doctor import collect, fetch_kafka_jars, render
+from sluicegate.extras import MissingExtra
 from sluicegate.kafka.acls_commands import acls_command
 from sluicegate.kafka.log_repeats import quiet_repeats
 from sluicegate.kafka.security_options import kafka_security_callback
@@ -68,6 +70,36 @@ def demo(
         raise typer.Exit(run_process_demo(DemoPlan(), keep_workdir=keep_workdir))
     typer.echo(f"sluicegate demo: invalid setting '--readers': {readers!r} is not spark or processes", err=True)
     raise typer.Exit(2)
+
+
+@app.command("doctor")
+def doctor(
+    fetch: Annotated[
+        bool,
+        typer.Option(help="Fetch the JVM read path's Kafka jars into the cache now, not at first use"),
+    ] = False,
+) -> None:
+    """What this install has: sluicegate's version and place, the native Kafka reader, the
+    JVM read path's jar and its Kafka jars, the extras, Java, and the read path each
+    connector takes by default. Exits 1 when something a user expects is missing, saying
+    what and the command that fixes it."""
+    report = collect()
+    if fetch:
+        to_fetch = [j for j in report.jvm.kafka_jars if j.state != "cached"]
+        if to_fetch:
+            typer.echo(f"fetching {len(to_fetch)} Kafka jars into {report.jvm.cache}")
+        logging.getLogger("sluicegate.spark").setLevel(logging.ERROR)  # its per-jar warnings: the line above
+        try:
+            errors = fetch_kafka_jars(report)
+        except MissingExtra as exc:
+            errors = [str(exc)]
+        for error in errors:
+            typer.echo(f"sluicegate doctor --fetch: {error}", err=True)
+        if errors:
+            raise typer.Exit(1)
+        report = collect()
+    typer.echo("\n".join(render(report)))
+    raise typer.Exit(0 if report.ok else 1)
 
 
 app.add_typer(broker_app, name="broker")

@@ -29,7 +29,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def with_spark(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    """A fresh venv outside the checkout with ``sluicegate[spark]`` from the wheel."""
+    """A fresh venv outside the checkout with ``sluicegate[spark]`` from the wheel, made by
+    the image's install script (docker/install-image.sh), as the image's is."""
     installed = install(wheel, tmp_path_factory.mktemp("with-spark"), "spark")
     yield installed
     shutil.rmtree(installed.venv, ignore_errors=True)
@@ -37,7 +38,8 @@ def with_spark(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 @pytest.fixture(scope="session")
 def base(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    """A fresh venv outside the checkout with the wheel and no extra (no pyspark, no matplotlib)."""
+    """A fresh venv outside the checkout with the wheel and no extra (no pyspark, no
+    matplotlib), made by the same script."""
     installed = install(wheel, tmp_path_factory.mktemp("base"), "")
     yield installed
     shutil.rmtree(installed.venv, ignore_errors=True)

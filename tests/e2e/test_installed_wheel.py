@@ -12,7 +12,9 @@ there with nothing of the checkout on any path.
   matplotlib), where Spark and the audit's timeline fail at once naming the pip command.
 
 Both must have read with the native Kafka reader inside the wheel (its module's path is
-the venv's; the reader's log says so) and the Spark one with the wheel's jar.
+the venv's; the reader's log says so) and the Spark one with the wheel's jar. Both venvs
+are made by the image's install script (docker/install-image.sh), and ``sluicegate
+doctor`` run from the ``[spark]`` one reports the venv's native reader and jar.
 """
 
 from __future__ import annotations
@@ -106,3 +108,22 @@ def test_a_base_install_says_which_extra_spark_and_the_timeline_need(
     code, _, output = base.run(timeline, tmp_path, kafka_bootstrap, 60)
     said = " ".join(output.split())
     assert code != 0 and "pip install 'sluicegate[plots]'" in said, output[-2000:]
+
+
+def test_doctor_in_the_installed_venv_reports_its_native_reader_and_jar(
+    with_spark: Installed, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    installed = with_spark
+    code, stdout, output = installed.run(
+        [str(installed.venv / "bin" / "sluicegate"), "doctor"], tmp_path, kafka_bootstrap, 120
+    )
+    assert code == 0, output[-4000:]
+    lines = stdout.splitlines()
+    assert all(len(line) <= 80 or " " not in line.strip() for line in lines), stdout
+    paths = [Path(line.strip()) for line in lines if line.strip().startswith("/")]
+    assert any(p.name == "_native.abi3.so" and p.is_relative_to(installed.venv) for p in paths), stdout
+    assert any(p.name == "sluicegate-spark.jar" and p.is_relative_to(installed.venv) for p in paths), stdout
+    said = " ".join(stdout.split())
+    assert "native Kafka reader yes, librdkafka" in said and "JVM read path jar yes" in said, stdout
+    assert "kafka native (librdkafka" in said and "ok: this install has its fast paths" in said, stdout
+    assert CHECKOUT.as_posix() not in stdout

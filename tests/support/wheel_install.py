@@ -1,8 +1,10 @@
 """The built wheel and venvs it is installed into, outside the checkout: what a user gets.
 
 ``build_wheel`` builds it as releases are (``python -m sluicegate.devtools.wheel``);
-``install`` puts it into a fresh venv. The e2e conftest makes one wheel per pytest run
-(the session fixture ``wheel``) and the venvs the tests share (``with_spark``, ``base``).
+``install`` puts it into a fresh venv with the image's install script
+(docker/install-image.sh, docker/Dockerfile's second stage), which ends with
+``sluicegate doctor``. The e2e conftest makes one wheel per pytest run (the session
+fixture ``wheel``) and the venvs the tests share (``with_spark``, ``base``).
 """
 
 from __future__ import annotations
@@ -65,17 +67,21 @@ def build_wheel(out: Path) -> Path:
     return Path(built.stdout.strip().splitlines()[-1])
 
 
+IMAGE_SCRIPT = Path(__file__).resolve().parents[2] / "docker" / "install-image.sh"
+"""The image's install steps; run here without ``--system``, ``--user``, ``--data`` and
+``--fetch`` (the image's own: no apt-get, no user made on the machine that tests, and the
+Kafka jars left for the first Spark session to fetch into the venv's empty cache)."""
+
+
 def install(wheel: Path, where: Path, extras: str) -> Installed:
-    """A fresh venv in ``where`` with ``wheel`` (and its ``extras``, "" for none) from PyPI."""
-    venv = where / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    requirement = f"{wheel}[{extras}]" if extras else str(wheel)
-    pip = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", requirement],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=where,
-    )
-    assert pip.returncode == 0, pip.stdout + pip.stderr
-    return Installed(venv, where / "cache")
+    """A fresh venv in ``where`` with ``wheel`` (and its ``extras``, "" for none) from PyPI,
+    made by the image's install script: it fails unless ``sluicegate doctor`` passes."""
+    installed = Installed(where / "venv", where / "cache")
+    command = [
+        "bash", str(IMAGE_SCRIPT), "--wheel", str(wheel), "--prefix", str(installed.venv),
+        "--extras", extras, "--python", sys.executable,
+    ]  # fmt: skip
+    env = installed.env(os.environ.get("KAFKA_BOOTSTRAP_SERVERS", ""))
+    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=where, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return installed
