@@ -46,6 +46,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+from pyspark.errors import AnalysisException
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -73,7 +74,7 @@ from sluicegate.connectors import load_source
 from sluicegate.coordinator.embedded import EmbeddedCoordinator
 from sluicegate.kafka.log_repeats import RepeatFilter
 from sluicegate.kafka.topics import TopicApplyError
-from sluicegate.spark import jvm_planner
+from sluicegate.spark import connect_session, jvm_planner
 from sluicegate.spark.driver import SparkReaderDriver
 from sluicegate.spark.file_options import schema_ddl
 from sluicegate.spark.offsets import (
@@ -552,7 +553,17 @@ def register(spark: Any) -> None:
     Where the session's JVM has sluicegate's jar (``spark.jars``, jvm_planner.py), the Java
     source owns ``format("sluicegate")``: this one is registered as ``sluicegate_python``,
     which it forwards every query to but those of ``readPath=jvm``, and the planner those
-    need is left with the JVM."""
+    need is left with the JVM.
+
+    A Spark Connect session (``sc://``, connect_session.py) has neither a SparkContext nor a
+    JVM gateway: the source is registered under both names (the server's JVM may have the
+    jar, whose Java source then forwards to ``sluicegate_python``), the workers' Python is
+    the server's (one task checks it has sluicegate), its task slots come from its
+    configuration, and ``readPath=jvm`` fails as the server analyses the query, naming what
+    Connect lacks."""
+    if connect_session.is_connect(spark):
+        _register_over_connect(spark)
+        return
     context = spark.sparkContext
     chosen = os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python")
     if not chosen and str(context.master).startswith("local"):
@@ -567,6 +578,24 @@ def register(spark: Any) -> None:
     spark.dataSource.register(data_source)
     if unavailable is None:
         jvm_planner.install_factory(spark, data_source)
+
+
+def _register_over_connect(spark: Any) -> None:
+    """``register`` for a Spark Connect session: ``sluicegate_python``, then ``sluicegate``
+    unless the server's JVM has the Java source (its jar in the server's ``spark.jars``),
+    which owns the name (Spark refuses a Python source of a JVM source's name) and forwards
+    every query to the first; without a planner factory it refuses ``readPath=jvm`` itself."""
+    master, conf = connect_session.server_settings(spark)
+    counted = connect_session.known_master(master)
+    slots = None if counted is None else task_slots(counted, conf, os.cpu_count() or 1)
+    spark.dataSource.register(session_data_source(slots, PYTHON_FORMAT, connect_session.JVM_UNAVAILABLE))
+    try:
+        spark.dataSource.register(session_data_source(slots, FORMAT, connect_session.JVM_UNAVAILABLE))
+    except AnalysisException as exc:
+        if exc.getCondition() != connect_session.NAME_TAKEN:
+            raise
+        log.debug("Spark Connect: the server's JVM has sluicegate's Java source, which owns format(%r)", FORMAT)
+    connect_session.check_workers(spark)
 
 
 def session_data_source(slots: int | None, name: str = FORMAT, jvm_unavailable: str = "") -> type[SluicegateDataSource]:
