@@ -20,8 +20,9 @@ import scala.jdk.javaapi.CollectionConverters;
 /**
  * {@code format("sluicegate")} when sluicegate's jar is on the session's classpath ({@code
  * spark.jars}: {@code sluicegate.spark.jvm_read_path_jars()}). A query the JVM read path reads
- * ({@code readPath=jvm}, or {@code readPath=auto}'s choice: {@link JvmReadPath#chosen}) is read here: sluicegate's planning (in the driver's Python, through a {@link StreamPlanner})
- * with Spark's own readers on the executors: its Kafka partition readers for the kafka
+ * ({@code readPath=jvm}, or {@code readPath=auto}'s choice: {@link JvmReadPath#chosen}) is read
+ * here: sluicegate's planning (in the driver's Python, through a {@link StreamPlanner}) with
+ * Spark's own readers on the executors: its Kafka partition readers for the kafka
  * connector ({@link KafkaRangeTable}), its Parquet reader for the files connector ({@link
  * FileRangeSource}, through Spark's {@code StreamSourceProvider} API). Every other query goes
  * to the Python data source, which {@code register(spark)} registers under {@link
