@@ -22,8 +22,9 @@ public final class Planners {
         PlannerFactory installed = factory;
         if (installed == null) {
             throw new IllegalStateException(
-                    "readPath=jvm needs sluicegate's planner in this session: call sluicegate.spark.register(spark) "
-                            + "in the driver (classic PySpark; Spark Connect has no driver-side Python to call)");
+                    "readPath=jvm needs sluicegate's planner in the driver's Python: call "
+                            + "sluicegate.spark.register(spark) in a classic PySpark driver; a Spark Connect "
+                            + "session has no driver-side Python for it (readPath=auto or python reads there)");
         }
         return installed;
     }
