@@ -342,7 +342,12 @@ def assert_audit(bootstrap: str, source: str, splits: int, bounded: bool = True)
     assert result.ok, f"audit: {result.first_violation}"
     summary = result.summary
     assert summary.splits_assigned == splits
-    assert (summary.splits_finished, summary.splits_owned) == ((splits, 0) if bounded else (0, splits))
+    if bounded:
+        assert (summary.splits_finished, summary.splits_owned) == (splits, 0)
+    else:
+        # a stopped stream's subtasks own its splits until their session ends, or gave them
+        # back when they left (the JVM path's planner leaves as the query stops)
+        assert summary.splits_finished == 0 and summary.splits_owned in (0, splits), summary
     return result
 
 
