@@ -68,22 +68,28 @@ def kill_group(proc: Proc) -> None:
         proc.kill_group()
 
 
-def _spark_class(name: str, log_dir: Path, args: list[str]) -> Proc:
+def _spark_class(name: str, log_dir: Path, args: list[str], spark_class: str, env: dict[str, str]) -> Proc:
     log_path = log_dir / f"{name}.log"
     with log_path.open("ab") as handle:
         popen = subprocess.Popen(
-            [spark_bin("spark-class"), *args],
+            [spark_class, *args],
             stdout=handle,
             stderr=subprocess.STDOUT,
-            env=spark_env(),
+            env=env,
             start_new_session=True,
         )
     return Proc(name, popen, log_path, args)
 
 
 @contextlib.contextmanager
-def spark_standalone(run_dir: Path, workers: int = WORKERS) -> Iterator[SparkCluster]:
+def spark_standalone(
+    run_dir: Path, workers: int = WORKERS, spark_class: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[SparkCluster]:
+    """The cluster, its processes run by ``spark_class`` (default: this interpreter's) in
+    ``env`` (default: ``spark_env()``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    spark_class = spark_class or spark_bin("spark-class")
+    env = spark_env() if env is None else env
     port = free_port()
     master = _spark_class(
         "spark-master",
@@ -92,6 +98,8 @@ def spark_standalone(run_dir: Path, workers: int = WORKERS) -> Iterator[SparkClu
             "org.apache.spark.deploy.master.Master",
             *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port(frozenset({port})))),
         ],
+        spark_class,
+        env,
     )
     procs = [master]
     try:
@@ -109,6 +117,8 @@ def spark_standalone(run_dir: Path, workers: int = WORKERS) -> Iterator[SparkClu
                     *("--host", "127.0.0.1", "--cores", "1", "--memory", WORKER_MEMORY),
                     *("--webui-port", str(free_port()), "--work-dir", str(work_dir)),
                 ],
+                spark_class,
+                env,
             )
             procs.append(worker)
             started.append(worker)
