@@ -675,7 +675,10 @@ def read_path_of(side: str, spark_log: Path) -> str:
     if side != DEFAULT_SIDE:
         return side.removeprefix("sluicegate-").split("+")[0]
     chosen = CHOICE_LINE.findall(spark_log.read_text(errors="replace"))
-    return chosen[-1] if chosen else "python (no JVM path in the session)"
+    if not chosen:
+        return "python (no JVM path in the session)"
+    # the Python data source reads with the native reader where the install has it
+    return "native" if chosen[-1] == "python" and "native" in available_read_paths() else chosen[-1]
 
 
 def run_line(r: Result, args: argparse.Namespace) -> str:
