@@ -116,8 +116,9 @@ def test_the_factory_answers_the_java_source_and_logs_each_final_choice_once(
     live = kafka(source="orders")
     assert factory_choice(factory, live, None)["path"] == "trigger"
     assert not [r for r in caplog.records if "readPath=auto" in r.getMessage()], "not final yet"
-    assert factory_choice(factory, live, "AvailableNowTrigger")["path"] == "python"
-    assert any("chose python" in r.getMessage() for r in caplog.records)
+    for _ in range(2):  # a query run a second time says it again
+        assert factory_choice(factory, live, "AvailableNowTrigger")["path"] == "python"
+    assert len([r for r in caplog.records if "chose python" in r.getMessage()]) == 2
 
 
 def test_options_that_do_not_parse_go_to_the_python_path_which_names_the_option() -> None:

@@ -552,8 +552,8 @@ def register(spark: Any) -> None:
 
     Where the session's JVM has sluicegate's jar (``spark.jars``, jvm_planner.py), the Java
     source owns ``format("sluicegate")``: this one is registered as ``sluicegate_python``,
-    which it forwards every query to but those of ``readPath=jvm``, and the planner those
-    need is left with the JVM.
+    which it forwards every query to but those the JVM path reads (``readPath=jvm``, or
+    ``auto``'s choice: read_path_choice.py), and the planner those need is left with the JVM.
 
     A Spark Connect session (``sc://``, connect_session.py) has neither a SparkContext nor a
     JVM gateway: the source is registered under both names (the server's JVM may have the

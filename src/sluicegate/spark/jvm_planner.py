@@ -258,7 +258,7 @@ class JvmPlannerFactory:
             return json.dumps({"path": PYTHON, "why": f"the Python path reports it: {exc}"})
         choice = choose(config, options, facts)
         if choice.path != BY_TRIGGER:
-            self._log_choice(config, choice)
+            self._log_choice(config, choice, starting=trigger is not None)
         return json.dumps({"path": choice.path, "why": choice.why})
 
     @staticmethod
@@ -270,11 +270,12 @@ class JvmPlannerFactory:
             return QueryFacts(files_local=source.store().is_local(), trigger=trigger)
         return QueryFacts(reads_natively=bool(source.reads_natively()), trigger=trigger)
 
-    def _log_choice(self, config: SparkSourceOptions, choice: ReadPathChoice) -> None:
+    def _log_choice(self, config: SparkSourceOptions, choice: ReadPathChoice, starting: bool) -> None:
         """Spark looks a table up twice as it loads a query (its schema, then the table):
-        one line for both."""
+        one line for both; a choice made as a query starts (``starting``: its trigger known)
+        is said every time."""
         said = (config.source, choice.path, choice.why)
-        if said == self._last_choice:
+        if said == self._last_choice and not starting:
             return
         self._last_choice = said
         from sluicegate.spark.datasource import configure_logging
