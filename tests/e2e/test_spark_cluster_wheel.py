@@ -10,7 +10,8 @@ is in its ``spark.jars``.
 A Kafka topic (Spark's Kafka options) and a Parquet directory (the ``files`` connector, the
 default read path) are read at once, each ``Trigger.AvailableNow`` in several batches into
 Parquet overwritten per batch id; a worker is SIGKILLed with its executor and Python workers
-once both have committed two of their five batches. Every record and every row is in the output exactly once,
+once both have committed two of their five batches, while a task of the Kafka stream runs on
+it (Spark runs it again on the other worker). Every record and every row is in the output exactly once,
 and the audits of both sources, coordinated in the driver over Kafka, are clean.
 """
 
@@ -48,10 +49,10 @@ PARTITIONS, PER_PARTITION = 2, 2_500
 FILES, FILE_ROWS = 5, 2_000
 """Five batches of the job's maxFilesPerTrigger (1)."""
 BEFORE_KILL = 2
-"""Batches each query commits before the worker dies, of five: the kill lands mid-run (the
-files stream, faster on Spark's Parquet reader, waits after its second batch until the
-test says the worker is dead; the Kafka stream runs on, its next batch's tasks on both
-executors)."""
+"""Batches each stream commits before the worker dies, of five: the kill lands mid-run. The
+job holds both streams there until the test has killed it (tests/support/cluster_wheel_job.py):
+the files stream between batches, the Kafka stream inside the tasks of its third batch, one
+on each executor, so that the worker dies with a Kafka task running on it."""
 SITE = "lib/python3.11/site-packages"
 NOT_PACKED = ("pyspark/*", "pyspark-*", "py4j/*", "py4j-*", "pip/*", "pip-*", "setuptools/*")
 NOT_PACKED_ARROW = ("pyarrow/include/*", "pyarrow/tests/*", "pyarrow/*flight*")
@@ -112,6 +113,22 @@ def _batches(job: Proc) -> dict[str, list[int]]:
     return found
 
 
+def _gated(hold: Path, attempt: int) -> list[str]:
+    """The partitions of the Kafka stream's held batch whose task ``attempt`` reached the gate."""
+    return [m.name.split(".")[-2] for m in hold.parent.glob(f"{hold.name}.gated.*.{attempt}")]
+
+
+def _running_tasks(worker_dir: Path) -> set[str]:
+    """The tasks an executor of the worker started and did not finish (from its log)."""
+    started: set[str] = set()
+    finished: set[str] = set()
+    for log in worker_dir.glob("app-*/*/stderr"):
+        text = log.read_text(errors="replace")
+        started |= set(re.findall(r"Running task \S+ in stage \S+ \((TID \d+)\)", text))
+        finished |= set(re.findall(r"Finished task \S+ in stage \S+ \((TID \d+)\)", text))
+    return started - finished
+
+
 def _reported(job: Proc, tag: str) -> Any:
     return json.loads(job.lines_with(f"{tag} ")[-1].split(f"{tag} ", 1)[1])
 
@@ -142,7 +159,7 @@ def test_executors_with_a_packed_venv_read_kafka_and_files_exactly_once_through_
     script = shutil.copy(SUPPORT / "cluster_wheel_job.py", driver / "job.py")  # run from outside the checkout
     kafka_source, files_source = f"{unique_source}-kafka", f"{unique_source}-files"
     args = [str(with_spark.python), str(script), cluster.master_url, kafka_bootstrap, topic, kafka_source]
-    args += [str(files), files_source, str(pack), str(tmp_path), str(tmp_path / "worker-killed")]
+    args += [str(files), files_source, str(pack), str(tmp_path), str(tmp_path / "worker-killed")]  # the hold
     log_path = tmp_path / "job.log"
     with log_path.open("ab") as handle:
         popen = subprocess.Popen(
@@ -171,15 +188,19 @@ def _run(
     bootstrap: str,
     tmp_path: Path,
 ) -> None:
-    # both queries have committed batches: then a worker dies
+    # both streams have committed two batches, and the Kafka stream's next batch has a task
+    # running on each executor, held: then a worker dies
+    hold = tmp_path / "worker-killed"
     deadline = time.monotonic() + 240
-    while min(len(b) for b in _batches(job).values()) < BEFORE_KILL:
+    while min(len(b) for b in _batches(job).values()) < BEFORE_KILL or len(_gated(hold, attempt=0)) < 2:
         assert job.popen.poll() is None, f"the job ended early:\n{job.tail(60)}\n{cluster.describe()}"
         assert time.monotonic() < deadline, f"no batches committed:\n{job.tail(60)}\n{cluster.describe()}"
         time.sleep(0.2)
+    running = _running_tasks(cluster.work_dir / "worker-1")
+    assert running, f"no task runs on worker 1:\n{cluster.describe()}"
     cluster.kill_worker(1)
     at_kill = _batches(job)
-    (tmp_path / "worker-killed").touch()  # the files stream, held after its batch 1, goes on
+    hold.touch()  # the streams go on: the Kafka batch's lost task runs again on worker 0
     assert not job.lines_with("DONE "), f"a query finished before the worker was killed: {at_kill}"
 
     assert job.wait(300) == 0, f"{job.tail(80)}\n{cluster.describe()}"
@@ -187,6 +208,7 @@ def _run(
     assert cluster.master.lines_with("Removing worker"), cluster.master.tail(30)
     done = _batches(job)
     assert all(max(done[name]) > max(at_kill[name]) for name in done), f"batches {done}, {at_kill} at the kill"
+    assert _gated(hold, attempt=1), f"the task lost with worker 1 ({running}) did not run again"
 
     # the driver's sluicegate is the installed venv's; an executor's is the pack's, unpacked
     # in its work dir; nothing of the checkout is on either's path

@@ -21,8 +21,9 @@ Spark plans a Python data source in Python workers of the driver, started with t
 ``PYSPARK_PYTHON``: the driver's working directory must have an ``environment`` too (the
 test links it to the driver's venv).
 
-The files stream holds after its batch HOLD_AFTER until the file HOLD exists (the test
-creates it once it has killed a worker).
+The streams hold until the file HOLD exists (the test creates it once it has killed a
+worker): the files stream after its batch HOLD_AFTER, the Kafka stream in the tasks of its
+next batch, each of which first leaves a file ``HOLD.gated.<partition>.<attempt>``.
 
     python cluster_wheel_job.py MASTER BOOTSTRAP TOPIC KAFKA_SOURCE FILES FILES_SOURCE PACK WORKDIR HOLD
 """
@@ -41,8 +42,9 @@ EXECUTOR_PYTHON = "./environment/bin/python"
 MAX_OFFSETS_PER_TRIGGER = 1_000
 MAX_FILES_PER_TRIGGER = 1
 HOLD_AFTER = 1
-"""The files stream (Spark's Parquet reader, fast) waits after this batch for the test's
-signal, so that the worker dies while both streams have batches to go."""
+"""Both streams wait for the test's signal (the file HOLD) once this batch is written: the
+files stream on the driver, the Kafka stream's next batch in its tasks, so that the worker
+dies while a Kafka task runs on it and both streams have batches to go."""
 
 
 def say(line: str) -> None:
@@ -75,15 +77,40 @@ def wait_for(path: Path, timeout_s: float = 240.0) -> None:
         time.sleep(0.1)
 
 
-def start(name: str, frame: Any, out: Path, checkpoint: Path, lock: threading.Lock, hold: Path | None = None) -> Any:
-    """The stream of ``frame`` into ``OUT/name``; with ``hold``, its batch HOLD_AFTER does
-    not end until that file exists."""
+def gated(hold: Path) -> Any:
+    """A Python UDF that is true once ``hold`` exists: the first row of each task attempt
+    leaves ``HOLD.gated.<partition>.<attempt>`` beside it, then waits. (A plain UDF:
+    ``mapInArrow`` would need pandas on the driver.)"""
+    from pyspark.sql.functions import udf
+
+    passed: set[tuple[int, int, int]] = set()
+
+    def gate(_: Any) -> bool:
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        attempt = (task.stageId(), task.partitionId(), task.attemptNumber()) if task else (0, 0, 0)
+        if attempt not in passed:
+            (hold.parent / f"{hold.name}.gated.{attempt[1]}.{attempt[2]}").touch()
+            wait_for(hold)
+            passed.add(attempt)
+        return True
+
+    return udf(gate, "boolean").asNondeterministic()
+
+
+def start(name: str, frame: Any, out: Path, checkpoint: Path, lock: threading.Lock, hold: Path, in_tasks: bool) -> Any:
+    """The stream of ``frame`` into ``OUT/name``. It holds until the file ``hold`` exists:
+    ``in_tasks``, in the tasks of its batch HOLD_AFTER + 1 (on the executors, each of them
+    running); else after its batch HOLD_AFTER (on the driver, between batches)."""
 
     def sink(batch: Any, batch_id: int) -> None:
+        if in_tasks and batch_id == HOLD_AFTER + 1:
+            batch = batch.where(gated(hold)("offset"))
         batch.write.mode("overwrite").parquet(str(out / name / f"batch={batch_id}"))
         with lock:
             say(f"BATCH {name} id={batch_id}")
-        if hold is not None and batch_id == HOLD_AFTER:
+        if not in_tasks and batch_id == HOLD_AFTER:
             wait_for(hold)
 
     return (
@@ -150,7 +177,10 @@ def main() -> int:
         .load(files)
     )
     lock = threading.Lock()
-    queries = [start("kafka", kafka, out, checkpoint, lock), start("files", parquet, out, checkpoint, lock, Path(hold))]
+    queries = [
+        start("kafka", kafka, out, checkpoint, lock, Path(hold), in_tasks=True),
+        start("files", parquet, out, checkpoint, lock, Path(hold), in_tasks=False),
+    ]
     for query in queries:
         query.awaitTermination()
     done = {q.name: sum(p["numInputRows"] for p in q.recentProgress) for q in queries}
