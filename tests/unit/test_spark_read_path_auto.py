@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from sluicegate.api.errors import ConfigError
+from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
 from sluicegate.spark.datasource import PYTHON_FORMAT, session_data_source
-from sluicegate.spark.jvm_planner import JvmPlannerFactory
+from sluicegate.spark.jvm_planner import FileRangePlanner, JvmPlannerFactory
 from sluicegate.spark.options import SparkSourceOptions
 from sluicegate.spark.read_path_choice import QueryFacts, choose
 
@@ -125,3 +127,28 @@ def test_options_that_do_not_parse_go_to_the_python_path_which_names_the_option(
     factory = JvmPlannerFactory(session_data_source(2, PYTHON_FORMAT))
     answer = factory_choice(factory, kafka(maxOffsetsPerTriger="10"), None)
     assert answer["path"] == "python" and "maxoffsetspertriger" in answer["why"].lower()
+
+
+class RefusingReader:
+    """A query's reader whose coordinator refuses the query's definition of its source."""
+
+    def __init__(self, committed: dict[str, str], given: dict[str, str]) -> None:
+        self.error = DefinitionMismatchError(
+            "files-1.query-2", "this process's coordinator", SourceDefinition("files", committed),
+            SourceDefinition("files", given),
+        )  # fmt: skip
+
+    def initialOffset(self) -> dict[str, Any]:
+        raise self.error
+
+
+def test_a_files_source_first_read_in_splits_refuses_the_jvm_path_saying_how_to_go_on() -> None:
+    planner = FileRangePlanner(RefusingReader({"path": "/data"}, {"path": "/data", "split_size_bytes": "0"}), None)
+    with pytest.raises(ConfigError) as refused:
+        planner.initialOffset()
+    assert refused.value.setting == "readPath"
+    assert "first read on the Python path" in refused.value.problem
+    assert ".option('readPath', 'python')" in refused.value.problem
+    other = FileRangePlanner(RefusingReader({"path": "/a", "split_size_bytes": "0"}, {"path": "/b"}), None)
+    with pytest.raises(DefinitionMismatchError):  # another difference: the refusal as it is
+        other.initialOffset()

@@ -30,16 +30,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity
+from sluicegate.protocol.definition import DefinitionMismatchError
 from sluicegate.spark.file_options import CONNECTOR as FILES_CONNECTOR
 from sluicegate.spark.file_options import schema_ddl
 from sluicegate.spark.jvm_classpath import BUILD_COMMAND, SOURCE_CLASS, built
 from sluicegate.spark.offsets import SourceOffset
-from sluicegate.spark.options import SparkSourceOptions
+from sluicegate.spark.options import WHOLE_FILES, SparkSourceOptions
 from sluicegate.spark.read_path_choice import BY_TRIGGER, PYTHON, QueryFacts, ReadPathChoice, choose
 
 log = logging.getLogger("sluicegate.spark")
@@ -188,6 +190,14 @@ class FileRangePlanner(QueryPlanner):
         super().__init__(reader)
         self.source = source
 
+    def initialOffset(self) -> str:
+        with _source_first_read_in_splits():
+            return super().initialOffset()
+
+    def latestOffset(self, start: str, max_rows: int) -> str:
+        with _source_first_read_in_splits():
+            return super().latestOffset(start, max_rows)
+
     def planFiles(self, start: str, end: str) -> str:
         # Spark's Source API has no start before a query's first batch: an offset with no
         # splits, so every split of the first batch reads from where it began (offsets.py)
@@ -213,6 +223,27 @@ class FileRangePlanner(QueryPlanner):
 
     class Java:
         implements = ["sluicegate.spark.jvm.FilePlanner"]
+
+
+@contextmanager
+def _source_first_read_in_splits() -> Iterator[None]:
+    """A files source first read on the Python path (files cut into splits) refuses the JVM
+    path's definition (a split a file): the refusal then says how to go on, in the query's
+    own words; ``readPath=auto`` takes this path for a Parquet stream, so a query begun in a
+    session without the jar meets it at a restart with the jar."""
+    try:
+        yield
+    except DefinitionMismatchError as exc:
+        given, committed = exc.given.options.get("split_size_bytes"), exc.committed.options.get("split_size_bytes")
+        if given != WHOLE_FILES or committed == WHOLE_FILES:
+            raise
+        raise ConfigError(
+            "readPath",
+            f"source {exc.source} was first read on the Python path, which cuts files into splits "
+            f"(split_size_bytes {committed or 'default'}), and the JVM path (readPath=jvm, which readPath=auto "
+            "takes for a Parquet stream where the session has it) reads whole files: give "
+            ".option('readPath', 'python') to go on from this checkpoint, or start the query on a new one",
+        ) from exc
 
 
 def hadoop_url(path: str) -> str:
