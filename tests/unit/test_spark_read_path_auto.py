@@ -141,6 +141,9 @@ class RefusingReader:
     def initialOffset(self) -> dict[str, Any]:
         raise self.error
 
+    def partitions(self, start: Any, end: Any) -> list[Any]:
+        raise self.error
+
 
 def test_a_files_source_first_read_in_splits_refuses_the_jvm_path_saying_how_to_go_on() -> None:
     planner = FileRangePlanner(RefusingReader({"path": "/data"}, {"path": "/data", "split_size_bytes": "0"}), None)
@@ -149,6 +152,8 @@ def test_a_files_source_first_read_in_splits_refuses_the_jvm_path_saying_how_to_
     assert refused.value.setting == "readPath"
     assert "first read on the Python path" in refused.value.problem
     assert ".option('readPath', 'python')" in refused.value.problem
+    with pytest.raises(ConfigError, match="first read on the Python path"):  # Spark's Source API plans here first
+        planner.planFiles("", json.dumps({"checkpoint_id": 1}))
     other = FileRangePlanner(RefusingReader({"path": "/a", "split_size_bytes": "0"}, {"path": "/b"}), None)
     with pytest.raises(DefinitionMismatchError):  # another difference: the refusal as it is
         other.initialOffset()

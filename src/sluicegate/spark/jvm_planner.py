@@ -202,9 +202,11 @@ class FileRangePlanner(QueryPlanner):
         # Spark's Source API has no start before a query's first batch: an offset with no
         # splits, so every split of the first batch reads from where it began (offsets.py)
         since = json.loads(start) if start else SourceOffset(checkpoint_id=0).to_json()
+        with _source_first_read_in_splits():  # the query's coordination may start here
+            partitions = self.reader.partitions(since, json.loads(end))
         files = [
             self._whole_file(wire, first, until)
-            for partition in self.reader.partitions(since, json.loads(end))
+            for partition in partitions
             for wire, first, until in partition.ranges
             if until > first
         ]
