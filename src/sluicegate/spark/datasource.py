@@ -568,6 +568,8 @@ def register(spark: Any) -> None:
     chosen = os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python")
     if not chosen and str(context.master).startswith("local"):
         context.pythonExec = sys.executable
+    if chosen and (missing := driver_python_missing(chosen, os.getcwd())):
+        log.warning(missing)
     conf = {str(k): str(v) for k, v in context.getConf().getAll()}
     unavailable = jvm_planner.unavailable_reason(spark)
     data_source = session_data_source(
@@ -578,6 +580,22 @@ def register(spark: Any) -> None:
     spark.dataSource.register(data_source)
     if unavailable is None:
         jvm_planner.install_factory(spark, data_source)
+
+
+def driver_python_missing(python: str, cwd: str) -> str | None:
+    """Why the driver's own Python workers cannot start ``python`` (the executors' Python
+    of ``spark.pyspark.python`` or ``PYSPARK_PYTHON``), or None. A Python data source is
+    planned in Python workers on the driver, which start that same interpreter: a path
+    relative to a ``spark.archives`` directory (``./environment/bin/python``, Spark's Python
+    package guide) exists on the executors only, as a client-mode driver does not unpack
+    the archive, and the query's first batch would fail with ``Cannot run program``."""
+    if os.path.isabs(python) or os.sep not in python or os.path.exists(os.path.join(cwd, python)):
+        return None  # absolute, a name on PATH, or there
+    return (
+        f"the executors' Python {python} is not in the driver's directory {cwd}, and the driver starts it "
+        "too, to plan format('sluicegate') queries: give the driver a venv with sluicegate at that path "
+        "(a link will do; docs/deploy.md, 'Spark on a cluster'), or a Python of its own path"
+    )
 
 
 def _register_over_connect(spark: Any) -> None:
