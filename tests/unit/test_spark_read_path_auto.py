@@ -15,7 +15,7 @@ import pytest
 from sluicegate.api.errors import ConfigError
 from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
 from sluicegate.spark.datasource import PYTHON_FORMAT, session_data_source
-from sluicegate.spark.jvm_planner import FileRangePlanner, JvmPlannerFactory
+from sluicegate.spark.jvm_planner import FileRangePlanner, JvmPlannerFactory, unavailable_reason
 from sluicegate.spark.options import SparkSourceOptions
 from sluicegate.spark.read_path_choice import QueryFacts, choose
 
@@ -157,3 +157,9 @@ def test_a_files_source_first_read_in_splits_refuses_the_jvm_path_saying_how_to_
     other = FileRangePlanner(RefusingReader({"path": "/a", "split_size_bytes": "0"}, {"path": "/b"}), None)
     with pytest.raises(DefinitionMismatchError):  # another difference: the refusal as it is
         other.initialOffset()
+
+
+def test_a_spark_connect_session_has_no_jvm_read_path_and_says_why() -> None:
+    connect_session_class = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})
+    why = unavailable_reason(connect_session_class())
+    assert why is not None and "Spark Connect session" in why, "said without asking for a SparkContext"

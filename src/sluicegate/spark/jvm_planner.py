@@ -37,6 +37,7 @@ from typing import Any
 from sluicegate.api.errors import ConfigError
 from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity
 from sluicegate.protocol.definition import DefinitionMismatchError
+from sluicegate.spark import connect_session
 from sluicegate.spark.file_options import CONNECTOR as FILES_CONNECTOR
 from sluicegate.spark.file_options import schema_ddl
 from sluicegate.spark.jvm_classpath import BUILD_COMMAND, SOURCE_CLASS, built
@@ -394,6 +395,8 @@ def unavailable_reason(spark: Any) -> str | None:
     ``readPath=jvm``'s error). Its jar must be on the classpath from the JVM's start
     (``spark.jars``): a jar added later (``ADD JAR``) is seen by the thread that added it
     only, and a query started from another thread would not find ``format("sluicegate")``."""
+    if connect_session.is_connect(spark):  # no SparkContext to ask
+        return connect_session.JVM_UNAVAILABLE
     if getattr(spark.sparkContext, "_gateway", None) is None:
         return "it needs classic PySpark (Py4J): this session has no driver-side JVM gateway"
     if jvm_class_loadable(spark, SOURCE_CLASS):
