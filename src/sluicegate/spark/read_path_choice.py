@@ -75,7 +75,7 @@ def choose(config: SparkSourceOptions, options: Mapping[str, str], facts: QueryF
     """The read path of a stream with the JVM read path in its session, from its parsed
     ``config``, the ``options`` as given and ``facts``."""
     given = {str(k).lower(): str(v).strip() for k, v in options.items()}
-    requested = given.get("readpath", "auto").lower()
+    requested = config.read_path  # parsed and checked by SparkSourceOptions
     if requested != "auto":
         return ReadPathChoice(JVM if requested == JVM else PYTHON, f"readPath={requested} was given")
     if config.connector == FILES_CONNECTOR:

@@ -35,12 +35,12 @@ final class JvmReadPath {
      * where this session has no planner (register(spark) not called, Spark Connect).
      */
     static Path chosen(Map<String, String> options) {
-        String given = new CaseInsensitiveStringMap(options).getOrDefault(OPTION, AUTO).trim();
-        if (JVM.equalsIgnoreCase(given)) {
+        if (given(options)) {
             return Path.JVM;
         }
+        String named = new CaseInsensitiveStringMap(options).getOrDefault(OPTION, AUTO).trim();
         PlannerFactory factory = Planners.installed();
-        if (!AUTO.equalsIgnoreCase(given) || factory == null) {
+        if (!AUTO.equalsIgnoreCase(named) || factory == null) {
             return Path.PYTHON;
         }
         return switch (tree(factory.choose(json(options), null)).get("path").asText()) {
