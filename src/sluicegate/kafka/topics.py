@@ -1,8 +1,18 @@
 """Create and check the control topics of a source (``sluicegate topics apply``).
 
 ``apply_topics`` creates what is missing and verifies what exists (partition count and
-``cleanup.policy`` must match the spec; a mismatch is an error, never silently "fixed").
+``cleanup.policy`` must match the spec; a mismatch is an error, never silently "fixed";
+replication is checked by the rules of ``sluicegate.kafka.replication``).
 ``wait_for_topics`` is for readers that start before the coordinator created the topics.
+
+On a cluster, metadata reaches the brokers at different times and a broker that died is
+listed until the controller fences it (``broker.session.timeout.ms``, 9 s by default): a
+topic just created may be unknown to the broker a request lands on, and a request may be
+sent to a dead broker. Every request of ``apply_topics`` is therefore retried on Kafka's
+retriable errors (with fresh metadata) until its deadline; the first contact is not: a
+Kafka no bootstrap server of which answers fails at once (``cannot reach Kafka``), as a
+wrong address should (callers that wait for a Kafka still starting retry that
+themselves, see ``sluicegate.reader.kafka_channel``).
 
 Topics are never created through broker auto-creation: existence is checked with an
 all-topics metadata request, which cannot auto-create anything.
@@ -14,15 +24,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, for_code
 
 from sluicegate.kafka.clients import security_settings
+from sluicegate.kafka.replication import (
+    ClusterFacts,
+    Replication,
+    ReplicationError,
+    ReplicationPolicy,
+    check_existing,
+    for_new_topics,
+    wanted,
+)
 from sluicegate.kafka.security import KafkaSecurity
 from sluicegate.protocol.topics import TopicSpec
 
@@ -40,6 +59,10 @@ __all__ = [
 log = logging.getLogger("sluicegate.topics")
 
 _TOPIC_ALREADY_EXISTS = 36
+#: Per request: a request to a broker that died waits this long before it is retried.
+_REQUEST_TIMEOUT_MS = 10_000
+_RETRY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
+_T = TypeVar("_T")
 _WAIT_HINT = "(created by the coordinator or `sluicegate topics apply`)"
 
 
@@ -77,6 +100,15 @@ class TopicInfo:
     def cleanup_policy(self) -> str:
         return self.config.get("cleanup.policy", "")
 
+    @property
+    def min_insync_replicas(self) -> int:
+        """Its effective ``min.insync.replicas`` (DescribeConfigs gives the broker default
+        where the topic sets none); 1, Kafka's default, if the broker did not say."""
+        try:
+            return int(self.config.get("min.insync.replicas", "1"))
+        except ValueError:
+            return 1
+
 
 @dataclass(frozen=True)
 class TopicResult:
@@ -87,8 +119,10 @@ class TopicResult:
     replication_factor: int
     cleanup_policy: str
     created: bool
-    #: Differences in other configs (e.g. retention.ms); reported, not changed.
+    #: Differences in other configs (e.g. retention.ms) and weaker replication than the
+    #: policy's; reported, not changed.
     warnings: tuple[str, ...] = ()
+    min_insync_replicas: int = 1
 
     @property
     def status(self) -> Literal["created", "ok"]:
@@ -97,7 +131,7 @@ class TopicResult:
 
 @contextlib.asynccontextmanager
 async def _admin(
-    bootstrap: str, request_timeout_ms: int = 30_000, security: KafkaSecurity | None = None
+    bootstrap: str, request_timeout_ms: int = _REQUEST_TIMEOUT_MS, security: KafkaSecurity | None = None
 ) -> AsyncIterator[Any]:
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap,
@@ -121,6 +155,50 @@ def _policy_set(policy: str) -> frozenset[str]:
     return frozenset(p.strip() for p in policy.split(",") if p.strip())
 
 
+def _retriable(exc: BaseException) -> bool:
+    # asyncio.TimeoutError: aiokafka's wait for a connection to a broker that is down.
+    return isinstance(exc, TimeoutError) or (isinstance(exc, KafkaError) and bool(exc.retriable))
+
+
+async def _refresh_metadata(admin: Any) -> None:
+    """Fresh metadata, so that the next try goes to a broker that is alive now (aiokafka
+    keeps its list of brokers, and the one it calls "controller", for minutes)."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(_REQUEST_TIMEOUT_MS / 1000):
+            await admin._client.force_metadata_update()  # the admin client has no public refresh
+
+
+async def _retried(admin: Any, what: str, call: Callable[[], Awaitable[_T]], deadline: float) -> _T:
+    """``call()``, tried again on Kafka's retriable errors until ``deadline`` (monotonic);
+    then TopicApplyError naming ``what`` and the last error. Other errors are raised."""
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            if not _retriable(exc):
+                raise
+            pause = _RETRY_BACKOFF_S[min(attempt, len(_RETRY_BACKOFF_S) - 1)]
+            if time.monotonic() + pause > deadline:
+                raise TopicApplyError(f"{what} failed until the deadline: {type(exc).__name__} {exc}") from exc
+            if attempt == 0:
+                log.info("%s: %s %s; trying again until the deadline", what, type(exc).__name__, exc)
+            attempt += 1
+            await asyncio.sleep(pause)
+            await _refresh_metadata(admin)
+
+
+def _raise_for_code(code: int, message: str | None, what: str) -> None:
+    """An error code inside a response: raised as Kafka's error if retriable (for
+    ``_retried``), as TopicApplyError if not."""
+    if code == 0:
+        return
+    err = for_code(code)
+    if err.retriable:
+        raise err(message or what)
+    raise TopicApplyError(f"{what}: {err.__name__} {message or ''}".rstrip())
+
+
 async def _existing_topics(admin: Any) -> set[str]:
     # Metadata for *all* topics: unlike a request naming topics, it never auto-creates.
     return set(await admin.list_topics())
@@ -140,19 +218,18 @@ async def _partition_metadata(admin: Any, names: Sequence[str]) -> dict[str, lis
     return ready
 
 
-async def _topic_configs(admin: Any, names: Sequence[str]) -> dict[str, dict[str, str]]:
+async def _configs(admin: Any, kind: ConfigResourceType, names: Sequence[str]) -> dict[str, dict[str, str]]:
+    """The effective configs of topics or brokers (by id), by name."""
     if not names:
         return {}
-    resources = [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
+    resources = [ConfigResource(kind, name) for name in names]
     out: dict[str, dict[str, str]] = {}
     for response in await admin.describe_configs(resources):
         for res in response.to_object()["resources"]:
-            if res["error_code"] != 0:
-                err = for_code(res["error_code"])
-                raise TopicApplyError(
-                    f"cannot read the configs of topic {res['resource_name']}: "
-                    f"{err.__name__} {res.get('error_message') or ''}".rstrip()
-                )
+            # UnknownTopicOrPartition: the broker asked has not had the new topic's metadata yet.
+            _raise_for_code(
+                res["error_code"], res.get("error_message"), f"cannot read the configs of {res['resource_name']}"
+            )
             out[str(res["resource_name"])] = {
                 str(e.get("config_names", e.get("config_name"))): str(e["config_value"])
                 for e in res["config_entries"]
@@ -161,20 +238,19 @@ async def _topic_configs(admin: Any, names: Sequence[str]) -> dict[str, dict[str
     return out
 
 
-async def _describe(admin: Any, names: Sequence[str], timeout_s: float) -> dict[str, TopicInfo]:
-    """TopicInfo of each name, waiting up to ``timeout_s`` for every partition to have a leader."""
-    deadline = time.monotonic() + timeout_s
+async def _describe(admin: Any, names: Sequence[str], deadline: float) -> dict[str, TopicInfo]:
+    """TopicInfo of each name, waiting until ``deadline`` for every partition to have a leader."""
     while True:
-        meta = await _partition_metadata(admin, names)
+        meta = await _retried(admin, "reading topic metadata", lambda: _partition_metadata(admin, names), deadline)
         missing = [n for n in names if n not in meta]
         if not missing:
             break
         if time.monotonic() > deadline:
-            raise TopicApplyError(
-                f"topics {', '.join(missing)} exist but their partitions have no leader after {timeout_s:.0f}s"
-            )
+            raise TopicApplyError(f"topics {', '.join(missing)} exist but their partitions have no leader")
         await asyncio.sleep(0.2)
-    configs = await _topic_configs(admin, names)
+    configs = await _retried(
+        admin, "reading topic configs", lambda: _configs(admin, ConfigResourceType.TOPIC, names), deadline
+    )
     return {
         name: TopicInfo(
             name=name,
@@ -184,6 +260,34 @@ async def _describe(admin: Any, names: Sequence[str], timeout_s: float) -> dict[
         )
         for name in names
     }
+
+
+async def _cluster_facts(admin: Any, deadline: float) -> ClusterFacts:
+    """The live brokers and their defaults for new topics (asked of each broker in turn:
+    one that died may still be listed)."""
+    cluster = await _retried(admin, "describing the cluster", admin.describe_cluster, deadline)
+    brokers = tuple(sorted(int(b["node_id"]) for b in cluster.get("brokers") or []))
+    if not brokers:
+        raise TopicApplyError("the cluster lists no live broker")
+    turn = iter(range(1_000_000))
+
+    async def broker_configs() -> dict[str, str]:
+        broker = str(brokers[next(turn) % len(brokers)])
+        return (await _configs(admin, ConfigResourceType.BROKER, [broker]))[broker]
+
+    configs = await _retried(admin, "reading the brokers' defaults", broker_configs, deadline)
+    return ClusterFacts(
+        brokers=brokers,
+        default_factor=_int_config(configs, "default.replication.factor", 1),
+        default_min_insync=_int_config(configs, "min.insync.replicas", 1),
+    )
+
+
+def _int_config(configs: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(configs.get(key, default))
+    except ValueError:
+        return default
 
 
 def _check(spec: TopicSpec, info: TopicInfo) -> tuple[list[str], list[str]]:
@@ -211,12 +315,12 @@ def _check(spec: TopicSpec, info: TopicInfo) -> tuple[list[str], list[str]]:
             f"{wanted_policy}; change it (kafka-configs --alter --entity-type topics "
             f"--entity-name {spec.name} --add-config cleanup.policy={wanted_policy}) or delete it"
         )
-    for key, wanted in spec.config.items():
+    for key, value in spec.config.items():
         if key == "cleanup.policy":
             continue
         actual = info.config.get(key)
-        if actual is not None and actual != wanted:
-            warnings.append(f"topic {spec.name} has {key}={actual}, spec says {wanted}")
+        if actual is not None and actual != value:
+            warnings.append(f"topic {spec.name} has {key}={actual}, spec says {value}")
     return problems, warnings
 
 
@@ -225,13 +329,18 @@ def _refusal(topic: str, code: int, message: str | None) -> str:
     return f"{topic}: {for_code(code).__name__} {message or ''}".rstrip()
 
 
-async def _grow(admin: Any, specs: Sequence[TopicSpec], timeout_s: float) -> list[str]:
+async def _grow(admin: Any, specs: Sequence[TopicSpec], deadline: float) -> list[str]:
     """Add partitions to existing topics whose spec allows growing; returns their names."""
     if not specs:
         return []
     log.info("adding partitions: %s", ", ".join(f"{s.name} -> {s.partitions}" for s in specs))
-    response = await admin.create_partitions(
-        {s.name: NewPartitions(total_count=s.partitions) for s in specs}, timeout_ms=int(timeout_s * 1000)
+    response = await _retried(
+        admin,
+        "adding partitions",
+        lambda: admin.create_partitions(
+            {s.name: NewPartitions(total_count=s.partitions) for s in specs}, timeout_ms=_broker_wait_ms(deadline)
+        ),
+        deadline,
     )
     failures = [_refusal(name, code, message) for name, code, message in response.topic_errors if code != 0]
     if failures:
@@ -239,16 +348,79 @@ async def _grow(admin: Any, specs: Sequence[TopicSpec], timeout_s: float) -> lis
     return [s.name for s in specs]
 
 
-async def _described_grown(admin: Any, specs: Sequence[TopicSpec], timeout_s: float) -> dict[str, TopicInfo]:
+async def _described_grown(admin: Any, specs: Sequence[TopicSpec], deadline: float) -> dict[str, TopicInfo]:
     """The grown topics once the metadata shows their new partitions (CreatePartitions
-    returns before every broker's metadata has them), or as they are at ``timeout_s``."""
+    returns before every broker's metadata has them), or as they are at ``deadline``."""
     names = [s.name for s in specs]
-    deadline = time.monotonic() + timeout_s
     while True:
-        infos = await _describe(admin, names, timeout_s)
+        infos = await _describe(admin, names, deadline)
         if all(infos[s.name].partitions >= s.partitions for s in specs) or time.monotonic() >= deadline:
             return infos
         await asyncio.sleep(0.2)
+
+
+def _broker_wait_ms(deadline: float) -> int:
+    """How long a broker may take over a create request: within the deadline, and shorter
+    than the request's own timeout so that it answers (with a timeout code) first."""
+    remaining_ms = int((deadline - time.monotonic()) * 1000)
+    return max(1_000, min(remaining_ms, _REQUEST_TIMEOUT_MS - 2_000))
+
+
+async def _create(
+    admin: Any, specs: Sequence[TopicSpec], policy: ReplicationPolicy, cluster: ClusterFacts, deadline: float
+) -> set[str]:
+    """Create ``specs`` replicated as ``policy`` says; the names this call created."""
+    try:
+        replication = for_new_topics(policy, cluster)
+    except ReplicationError as exc:
+        raise TopicApplyError(f"cannot create {', '.join(s.name for s in specs)}: {exc}") from None
+    log.info(
+        "creating topics %s (replication factor %d, min.insync.replicas %s)",
+        ", ".join(s.name for s in specs),
+        replication.factor,
+        replication.min_insync if replication.min_insync is not None else "the broker default",
+    )
+    pending = {s.name: s for s in specs}
+    created: set[str] = set()
+    #: Topics of a try that failed retriably: that try may have created them, so
+    #: "already exists" afterwards is ours (not a race lost to another creator).
+    maybe_ours: set[str] = set()
+
+    async def attempt() -> None:
+        request = [_new_topic(spec, replication) for spec in pending.values()]
+        try:
+            response = await admin.create_topics(request, timeout_ms=_broker_wait_ms(deadline))
+        except Exception:
+            maybe_ours.update(pending)
+            raise
+        failures: list[str] = []
+        retry: KafkaError | None = None
+        for entry in response.to_object()["topic_errors"]:
+            topic, code = str(entry["topic"]), int(entry["error_code"])
+            if code == 0 or (code == _TOPIC_ALREADY_EXISTS and topic in maybe_ours):
+                created.add(topic)
+            elif code == _TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
+                pass
+            elif for_code(code).retriable:  # e.g. a timeout while the controller moved
+                maybe_ours.add(topic)
+                retry = for_code(code)(entry.get("error_message") or topic)
+                continue
+            else:
+                failures.append(_refusal(topic, code, entry.get("error_message")))
+            pending.pop(topic, None)
+        if failures:
+            raise TopicApplyError("Kafka refused to create topics: " + "; ".join(failures))
+        if retry is not None:
+            raise retry
+
+    await _retried(admin, "creating topics", attempt, deadline)
+    return created
+
+
+def _new_topic(spec: TopicSpec, replication: Replication) -> NewTopic:
+    # The spec's own configs win: it may set min.insync.replicas for a reason of its own.
+    config = {**replication.topic_config(), **spec.config}
+    return NewTopic(spec.name, spec.partitions, replication.factor, topic_configs=config)
 
 
 async def apply_topics(
@@ -257,53 +429,60 @@ async def apply_topics(
     *,
     timeout_s: float = 30.0,
     security: KafkaSecurity | None = None,
+    replication: ReplicationPolicy | None = None,
 ) -> list[TopicResult]:
     """Create the missing topics of ``specs`` and verify all of them; idempotent.
 
-    Replication factor of new topics: min(3, number of brokers). Raises TopicMismatchError
-    if an existing topic has another partition count or cleanup.policy than its spec, and
-    TopicApplyError if the cluster refuses to create a topic.
+    New topics are replicated as ``replication`` says (``sluicegate.kafka.replication``:
+    by default the cluster's ``default.replication.factor``). Raises TopicMismatchError if
+    an existing topic has another partition count or cleanup.policy than its spec (or one
+    replica where the policy refuses it), and TopicApplyError if the cluster refuses to
+    create a topic or does not answer within ``timeout_s``.
     """
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate topic names in specs: {names}")
+    policy = replication or ReplicationPolicy()
+    deadline = time.monotonic() + timeout_s
     async with _admin(bootstrap, security=security) as admin:
-        cluster = await admin.describe_cluster()
-        brokers = len(cluster.get("brokers") or [])
-        replication = max(1, min(3, brokers))
-        existing = await _existing_topics(admin)
+        cluster = await _cluster_facts(admin, deadline)
+        existing = await _retried(admin, "listing topics", lambda: _existing_topics(admin), deadline)
         to_create = [s for s in specs if s.name not in existing]
-        created: set[str] = set()
-        if to_create:
-            log.info(
-                "creating topics %s (replication factor %d)",
-                ", ".join(s.name for s in to_create),
-                replication,
-            )
-            response = await admin.create_topics(
-                [NewTopic(s.name, s.partitions, replication, topic_configs=s.config) for s in to_create],
-                timeout_ms=int(timeout_s * 1000),
-            )
-            failures: list[str] = []
-            for entry in response.to_object()["topic_errors"]:
-                code = entry["error_code"]
-                if code == 0:
-                    created.add(str(entry["topic"]))
-                elif code != _TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
-                    failures.append(_refusal(entry["topic"], code, entry.get("error_message")))
-            if failures:
-                raise TopicApplyError("Kafka refused to create topics: " + "; ".join(failures))
-        infos = await _describe(admin, names, timeout_s)
+        created = await _create(admin, to_create, policy, cluster, deadline) if to_create else set()
+        infos = await _describe(admin, names, deadline)
         growing = [s for s in specs if s.grow and infos[s.name].partitions < s.partitions]
-        if await _grow(admin, growing, timeout_s):
-            infos.update(await _described_grown(admin, growing, timeout_s))
+        if await _grow(admin, growing, deadline):
+            infos.update(await _described_grown(admin, growing, deadline))
+    results = _verdicts(specs, infos, created, policy, cluster, bootstrap)
+    log.info(
+        "topics ready: %s",
+        ", ".join(f"{r.name} ({r.partitions}p, RF {r.replication_factor}, {r.status})" for r in results),
+    )
+    return results
 
+
+def _verdicts(
+    specs: Sequence[TopicSpec],
+    infos: dict[str, TopicInfo],
+    created: set[str],
+    policy: ReplicationPolicy,
+    cluster: ClusterFacts,
+    bootstrap: str,
+) -> list[TopicResult]:
+    """Each topic checked against its spec and the replication policy; TopicMismatchError
+    if any cannot be used as it is, the warnings logged and kept in the results."""
+    target = wanted(policy, cluster)
     results: list[TopicResult] = []
     problems: list[str] = []
     bad: list[str] = []
     for spec in specs:
         info = infos[spec.name]
         topic_problems, warnings = _check(spec, info)
+        more_problems, more_warnings = check_existing(
+            spec.name, info.replication_factor, info.min_insync_replicas, target, cluster, policy, bootstrap
+        )
+        topic_problems += more_problems
+        warnings += more_warnings
         if topic_problems:
             problems.extend(topic_problems)
             bad.append(spec.name)
@@ -317,14 +496,11 @@ async def apply_topics(
                 cleanup_policy=info.cleanup_policy,
                 created=spec.name in created,
                 warnings=tuple(warnings),
+                min_insync_replicas=info.min_insync_replicas,
             )
         )
     if problems:
         raise TopicMismatchError(problems, bad)
-    log.info(
-        "topics ready: %s",
-        ", ".join(f"{r.name} ({r.partitions}p, {r.status})" for r in results),
-    )
     return results
 
 
@@ -332,12 +508,13 @@ async def describe_topics(
     bootstrap: str, names: Iterable[str], security: KafkaSecurity | None = None
 ) -> dict[str, TopicInfo | None]:
     """TopicInfo for each name, None for topics that do not exist. Never creates topics."""
-    wanted = list(names)
+    asked = list(names)
+    deadline = time.monotonic() + 10.0
     async with _admin(bootstrap, security=security) as admin:
-        existing = await _existing_topics(admin)
-        present = [n for n in wanted if n in existing]
-        infos = await _describe(admin, present, timeout_s=10.0)
-    return {n: infos.get(n) for n in wanted}
+        existing = await _retried(admin, "listing topics", lambda: _existing_topics(admin), deadline)
+        present = [n for n in asked if n in existing]
+        infos = await _describe(admin, present, deadline)
+    return {n: infos.get(n) for n in asked}
 
 
 async def wait_for_topics(
@@ -354,18 +531,24 @@ async def wait_for_topics(
     Raises TopicsMissingError naming the topics still missing after ``timeout_s``.
     ``hint`` says who creates them (the default: the control topics' creators).
     """
-    wanted = list(names)
+    asked = list(names)
     deadline = time.monotonic() + timeout_s
     next_log = 0.0
     async with _admin(bootstrap, security=security) as admin:
         while True:
-            existing = await _existing_topics(admin)
-            meta = await _partition_metadata(admin, [n for n in wanted if n in existing])
-            missing = [n for n in wanted if n not in meta]
+            try:
+                existing = await _existing_topics(admin)
+                meta = await _partition_metadata(admin, [n for n in asked if n in existing])
+            except Exception as exc:  # a broker that died: ask another, as long as the wait lasts
+                if not _retriable(exc):
+                    raise
+                meta = {}
+                await _refresh_metadata(admin)
+            missing = [n for n in asked if n not in meta]
             if not missing:
                 if next_log:
-                    log.info("topics %s are there", ", ".join(wanted))
-                return {n: len(meta[n]) for n in wanted}
+                    log.info("topics %s are there", ", ".join(asked))
+                return {n: len(meta[n]) for n in asked}
             now = time.monotonic()
             if now > deadline:
                 raise TopicsMissingError(
