@@ -69,7 +69,10 @@ def test_an_impossible_policy_fails_at_start_naming_the_setting() -> None:
         for_new_topics(ReplicationPolicy(min_insync=2), ONE)
 
 
-def _check(factor: int, min_insync: int, policy: ReplicationPolicy = ReplicationPolicy()) -> tuple[list[str], list[str]]:
+DEFAULT = ReplicationPolicy()
+
+
+def _check(factor: int, min_insync: int, policy: ReplicationPolicy = DEFAULT) -> tuple[list[str], list[str]]:
     return check_existing("ns.s.state", factor, min_insync, wanted(policy, THREE), THREE, policy, BOOTSTRAP)
 
 

@@ -11,6 +11,7 @@ from sluicegate.api.errors import ConfigError
 from sluicegate.api.options import checked_int, checked_port
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings
+from sluicegate.kafka.replication_options import cli_replication
 from sluicegate.reader.timing import CLI_NAMES, ReaderTiming
 from sluicegate.spark.options import SparkSourceOptions
 
@@ -58,3 +59,47 @@ def test_a_misspelled_source_setting_fails_naming_it_and_the_closest_known_one(t
         SourceSettings.from_mapping(
             {"source": "x1", "connector": "sequence", "max_parallelism": 2, "check_connector": False}, "source[0]"
         )
+
+
+_ONE_SOURCE = '[[source]]\nsource = "x1"\nconnector = "sequence"\nmax_parallelism = 2\n'
+
+
+def test_the_replication_of_control_topics_from_a_file_the_environment_and_the_flags(tmp_path: Path) -> None:
+    config = tmp_path / "sources.toml"
+    config.write_text("replication_factor = 3\nmin_insync_replicas = 2\n" + _ONE_SOURCE)
+    policy = CoordinatorSettings.from_toml(config, "127.0.0.1:9092").replication
+    assert (policy.factor, policy.min_insync, policy.allow_unreplicated) == (3, 2, False)
+    assert CoordinatorSettings.from_toml(config, "b:1", replication=None).replication.factor == 3
+    flags = cli_replication(None, 1, True, policy)  # a flag overrides what the file said, the rest stays
+    assert (flags.factor, flags.min_insync, flags.allow_unreplicated) == (3, 1, True)
+
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": "b:1",
+        "SLUICEGATE_SOURCE": "x1",
+        "SLUICEGATE_CONNECTOR": "sequence",
+        "SLUICEGATE_MAX_PARALLELISM": "2",
+        "SLUICEGATE_REPLICATION_FACTOR": "1",
+        "SLUICEGATE_ALLOW_UNREPLICATED_TOPICS": "yes",
+    }
+    policy = CoordinatorSettings.from_env(env).replication
+    assert (policy.factor, policy.min_insync, policy.allow_unreplicated) == (1, None, True)
+    assert CoordinatorSettings.from_env({**env, "SLUICEGATE_REPLICATION_FACTOR": ""}).replication.factor is None
+
+
+def test_bad_replication_settings_fail_at_start_naming_them_as_written(tmp_path: Path) -> None:
+    config = tmp_path / "sources.toml"
+    config.write_text("replication_factor = 2\nmin_insync_replicas = 3\n" + _ONE_SOURCE)
+    with pytest.raises(ConfigError, match=r"min_insync_replicas.*above the replication factor 2"):
+        CoordinatorSettings.from_toml(config, "b:1")
+    config.write_text("replication_factr = 3\n" + _ONE_SOURCE)
+    with pytest.raises(ConfigError, match=r"'replication_factr'.*did you mean 'replication_factor'"):
+        CoordinatorSettings.from_toml(config, "b:1")
+    config.write_text('allow_unreplicated_topics = "maybe"\n' + _ONE_SOURCE)
+    with pytest.raises(ConfigError, match=r"allow_unreplicated_topics.*true or false"):
+        CoordinatorSettings.from_toml(config, "b:1")
+    with pytest.raises(ConfigError, match=r"SLUICEGATE_REPLICATION_FACTOR.*integer"):
+        CoordinatorSettings.from_env(
+            {"KAFKA_BOOTSTRAP_SERVERS": "b:1", "SLUICEGATE_REPLICATION_FACTOR": "three", "SLUICEGATE_SOURCE": "x"}
+        )
+    with pytest.raises(ConfigError, match=r"--replication-factor.*>= 1"):
+        cli_replication(0, None, False)

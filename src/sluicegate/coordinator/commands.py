@@ -14,6 +14,12 @@ from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.connectors import parse_options
 from sluicegate.coordinator.settings import CoordinatorSettings, SourceSettings, resolve_bootstrap
 from sluicegate.kafka.access import KafkaAccessError, require_access
+from sluicegate.kafka.replication_options import (
+    AllowUnreplicatedOption,
+    MinInsyncOption,
+    ReplicationFactorOption,
+    cli_replication,
+)
 from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
 
 log = logging.getLogger("sluicegate.coordinator")
@@ -46,6 +52,9 @@ def coordinator_command(
         int | None,
         typer.Option(help="Take a source over once its coordinator committed nothing this long; 0 = off [2000]"),
     ] = None,
+    replication_factor: ReplicationFactorOption = None,
+    min_insync_replicas: MinInsyncOption = None,
+    allow_unreplicated: AllowUnreplicatedOption = False,
 ) -> None:
     """Run a coordinator worker (a Faust app) for one source, or for every source of --config.
     Start several with the same arguments: one is active per source, the others take over."""
@@ -68,6 +77,13 @@ def coordinator_command(
         )
         if takeover_silence_ms is not None:
             settings = dataclasses.replace(settings, takeover_silence_ms=takeover_silence_ms)
+        if replication_factor is not None or min_insync_replicas is not None or allow_unreplicated:
+            settings = dataclasses.replace(
+                settings,
+                replication=cli_replication(
+                    replication_factor, min_insync_replicas, allow_unreplicated, settings.replication
+                ),
+            )
     except ConfigError as exc:
         typer.echo(f"sluicegate coordinator: {exc}", err=True)
         raise typer.Exit(2) from None

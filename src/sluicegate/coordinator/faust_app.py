@@ -291,7 +291,7 @@ async def prepare_topics(settings: CoordinatorSettings) -> None:
 
     specs = [spec for s in settings.sources for spec in topic_specs(settings.namespace, s.source, s.max_parallelism)]
     specs.append(leadership_topic_spec(settings.group_id, len(settings.sources)))
-    await apply_topics(settings.bootstrap_servers, specs)
+    await apply_topics(settings.bootstrap_servers, specs, replication=settings.replication)
 
 
 async def check_sources(settings: CoordinatorSettings, wait_s: float = INPUT_WAIT_S) -> None:

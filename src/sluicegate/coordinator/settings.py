@@ -18,11 +18,16 @@ from sluicegate.api.options import checked_int, checked_port, unknown_option
 from sluicegate.connectors import load_source
 from sluicegate.coordinator.config import CoordinatorConfig
 from sluicegate.coordinator.silence import LIVENESS_FRACTION, MAX_SILENCE_MS, MIN_SILENCE_MS
+from sluicegate.kafka.replication import ReplicationPolicy, ReplicationSettingNames
 from sluicegate.protocol.definition import SourceDefinition
 from sluicegate.protocol.names import validate_namespace
 from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+#: The replication settings as environment variables (for `faust ... worker`).
+REPLICATION_ENV = ReplicationSettingNames(
+    "SLUICEGATE_REPLICATION_FACTOR", "SLUICEGATE_MIN_INSYNC_REPLICAS", "SLUICEGATE_ALLOW_UNREPLICATED_TOPICS"
+)
 
 
 def resolve_bootstrap(value: str | None, setting: str = "--bootstrap-servers") -> str:
@@ -118,6 +123,10 @@ class CoordinatorSettings:
     """A standby takes a source over once its coordinator has committed nothing for this
     long (the active one commits at least every quarter of it); 0 = off, the standby
     waits for the Faust group to rebalance (session timeout). docs/deploy.md."""
+    replication: ReplicationPolicy = field(default_factory=ReplicationPolicy)
+    """How the control topics it creates replicate, and how existing ones are checked
+    (sluicegate.kafka.replication; TOML: replication_factor, min_insync_replicas,
+    allow_unreplicated_topics)."""
 
     def __post_init__(self) -> None:
         validate_namespace(self.namespace)
@@ -150,7 +159,7 @@ class CoordinatorSettings:
     @classmethod
     def from_toml(cls, path: Path, bootstrap_servers: str | None = None, **overrides: Any) -> CoordinatorSettings:
         """sources.toml: top-level namespace, app_id, tick_interval_ms, web_port,
-        bootstrap_servers; one [[source]] table per source."""
+        bootstrap_servers, the replication settings; one [[source]] table per source."""
         try:
             data = tomllib.loads(path.read_text())
         except FileNotFoundError:
@@ -171,10 +180,16 @@ class CoordinatorSettings:
             "commit_interval_ms",
             "takeover_silence_ms",
         }
+        replication = ReplicationPolicy(
+            factor=data.pop("replication_factor", None),
+            min_insync=data.pop("min_insync_replicas", None),
+            allow_unreplicated=_boolean(data.pop("allow_unreplicated_topics", False), "allow_unreplicated_topics"),
+        )
         for key in data:
             if key not in known:
-                raise unknown_option(key, known, f"the top level of {path}")
+                raise unknown_option(key, known | set(_REPLICATION_KEYS), f"the top level of {path}")
         data.update({k: v for k, v in overrides.items() if v is not None})
+        data.setdefault("replication", replication)
         return cls(sources=sources, bootstrap_servers=bootstrap, **data)
 
     @classmethod
@@ -201,6 +216,16 @@ class CoordinatorSettings:
             "web_bind": env.get("SLUICEGATE_WEB_BIND"),
             "takeover_silence_ms": integer("SLUICEGATE_TAKEOVER_SILENCE_MS"),
         }
+        names = REPLICATION_ENV
+        if any(env.get(name, "").strip() for name in (names.factor, names.min_insync, names.allow_unreplicated)):
+            common["replication"] = ReplicationPolicy(
+                factor=integer(names.factor),
+                min_insync=integer(names.min_insync),
+                allow_unreplicated=_boolean(
+                    env.get(names.allow_unreplicated, "").strip() or "false", names.allow_unreplicated
+                ),
+                names=names,
+            )
         if env.get("SLUICEGATE_NAMESPACE"):
             common["namespace"] = env["SLUICEGATE_NAMESPACE"]
         if env.get("SLUICEGATE_CONFIG"):
@@ -233,6 +258,22 @@ class CoordinatorSettings:
             bootstrap_servers=bootstrap,
             **{k: v for k, v in common.items() if v is not None},
         )
+
+
+_REPLICATION_KEYS = ("replication_factor", "min_insync_replicas", "allow_unreplicated_topics")
+_TRUE, _FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off"})
+
+
+def _boolean(value: object, setting: str) -> bool:
+    """A TOML boolean, or one of true/false/1/0/yes/no/on/off from the environment."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(setting, f"must be true or false, got {value!r}")
 
 
 def _check_takeover_silence(silence_ms: object, tick_interval_ms: int) -> None:

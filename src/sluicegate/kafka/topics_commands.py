@@ -14,6 +14,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from sluicegate.kafka.access import KafkaAccessError, require_access
+from sluicegate.kafka.replication_options import (
+    AllowUnreplicatedOption,
+    MinInsyncOption,
+    ReplicationFactorOption,
+    cli_replication,
+)
 from sluicegate.kafka.scale import ScaleError, scale_source
 from sluicegate.kafka.topics import (
     TopicApplyError,
@@ -85,16 +91,20 @@ def apply(
     ],
     namespace: NamespaceOption = DEFAULT_NAMESPACE,
     bootstrap_servers: BootstrapOption = None,
+    replication_factor: ReplicationFactorOption = None,
+    min_insync_replicas: MinInsyncOption = None,
+    allow_unreplicated: AllowUnreplicatedOption = False,
 ) -> None:
     """Create the missing topics of a source and check the existing ones (idempotent)."""
     _log_to_stderr()
     try:
         specs = topic_specs(namespace, source, max_parallelism)
-    except ValueError as exc:
+        replication = cli_replication(replication_factor, min_insync_replicas, allow_unreplicated)
+    except ValueError as exc:  # ConfigError too
         raise _fail(str(exc), 2) from None
     bootstrap = _bootstrap(bootstrap_servers)
     try:
-        results = asyncio.run(apply_topics(bootstrap, specs))
+        results = asyncio.run(apply_topics(bootstrap, specs, replication=replication))
     except TopicMismatchError as exc:
         raise _fail(str(exc)) from None
     except TopicApplyError as exc:
@@ -103,16 +113,18 @@ def apply(
     table.add_column("topic", overflow="fold")
     table.add_column("partitions", justify="right")
     table.add_column("replicas", justify="right")
+    table.add_column("min ISR", justify="right")
     table.add_column("cleanup.policy")
     table.add_column("status")
     for result in results:
         status = "[green]created[/green]" if result.created else "ok"
         if result.warnings:
-            status += " [yellow](config differs, see above)[/yellow]"
+            status += " [yellow](see the warnings above)[/yellow]"
         table.add_row(
             result.name,
             str(result.partitions),
             str(result.replication_factor),
+            str(result.min_insync_replicas),
             result.cleanup_policy,
             status,
         )
