@@ -35,6 +35,7 @@ __all__ = [
     "ReplicationError",
     "ReplicationPolicy",
     "ReplicationSettingNames",
+    "TooFewBrokersError",
     "check_existing",
     "for_new_topics",
     "wanted",
@@ -48,6 +49,11 @@ DEFAULT_MIN_INSYNC = 2
 
 class ReplicationError(RuntimeError):
     """The control topics cannot be replicated as asked (or are not replicated at all)."""
+
+
+class TooFewBrokersError(ReplicationError):
+    """Fewer live brokers than the replication factor: for now, perhaps (a broker that is
+    restarting, a cluster that just started lists its brokers one by one)."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,7 @@ def for_new_topics(policy: ReplicationPolicy, cluster: ClusterFacts) -> Replicat
             f"{min(3, len(cluster.brokers))}, or {names.allow_unreplicated} to create them so anyway"
         )
     if factor > len(cluster.brokers):
-        raise ReplicationError(
+        raise TooFewBrokersError(
             f"{names.factor} {factor} needs {factor} brokers, the cluster has {cluster.describe_brokers()}: "
             f"start the missing brokers, or lower {names.factor}"
         )

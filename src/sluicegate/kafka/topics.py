@@ -38,6 +38,7 @@ from sluicegate.kafka.replication import (
     Replication,
     ReplicationError,
     ReplicationPolicy,
+    TooFewBrokersError,
     check_existing,
     for_new_topics,
     wanted,
@@ -52,6 +53,7 @@ __all__ = [
     "TopicResult",
     "TopicsMissingError",
     "apply_topics",
+    "cluster_facts",
     "describe_topics",
     "wait_for_topics",
 ]
@@ -59,6 +61,7 @@ __all__ = [
 log = logging.getLogger("sluicegate.topics")
 
 _TOPIC_ALREADY_EXISTS = 36
+_INVALID_REPLICATION_FACTOR = 38
 #: Per request: a request to a broker that died waits this long before it is retried.
 _REQUEST_TIMEOUT_MS = 10_000
 _RETRY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
@@ -68,6 +71,13 @@ _WAIT_HINT = "(created by the coordinator or `sluicegate topics apply`)"
 
 class TopicApplyError(RuntimeError):
     """The topics could not be created or checked."""
+
+
+class _BrokersNotRegisteredYet(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+    """The controller counts fewer brokers than the metadata listed (a broker that just
+    came back is listed by some brokers before the controller unfences it): retried."""
+
+    retriable = True
 
 
 class TopicsMissingError(TimeoutError):
@@ -370,10 +380,7 @@ async def _create(
     admin: Any, specs: Sequence[TopicSpec], policy: ReplicationPolicy, cluster: ClusterFacts, deadline: float
 ) -> set[str]:
     """Create ``specs`` replicated as ``policy`` says; the names this call created."""
-    try:
-        replication = for_new_topics(policy, cluster)
-    except ReplicationError as exc:
-        raise TopicApplyError(f"cannot create {', '.join(s.name for s in specs)}: {exc}") from None
+    replication = await _replication_for_new_topics(admin, specs, policy, cluster, deadline)
     log.info(
         "creating topics %s (replication factor %d, min.insync.replicas %s)",
         ", ".join(s.name for s in specs),
@@ -401,9 +408,12 @@ async def _create(
                 created.add(topic)
             elif code == _TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
                 pass
-            elif for_code(code).retriable:  # e.g. a timeout while the controller moved
+            elif for_code(code).retriable or code == _INVALID_REPLICATION_FACTOR:
+                # e.g. a timeout while the controller moved; or the controller counting
+                # fewer brokers than the metadata listed (checked against it just before)
                 maybe_ours.add(topic)
-                retry = for_code(code)(entry.get("error_message") or topic)
+                error = _BrokersNotRegisteredYet if code == _INVALID_REPLICATION_FACTOR else for_code(code)
+                retry = error(entry.get("error_message") or topic)
                 continue
             else:
                 failures.append(_refusal(topic, code, entry.get("error_message")))
@@ -415,6 +425,27 @@ async def _create(
 
     await _retried(admin, "creating topics", attempt, deadline)
     return created
+
+
+async def _replication_for_new_topics(
+    admin: Any, specs: Sequence[TopicSpec], policy: ReplicationPolicy, cluster: ClusterFacts, deadline: float
+) -> Replication:
+    """``for_new_topics``, waiting until ``deadline`` while the cluster lists too few
+    brokers (one restarting, a cluster that just started): never created below it."""
+    waited = False
+    while True:
+        try:
+            return for_new_topics(policy, cluster)
+        except TooFewBrokersError as exc:
+            if time.monotonic() + 0.5 > deadline:
+                raise TopicApplyError(f"cannot create {', '.join(s.name for s in specs)}: {exc}") from None
+            if not waited:
+                log.info("%s; waiting for them until the deadline", exc)
+                waited = True
+        except ReplicationError as exc:
+            raise TopicApplyError(f"cannot create {', '.join(s.name for s in specs)}: {exc}") from None
+        await asyncio.sleep(0.5)
+        cluster = await _cluster_facts(admin, deadline)
 
 
 def _new_topic(spec: TopicSpec, replication: Replication) -> NewTopic:
@@ -502,6 +533,12 @@ def _verdicts(
     if problems:
         raise TopicMismatchError(problems, bad)
     return results
+
+
+async def cluster_facts(bootstrap: str, security: KafkaSecurity | None = None, timeout_s: float = 10.0) -> ClusterFacts:
+    """The cluster's live brokers and defaults for new topics (retried as ``apply_topics``)."""
+    async with _admin(bootstrap, security=security) as admin:
+        return await _cluster_facts(admin, time.monotonic() + timeout_s)
 
 
 async def describe_topics(

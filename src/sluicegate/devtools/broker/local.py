@@ -64,7 +64,7 @@ class BrokerError(RuntimeError):
     """The local broker could not be provisioned, started or stopped."""
 
 
-def _stderr_echo(message: str) -> None:
+def stderr_echo(message: str) -> None:
     print(f"sluicegate broker: {message}", file=sys.stderr, flush=True)
 
 
@@ -87,7 +87,7 @@ def _require_executable(name: str, purpose: str) -> str:
     )
 
 
-def ensure_kafka_artifacts(echo: Echo = _stderr_echo) -> Path:
+def ensure_kafka_artifacts(echo: Echo = stderr_echo) -> Path:
     """Resolve the Kafka jars from Maven Central once; return the ``libs`` directory.
 
     Idempotent and safe when several processes race: resolution runs under an exclusive
@@ -155,7 +155,43 @@ def _tcp_open(port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
-def _server_properties(port: int, controller_port: int, data_dir: Path, secure: SecureSetup | None = None) -> str:
+@dataclass(frozen=True)
+class ClusterMember:
+    """This broker's place in a cluster of several (``cluster.py``): its node id, the
+    controller quorum (every node is broker and controller), the shared cluster id, and
+    the replication of the cluster's own topics."""
+
+    node_id: int
+    #: (node id, controller port) of every voter, this node's among them.
+    voters: tuple[tuple[int, int], ...]
+    cluster_id: str
+    replication: int
+
+    @property
+    def controller_port(self) -> int:
+        return dict(self.voters)[self.node_id]
+
+    def properties(self) -> dict[str, str]:
+        replicated = str(self.replication)
+        return {
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": ",".join(f"{node}@127.0.0.1:{port}" for node, port in self.voters),
+            "default.replication.factor": replicated,
+            "offsets.topic.replication.factor": replicated,
+            "transaction.state.log.replication.factor": replicated,
+            "transaction.state.log.min.isr": str(min(2, self.replication)),
+            # min.insync.replicas stays Kafka's default (1), as on many real clusters: what
+            # a new topic needs is sluicegate's to set (sluicegate.kafka.replication).
+        }
+
+
+def _server_properties(
+    port: int,
+    controller_port: int,
+    data_dir: Path,
+    secure: SecureSetup | None = None,
+    member: ClusterMember | None = None,
+) -> str:
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -179,6 +215,8 @@ def _server_properties(port: int, controller_port: int, data_dir: Path, secure: 
         "group.initial.rebalance.delay.ms": "0",
         "delete.topic.enable": "true",
     }
+    if member is not None:
+        props.update(member.properties())
     if secure is not None:
         props.update(secure.server_properties(port))
         props["listeners"] += f",CONTROLLER://127.0.0.1:{controller_port}"
@@ -241,7 +279,7 @@ def _is_our_broker(pid: int, server_properties: Path) -> bool:
     return "kafka.Kafka" in args and str(server_properties) in args
 
 
-def _run_coroutine(factory: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+def run_coroutine(factory: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
     """Run a coroutine to completion from sync code, even if the caller has a running loop."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(lambda: asyncio.run(factory())).result()
@@ -273,7 +311,7 @@ async def _probe_metadata(bootstrap: str, timeout_s: float, security: KafkaSecur
 
 def probe_broker(bootstrap: str, timeout_s: float = 5.0, security: KafkaSecurity | None = None) -> bool:
     """True if a Kafka broker at ``bootstrap`` answers metadata requests."""
-    return _run_coroutine(lambda: _probe_metadata(bootstrap, timeout_s, security))
+    return run_coroutine(lambda: _probe_metadata(bootstrap, timeout_s, security))
 
 
 @dataclass(frozen=True)
@@ -321,15 +359,19 @@ class LocalKafkaBroker:
     #: Linux only: the kernel sends the broker SIGTERM when the thread that started it dies
     #: (for test sessions killed without teardown). Leave off for detached brokers.
     die_with_parent: bool = False
-    echo: Echo = _stderr_echo
+    echo: Echo = stderr_echo
     #: Secured mode: a SASL_SSL listener, SCRAM users and ACLs enforced, with the
     #: certificates and passwords kept in this directory (see secure.py).
     secure_dir: Path | None = None
     secure_users: tuple[str, ...] = DEFAULT_USERS
+    #: One node of a cluster (``cluster.py``); None: a cluster of its own.
+    member: ClusterMember | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir).expanduser().resolve()
+        if self.member is not None:
+            self.controller_port = self.member.controller_port
         if self.secure_dir is not None:
             self.secure_dir = Path(self.secure_dir).expanduser().resolve()
 
@@ -429,21 +471,55 @@ class LocalKafkaBroker:
         return "\n".join(parts)
 
     # --- lifecycle ---------------------------------------------------------------------
-    def start(self, timeout_s: float = 60.0) -> str:
-        """Start the broker (or find it running) and return its bootstrap address."""
+    def start(self, timeout_s: float = 60.0, wait: bool = True) -> str:
+        """Start the broker (or find it running) and return its bootstrap address; with
+        ``wait`` (the default) once it answers. A node of a cluster answers once a majority
+        of its controllers runs: ``cluster.py`` starts every node, then waits for each."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.run_dir / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             current = self.status()
             if current.running and current.bootstrap:
                 self.echo(f"broker already running in {self.run_dir} (pid {current.pid}) at {current.bootstrap}")
-                self._wait_ready(current.bootstrap, current.pid, time.monotonic() + timeout_s)
+                if wait:  # not ours to stop if it does not answer: it was running before
+                    self._wait_ready(current.bootstrap, current.pid, time.monotonic() + timeout_s)
                 return current.bootstrap
             if current.pid is not None:
                 self.echo(f"removing stale state of a dead broker (pid {current.pid})")
                 _wait_released([p for p in (current.port, current.controller_port) if p])
                 self.state_file.unlink(missing_ok=True)
-            return self._spawn(timeout_s)
+            bootstrap = self._spawn()
+        if wait:
+            self.wait_ready(timeout_s)
+        return bootstrap
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Until the broker just started answers metadata requests; if it does not within
+        ``timeout_s``, it is stopped and BrokerError says why (from its log)."""
+        current = self.status()
+        if current.bootstrap is None:
+            raise BrokerError(f"no broker runs in {self.run_dir}")
+        started = time.monotonic()
+        try:
+            self._wait_ready(current.bootstrap, current.pid, started + timeout_s)
+        except BaseException:
+            if current.pid is not None:
+                self._terminate(current.pid)
+            self._cleanup()
+            raise
+        if self._proc is not None and self._proc.pid == current.pid:
+            self.echo(f"broker ready at {current.bootstrap} in {time.monotonic() - started:.1f}s (pid {current.pid})")
+
+    def kill(self) -> None:
+        """SIGKILL the running broker, as a machine that dies would stop it; its data stays
+        (``keep``-ing brokers start again from it)."""
+        current = self.status()
+        if not current.running or current.pid is None:
+            raise BrokerError(f"no broker runs in {self.run_dir}")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(current.pid, signal.SIGKILL)
+        if not self._wait_exit(current.pid, 10.0):
+            raise BrokerError(f"broker pid {current.pid} did not die of SIGKILL")
 
     def _previous_ports(self) -> tuple[int | None, int | None]:
         """The (broker, controller) ports of the last server.properties of this run dir."""
@@ -492,10 +568,9 @@ class LocalKafkaBroker:
             str(self.server_properties),
         ]
 
-    def _spawn(self, timeout_s: float) -> str:
+    def _spawn(self) -> str:
         java = _require_executable("java", "run the Kafka broker")
         libs = ensure_kafka_artifacts(self.echo)
-        deadline = time.monotonic() + timeout_s
         port, cport = self._choose_ports()
         bootstrap = f"127.0.0.1:{port}"
         classpath = f"{libs}/*"
@@ -508,12 +583,14 @@ class LocalKafkaBroker:
                 secure.ensure(self.secure_users)
             except SecureSetupError as exc:
                 raise BrokerError(str(exc)) from None
-        self.server_properties.write_text(_server_properties(port, cport, self.data_dir, secure), encoding="utf-8")
+        self.server_properties.write_text(
+            _server_properties(port, cport, self.data_dir, secure, self.member), encoding="utf-8"
+        )
         log4j = self.run_dir / "log4j.properties"
         log4j.write_text(_LOG4J + self.log4j_extra, encoding="utf-8")
 
         if not (self.data_dir / "meta.properties").is_file():
-            cluster_id = new_cluster_id()
+            cluster_id = self.member.cluster_id if self.member is not None else new_cluster_id()
             fmt = subprocess.run(
                 [
                     java,
@@ -569,14 +646,6 @@ class LocalKafkaBroker:
         tmp = self.state_file.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
         tmp.replace(self.state_file)
-        started = time.monotonic()
-        try:
-            self._wait_ready(bootstrap, self._proc.pid, deadline)
-        except BaseException:
-            self._terminate(self._proc.pid)
-            self._cleanup()
-            raise
-        self.echo(f"broker ready at {bootstrap} in {time.monotonic() - started:.1f}s (pid {self._proc.pid})")
         return bootstrap
 
     def _wait_ready(self, bootstrap: str, pid: int | None, deadline: float) -> None:

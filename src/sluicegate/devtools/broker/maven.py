@@ -57,7 +57,7 @@ class ResolvedJar:
     path: Path
 
 
-def _stderr_echo(message: str) -> None:
+def stderr_echo(message: str) -> None:
     print(f"sluicegate maven: {message}", file=sys.stderr, flush=True)
 
 
@@ -105,7 +105,7 @@ def resolve_jars(
     project: str,
     version: str,
     label: str,
-    echo: Echo = _stderr_echo,
+    echo: Echo = stderr_echo,
 ) -> Path:
     """Resolve ``artifacts`` and their runtime dependencies into ``base/libs`` once; return it.
 
@@ -221,7 +221,7 @@ def spark_kafka_dir() -> Path:
     return cache_root() / f"spark-sql-kafka-{SPARK_KAFKA_VERSION}"
 
 
-def ensure_spark_kafka_jars(echo: Echo = _stderr_echo, spark_jars: Path | None = None) -> list[Path]:
+def ensure_spark_kafka_jars(echo: Echo = stderr_echo, spark_jars: Path | None = None) -> list[Path]:
     """Spark's Kafka source (``format("kafka")``) as jars to give ``spark.jars`` / ``--jars``.
 
     ``spark-sql-kafka-0-10_2.13`` and its runtime dependencies are resolved from Maven
