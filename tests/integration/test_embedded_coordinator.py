@@ -11,13 +11,20 @@ where they left off is read exactly once, and the audit of the control topics (t
 epochs and more, one per handover) is clean. The source is unbounded so that no machine
 is fast or slow enough to end it before the handovers: a deployed coordinator took 25 s
 to start on a loaded one. Apart, a reader that brings another
-definition of the source is refused at start, naming the option.
+definition of the source is refused at start, naming the option. And a reader's
+coordinator never takes the source from deployed workers that are alive (issue 49): a
+worker paused for less than its group's session timeout, as a commit held up by a broker
+failover leaves it, keeps its source; one that died loses it to the reader.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import re
+import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +34,8 @@ from local_http import wait_until
 from processes import Proc, ProcessGroup, completed_checkpoints
 from sequence_output import check_sequence_exactly_once, final_positions, values_by_split
 from test_takeover import audit, audit_failure, serving_epochs
+
+from sluicegate.coordinator.embedded import CoordinatorMode, EmbeddedCoordinator
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -148,3 +157,47 @@ def test_a_reader_that_brings_another_definition_is_refused_at_start(
     finally:
         group.stop_all()
     assert f"option splits: {SPLITS} (source) vs {SPLITS + 1} (given)" in other.log(), other.tail()
+
+
+STANDS_BACK = "live worker(s): theirs to take over; this process stands by"
+
+
+def test_a_readers_coordinator_never_takes_the_source_from_live_deployed_workers(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="sluicegate.coordinator")
+    source = unique_source
+    group = ProcessGroup(tmp_path, kafka_bootstrap)
+    embedded: EmbeddedCoordinator | None = None
+    try:
+        deployed = group.coordinator(source, READERS, OPTIONS)  # waits until it serves
+        # A reader's coordinator, in this process, watching with a silence of 1 s: shorter
+        # than any pause below, so that only the group's liveness can hold it back.
+        embedded = EmbeddedCoordinator(
+            source, "sequence", OPTIONS, kafka_bootstrap, "sluicegate", CoordinatorMode.AUTO, READERS, silence_ms=1_000
+        )
+        embedded.start()
+
+        os.kill(deployed.popen.pid, signal.SIGSTOP)  # silent, but a member of its group (6 s session)
+        try:
+            wait_until(lambda: STANDS_BACK in caplog.text, 4, "the reader's coordinator to stand back")
+            assert embedded.runner is None, caplog.text
+        finally:
+            os.kill(deployed.popen.pid, signal.SIGCONT)
+        time.sleep(2.5)  # room for a takeover to show, if there were one
+        assert embedded.runner is None, caplog.text
+        assert serving_epochs(deployed, source) == [1], deployed.tail()
+        assert "stepping down" not in deployed.log(), deployed.tail()
+
+        # Dead, it leaves its group at the session timeout: then the reader takes the source.
+        deployed.kill()
+        wait_until(lambda: embedded is not None and embedded.active, 40, "the reader's coordinator to serve")
+        assert re.search(rf"source {source}: no coordinator committed for", caplog.text), caplog.text
+    finally:
+        if embedded is not None:
+            embedded.close()
+        for proc in group.procs:
+            if proc.popen.poll() is None:
+                os.kill(proc.popen.pid, signal.SIGCONT)
+        group.stop_all()
+    assert audit(kafka_bootstrap, source).ok

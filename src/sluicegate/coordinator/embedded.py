@@ -11,10 +11,16 @@ that a long coordinator step never delays the host's heartbeats. The host choose
   taken over once nobody has committed to its state topic for ``silence_ms``, counted
   from the first look (silence.py ``from_first_sample``): the previous host died, say.
   The silence is longer than a deployed standby's (5 s against 2 s) so that a deployed
-  standby, when there is one, takes over first. A coordinator deployed later (a Faust
-  worker given the source) fences this one through the source's transactional id, and
-  this one stands by again; one that serves commits at least every quarter of a
-  deployed standby's silence, so it is never taken over. Where this process cannot
+  standby, when there is one, takes over first; and while the source's deployed workers
+  are alive (their Faust group, by the default app id of workers of that one source, has
+  members) this process does not take it over at all: their commits may be held up by a
+  broker failover (10 s and more), which their standby rides out, and a reader that took
+  the source then would keep it with the deployed workers all standing by (issue 49;
+  workers with an app id of their own cannot be found so: their readers want
+  ``external``). A coordinator deployed later (a Faust worker given the source) fences
+  this one through the source's transactional id, and this one stands by again; one
+  that serves commits at least every quarter of a deployed standby's silence, so it is
+  never taken over. Where this process cannot
   coordinate (its principal may not, or the source is not set up and the host does not
   say how many subtasks it has), it says so once and relies on a deployed coordinator.
 - ``embedded``: serve at once (fencing whoever serves), then as auto; what stops it
@@ -43,11 +49,12 @@ from collections.abc import Mapping
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.coordinator.restart_backoff import RestartBackoff
-from sluicegate.coordinator.settings import SourceSettings
+from sluicegate.coordinator.settings import SourceSettings, default_group_ids
 from sluicegate.coordinator.silence import liveness_interval_ms
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner, check_definition
 from sluicegate.coordinator.state_store import read_state
 from sluicegate.coordinator.takeover import TakeoverWatch
+from sluicegate.kafka.groups import GroupMembers, group_members
 from sluicegate.kafka.security import KafkaSecurity, use_security
 from sluicegate.kafka.topics import apply_topics, describe_topics
 from sluicegate.loop_thread import LoopThread
@@ -124,6 +131,9 @@ class EmbeddedCoordinator:
         self._backoff = RestartBackoff()
         self._not_before = 0.0
         self._closing = False
+        self._asking: asyncio.Task[None] | None = None
+        self._yielding_to: str | None = None
+        """The deployed group this process last stood back for (said once per streak)."""
 
     @property
     def source(self) -> str:
@@ -233,6 +243,62 @@ class EmbeddedCoordinator:
     def _take_over(self, name: str, silent_for_s: float) -> None:
         if self._closing or self.runner is not None or time.monotonic() < self._not_before:
             return
+        if silent_for_s > 0 and self.mode is CoordinatorMode.AUTO:
+            # Ask first whether deployed workers are alive (the watch calls again after
+            # another silence if this process stands back).
+            if self._asking is None or self._asking.done():
+                self._asking = asyncio.get_running_loop().create_task(
+                    self._take_over_unless_deployed(name, silent_for_s), name=f"coordinator ask {name}"
+                )
+            return
+        self._serve(name, silent_for_s)
+
+    async def _take_over_unless_deployed(self, name: str, silent_for_s: float) -> None:
+        # The group of the source's own workers only: the namespace's shared group may
+        # serve other sources, and one with an app_id of its own cannot be found.
+        single, _ = default_group_ids(self.namespace, name)
+        groups = await group_members(self.bootstrap, [single], self.security)
+        alive = next((g for g in groups if g.members), None)
+        unknown = next((g for g in groups if g.members is None and not g.not_authorized), None)
+        if alive is not None or unknown is not None:
+            self._stand_back(name, silent_for_s, alive, unknown)
+            return
+        self._yielding_to = None
+        if self._closing or self.runner is not None or time.monotonic() < self._not_before:
+            return
+        self._serve(name, silent_for_s)
+
+    def _stand_back(
+        self, name: str, silent_for_s: float, alive: GroupMembers | None, unknown: GroupMembers | None
+    ) -> None:
+        """No takeover now: deployed workers are alive (theirs to take over), or whether
+        they are is not known (the broker that would say is failing over: the next
+        silence asks again). One line per streak, not per silence."""
+        group = alive.group if alive is not None else f"? {unknown.group if unknown else ''}"
+        if group == self._yielding_to:
+            return
+        self._yielding_to = group
+        if alive is not None:
+            log.info(
+                "source %s: no coordinator committed for %.1f s, but its deployed coordinator group %s has %d "
+                "live worker(s): theirs to take over; this process stands by",
+                name,
+                silent_for_s,
+                alive.group,
+                alive.members,
+            )
+        else:
+            assert unknown is not None
+            log.info(
+                "source %s: no coordinator committed for %.1f s; whether deployed workers (group %s) are alive "
+                "is not known (%s); asking again after the next silence",
+                name,
+                silent_for_s,
+                unknown.group,
+                unknown.error,
+            )
+
+    def _serve(self, name: str, silent_for_s: float) -> None:
         if silent_for_s > 0:
             log.warning(
                 "source %s: no coordinator committed for %.1f s; this process coordinates it now "
@@ -274,6 +340,10 @@ class EmbeddedCoordinator:
             )
 
     async def _stop(self) -> None:
+        if self._asking is not None:
+            self._asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._asking
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -30,6 +30,13 @@ REPLICATION_ENV = ReplicationSettingNames(
 )
 
 
+def default_group_ids(namespace: str, source: str) -> tuple[str, str]:
+    """The Faust app ids (consumer groups) of the deployed workers that may serve
+    ``source`` unless given an ``app_id``: a worker of that source alone, and one of
+    several sources of the namespace."""
+    return f"{namespace}.{source}.coordinator", f"{namespace}.coordinator"
+
+
 def resolve_bootstrap(value: str | None, setting: str = "--bootstrap-servers") -> str:
     bootstrap = value or os.environ.get(BOOTSTRAP_ENV, "")
     if not bootstrap.strip():
@@ -146,9 +153,8 @@ class CoordinatorSettings:
     def group_id(self) -> str:
         if self.app_id:
             return self.app_id
-        if len(self.sources) == 1:
-            return f"{self.namespace}.{self.sources[0].source}.coordinator"
-        return f"{self.namespace}.coordinator"
+        single, shared = default_group_ids(self.namespace, self.sources[0].source)
+        return single if len(self.sources) == 1 else shared
 
     def source(self, name: str) -> SourceSettings:
         for settings in self.sources:
