@@ -502,6 +502,8 @@ def test_a_bounded_topic_is_read_exactly_once_into_parquet(
     spark_read_path = "jvm" if read_path == "jvm" else None
     if spark_read_path is None:
         options["read_path"] = read_path
+    lag_group = f"{unique_source}.lag"  # the query's own too: where it tells its committed positions
+    options["commit_offsets_to_group"] = lag_group
 
     def stream(include_headers: bool = True) -> Any:
         return kafka_stream(
@@ -524,6 +526,17 @@ def test_a_bounded_topic_is_read_exactly_once_into_parquet(
     assert max(sizes) <= MAX_RECORDS_PER_TRIGGER, sizes
     check_parquet(tmp_path / "out", data_topic)
     assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
+    # Each batch Spark committed, the group heard of: read to the end, no lag in Kafka's tools.
+    assert group_offsets(kafka_bootstrap, lag_group) == _end_offsets(kafka_bootstrap, data_topic.topic, PARTITIONS)
+
+
+def group_offsets(bootstrap: str, group: str) -> dict[int, int]:
+    """The offsets committed to ``group``, by partition."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = _admin(bootstrap)  # referenced until the result: a collected client cancels its requests
+    found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+    return {tp.partition: tp.offset for tp in found.topic_partitions}
 
 
 METRICS_PER_PARTITION = 3_000

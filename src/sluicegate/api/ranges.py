@@ -165,6 +165,14 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
         (None: no such record is known). Records of a split come in event-time order."""
         return None
 
+    def positions_durable(self, positions: Sequence[tuple[SplitT, int]]) -> None:
+        """A host's checkpoint holding these positions of splits is durable (Spark: the
+        batch that ends at them is committed): for telling a system outside, never for
+        reading (the kafka connector commits them to a consumer group where asked, for
+        Kafka's lag tools). May come again with the same positions; must not raise or
+        block for long. The standalone host tells its ``SourceReader`` instead
+        (``notify_checkpoint_complete``)."""
+
     def is_finished_at(self, split: SplitT, position: int) -> bool:
         end = self.split_end(split)
         return end is not None and position >= end

@@ -363,6 +363,10 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         start_offset = SourceOffset.from_json(start)
+        # Spark plans a batch after the one before is committed: ``start`` is durable. The
+        # only word a query's last batch gets (Spark commits a batch to its sources when
+        # it plans the next one with data: an AvailableNow run, a stream at rest).
+        self._tell_durable(start_offset)
         driver = self._ensure_driver(start_offset)
         settle, self._settled = not self._settled, True
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -439,8 +443,21 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return cut_ranges(parts, self.config.min_partitions, self.config.max_records_per_partition)
 
     def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed the batch that ends at ``end`` (and planned one after it): the
+        coordinator hears of it, and so does the connector (``positions_durable``, e.g. a
+        Kafka lag group; ``latestOffset`` tells it too)."""
+        offset = SourceOffset.from_json(end)
         if self._driver is not None:
-            self._driver.acknowledge_soon(SourceOffset.from_json(end))
+            self._driver.acknowledge_soon(offset)
+        self._tell_durable(offset)
+
+    def _tell_durable(self, offset: SourceOffset) -> None:
+        codec = self._source.split_codec
+        entries = [e for sub in offset.subtasks.values() for e in sub.splits.values()] + list(offset.parked.values())
+        try:
+            _ranges(self._source).positions_durable([(codec.from_wire(e.split), e.pos) for e in entries])
+        except Exception as exc:  # for systems outside: never fails the query
+            log.warning("the connector could not take the committed positions: %r", exc)
 
     def stop(self) -> None:
         if self._driver is not None:

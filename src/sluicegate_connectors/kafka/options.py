@@ -40,7 +40,7 @@ _RESERVED_CLIENT_SETTINGS = {
     "bootstrap.servers": "bootstrap_servers",
     "isolation.level": "(always read_committed)",
     "enable.auto.commit": "(offsets live in sluicegate's checkpoints)",
-    "group.id": "(partitions are assigned, not subscribed)",
+    "group.id": "(partitions are assigned, not subscribed; commit_offsets_to_group=GROUP shows the lag in a group)",
     "auto.offset.reset": "fail_on_data_loss",
     "enable.partition.eof": "(the reader needs end-of-partition events)",
 }
@@ -69,6 +69,7 @@ KNOWN = {
     "include_headers",
     "read_path",
     "missing_topics",
+    "commit_offsets_to_group",
     ASSIGNER_OPTION,
     GRACE_OPTION,
     REBALANCE_OPTION,
@@ -138,6 +139,9 @@ class KafkaOptions:
     """A topic of ``topics`` that does not exist when the coordinator starts: ``fail`` (after
     a short wait, naming it) or ``wait`` (for one created later; partition discovery picks it
     up)."""
+    commit_group: str | None = None
+    """``commit_offsets_to_group``: the consumer group the source's durable positions are
+    committed to, for Kafka's lag tools (group_commits.py); None: none."""
     client_settings: tuple[tuple[str, str], ...] = ()
     assigner: Callable[[], SplitAssigner[Any]] = field(default=StickyHashAssigner, compare=False)
 
@@ -195,6 +199,7 @@ class KafkaOptions:
             else _bool(options, "include_headers", False),
             read_path=_read_path(options.get("read_path", "auto")),
             missing_topics=choice_option(options, "missing_topics", ("fail", "wait")),
+            commit_group=_commit_group(options),
             client_settings=tuple(sorted(client.items())),
             assigner=assigner_from_options(options, StickyHashAssigner.name, owner_key=partition_owner_key),
         )
@@ -247,6 +252,15 @@ def _check_client_settings(settings: Mapping[str, str]) -> None:
         named = re.search(r'property:? "([^"]+)"', message)
         setting = CLIENT_PREFIX + named.group(1) if named else CLIENT_PREFIX + "*"
         raise ConfigError(setting, message) from None
+
+
+def _commit_group(options: Mapping[str, str]) -> str | None:
+    if "commit_offsets_to_group" not in options:
+        return None
+    group = options["commit_offsets_to_group"].strip()
+    if not group:
+        raise ConfigError("commit_offsets_to_group", "names the consumer group to commit positions to; it is empty")
+    return group
 
 
 def _read_path(text: str) -> str:

@@ -35,6 +35,7 @@ from sluicegate.api import ColumnarReader, ColumnarResult, InputStatus, ReadResu
 from sluicegate.api.bytes_json import header_value, put_bytes
 
 from .enumerator import REMOVED_EVENT
+from .group_commits import GroupOffsetCommitter
 from .options import KafkaOptions, headers_in_rows, headers_kept
 from .partitions import PartitionsConsumer, PythonPartitionsConsumer, new_partitions_consumer
 from .read_path import read_path
@@ -71,6 +72,12 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
         self._paused: set[Partition] = set()
         self._to_finish: list[str] = []
         self.records_lost = 0
+        self._group = GroupOffsetCommitter(options) if options.commit_group is not None else None
+        self._snapshots: dict[int, dict[Partition, int]] = {}
+        """Positions of the checkpoints taken and not yet durable (``commit_offsets_to_group``)."""
+        self._ended: dict[Partition, int] = {}
+        """Last positions of the splits finished since, until a durable checkpoint held them:
+        a finished split is in no snapshot (``commit_offsets_to_group``)."""
 
     def _client(self, columns: bool | None = None) -> PartitionsConsumer:
         """The consumer; the first read (``columns`` given) makes it and assigns the splits
@@ -244,6 +251,8 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
         key = (split.topic, split.partition)
         if self._splits.pop(key, None) is None:
             return
+        if self._group is not None:
+            self._ended[key] = split.position if split.stop is None else max(split.position, split.stop)
         finished.append(split.split_id)
         self._paused.discard(key)
         if self._consumer is not None:
@@ -258,7 +267,20 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
                 self._finish(split, finished)
 
     def snapshot_state(self, checkpoint_id: int) -> list[KafkaPartitionSplit]:
+        if self._group is not None:
+            self._snapshots[checkpoint_id] = {**self._ended, **{key: s.position for key, s in self._splits.items()}}
         return [s.copy() for s in self._splits.values()]
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """The positions of ``checkpoint_id`` are durable: to the lag group, if any (the
+        checkpoints before it are superseded)."""
+        if self._group is None:
+            return
+        positions = self._snapshots.get(checkpoint_id)
+        self._snapshots = {c: p for c, p in self._snapshots.items() if c > checkpoint_id}
+        if positions is not None:
+            self._group.commit(positions)
+            self._ended = {k: p for k, p in self._ended.items() if positions.get(k) != p}
 
     def remove_splits(self, split_ids: Sequence[str]) -> None:
         gone = set(split_ids)
@@ -305,6 +327,8 @@ class KafkaSourceReader(SourceReader[KafkaPartitionSplit], ColumnarReader):
         return out
 
     def close(self) -> None:
+        if self._group is not None:
+            self._group.close()
         if isinstance(self._consumer, PythonPartitionsConsumer):
             self._consumer.close()
         self._consumer = None  # the native consumer closes when dropped

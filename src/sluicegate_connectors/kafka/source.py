@@ -27,6 +27,7 @@ from sluicegate.api.errors import ConfigError, SourceError
 
 from .cluster import DataCluster, DataClusterError
 from .enumerator import KafkaEnumerator
+from .group_commits import GroupOffsetCommitter
 from .options import KafkaOptions, headers_in_rows
 from .positions import starting_offsets, stopping_offsets
 from .ranges import PlanningView, RangeReader, arrow_schema
@@ -57,12 +58,14 @@ class KafkaSource(
         "missing_topics",
         "fail_on_data_loss",
         "partition_discovery_interval_ms",
+        "commit_offsets_to_group",
         *ASSIGNMENT_OPTIONS,
     )
     """``include_headers``, ``read_path`` and ``fail_on_data_loss`` shape how a query reads,
     not what the source reads: queries on one source may differ in them, and a query may
     restart with another (Spark's ``failOnDataLoss`` is the query's, run by run);
-    ``partition_discovery_interval_ms`` is how often to look, a throttle."""
+    ``partition_discovery_interval_ms`` is how often to look, a throttle;
+    ``commit_offsets_to_group`` where a host tells its positions, for monitoring."""
     DEFINITION_DEFAULTS = {
         "starting_offsets": "earliest",
         "starting_timestamp_strategy": "latest",
@@ -75,6 +78,8 @@ class KafkaSource(
         """How the enumerator reaches the data cluster (tests give an in-memory one)."""
         self._codec = KafkaSplitCodec()
         self._planning: PlanningView | None = None
+        self._group: GroupOffsetCommitter | None = None
+        """Made at the first ``positions_durable`` with ``commit_offsets_to_group``."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaSource:
@@ -230,6 +235,14 @@ class KafkaSource(
 
     def position_after_event_time(self, split: KafkaPartitionSplit, event_time_ms: int) -> int | None:
         return self._view().offset_after(split, event_time_ms)
+
+    def positions_durable(self, positions: Sequence[tuple[KafkaPartitionSplit, int]]) -> None:
+        """To ``commit_offsets_to_group``, if given (group_commits.py)."""
+        if self.options.commit_group is None:
+            return
+        if self._group is None:
+            self._group = GroupOffsetCommitter(self.options)
+        self._group.commit({(split.topic, split.partition): position for split, position in positions})
 
     def reads_natively(self) -> bool:
         requested = self.options.read_path
