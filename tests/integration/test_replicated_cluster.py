@@ -81,7 +81,7 @@ async def test_topics_apply_while_a_broker_is_down(kafka_cluster: LocalKafkaClus
             results = await apply_topics(bootstrap, existing, timeout_s=30)
             assert [r.status for r in results] == ["ok"] * len(existing)
             applies += 1
-        assert applies >= 6
+        assert applies >= 3
         # A new source set up while the broker is down: created with the replicas asked
         # (at once while the controller still counts the broker, else once it is back).
         fresh = topic_specs("ns", _source(), 2)

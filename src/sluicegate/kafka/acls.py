@@ -34,6 +34,10 @@ class AclEntry:
     prefixed: bool = False
 
 
+CLUSTER_RESOURCE_NAME = "kafka-cluster"
+"""The one name of Kafka's cluster resource (``kafka-acls.sh --cluster`` takes none)."""
+
+
 def acl_plan(
     source: str,
     namespace: str = "sluicegate",
@@ -83,6 +87,14 @@ def acl_plan(
     allow(
         "coordinator",
         c,
+        "cluster",
+        CLUSTER_RESOURCE_NAME,
+        ["DESCRIBE_CONFIGS"],
+        "reads the brokers' defaults for new topics (default.replication.factor, min.insync.replicas)",
+    )
+    allow(
+        "coordinator",
+        c,
         "topic",
         leadership,
         ["READ", "CREATE", "ALTER", "DESCRIBE_CONFIGS"],
@@ -119,7 +131,12 @@ _CLI_OPERATION = {
     "ALTER": "Alter",
     "DESCRIBE_CONFIGS": "DescribeConfigs",
 }
-_CLI_RESOURCE = {"topic": "--topic", "group": "--group", "transactional-id": "--transactional-id"}
+_CLI_RESOURCE = {
+    "topic": "--topic",
+    "group": "--group",
+    "transactional-id": "--transactional-id",
+    "cluster": "--cluster",
+}
 
 
 def kafka_acls_commands(plan: list[AclEntry], bootstrap: str = "$KAFKA_BOOTSTRAP_SERVERS") -> list[str]:
@@ -139,7 +156,8 @@ def kafka_acls_commands(plan: list[AclEntry], bootstrap: str = "$KAFKA_BOOTSTRAP
         lines.append(f"# {entries[0].why}")
         lines.append(
             f"kafka-acls.sh --bootstrap-server {bootstrap} --command-config admin.properties --add "
-            f"--allow-principal {principal} {ops} {_CLI_RESOURCE[resource]} {name}{pattern}"
+            f"--allow-principal {principal} {ops} {_CLI_RESOURCE[resource]}"
+            f"{'' if resource == 'cluster' else ' ' + name}{pattern}"
         )
     return lines
 
@@ -159,6 +177,7 @@ def apply_acls(plan: list[AclEntry], bootstrap: str, security: KafkaSecurity, ti
         "topic": ResourceType.TOPIC,
         "group": ResourceType.GROUP,
         "transactional-id": ResourceType.TRANSACTIONAL_ID,
+        "cluster": ResourceType.BROKER,  # librdkafka's name for the cluster resource
     }
     bindings = [
         AclBinding(

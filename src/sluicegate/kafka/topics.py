@@ -80,6 +80,13 @@ class _BrokersNotRegisteredYet(KafkaError):  # type: ignore[misc]  # aiokafka is
     retriable = True
 
 
+class _NotAuthorized(TopicApplyError):
+    """Kafka refused a request to this principal (an ACL)."""
+
+
+_AUTHORIZATION_CODES = frozenset({29, 31})  # TopicAuthorizationFailed, ClusterAuthorizationFailed
+
+
 class TopicsMissingError(TimeoutError):
     """Topics still missing when a wait for them ran out; ``missing`` names them."""
 
@@ -206,7 +213,8 @@ def _raise_for_code(code: int, message: str | None, what: str) -> None:
     err = for_code(code)
     if err.retriable:
         raise err(message or what)
-    raise TopicApplyError(f"{what}: {err.__name__} {message or ''}".rstrip())
+    refused = _NotAuthorized if code in _AUTHORIZATION_CODES else TopicApplyError
+    raise refused(f"{what}: {err.__name__} {message or ''}".rstrip())
 
 
 async def _existing_topics(admin: Any) -> set[str]:
@@ -285,7 +293,14 @@ async def _cluster_facts(admin: Any, deadline: float) -> ClusterFacts:
         broker = str(brokers[next(turn) % len(brokers)])
         return (await _configs(admin, ConfigResourceType.BROKER, [broker]))[broker]
 
-    configs = await _retried(admin, "reading the brokers' defaults", broker_configs, deadline)
+    try:
+        configs = await _retried(admin, "reading the brokers' defaults", broker_configs, deadline)
+    except _NotAuthorized as exc:
+        # A least-privilege principal (docs/deploy.md, "ACLs") may not describe the
+        # cluster's configs: up to 3 replicas, as many as there are brokers, and Kafka's
+        # default min ISR assumed (the policy's own settings still apply).
+        log.info("%s; taking the replication factor as min(3, brokers) = %d", exc, min(3, len(brokers)))
+        return ClusterFacts(brokers=brokers, default_factor=min(3, len(brokers)), default_min_insync=1)
     return ClusterFacts(
         brokers=brokers,
         default_factor=_int_config(configs, "default.replication.factor", 1),
