@@ -452,10 +452,13 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._tell_durable(offset)
 
     def _tell_durable(self, offset: SourceOffset) -> None:
+        ranges = _ranges(self._source)
+        if type(ranges).positions_durable is SupportsPositionRanges.positions_durable:
+            return  # the connector does not listen: no split decoded every trigger for nothing
         codec = self._source.split_codec
         entries = [e for sub in offset.subtasks.values() for e in sub.splits.values()] + list(offset.parked.values())
         try:
-            _ranges(self._source).positions_durable([(codec.from_wire(e.split), e.pos) for e in entries])
+            ranges.positions_durable([(codec.from_wire(e.split), e.pos) for e in entries])
         except Exception as exc:  # for systems outside: never fails the query
             log.warning("the connector could not take the committed positions: %r", exc)
 
