@@ -108,11 +108,17 @@ def test_a_topic_is_copied_exactly_once_through_reader_kills(
                 print(f"{now - started:6.1f} s  started {current[subtask].name}")
                 continue
             if kills < KILLS and now >= next_kill:
-                # a reader that is reading (it was given splits), the drawn one or the next
+                # a reader that is reading (it was given splits), the drawn one or the next;
+                # the first victim one that has checkpointed, so that its restart has a
+                # checkpoint to restore (a schedule that killed every victim in the first
+                # second, seed 184890961, left none)
                 reading = [
                     k
                     for k, r in current.items()
-                    if k not in waiting and r.returncode is None and r.lines_with(" splits (seq ")
+                    if k not in waiting
+                    and r.returncode is None
+                    and r.lines_with(" splits (seq ")
+                    and (kills > 0 or r.lines_with("sluicegate.reader: checkpoint "))
                 ]
                 if reading:
                     victim = min(reading, key=lambda k: (k - draws[kills]) % READERS)
