@@ -20,9 +20,9 @@ that a long coordinator step never delays the host's heartbeats. The host choose
   ``external``). A coordinator deployed later (a Faust worker given the source) fences
   this one through the source's transactional id, and this one stands by again; one
   that serves commits at least every quarter of a deployed standby's silence, so it is
-  never taken over. Where this process cannot
-  coordinate (its principal may not, or the source is not set up and the host does not
-  say how many subtasks it has), it says so once and relies on a deployed coordinator.
+  never taken over. Where this process cannot coordinate (its principal may not, or the
+  source is not set up and the host does not say how many subtasks it has), it says so
+  once and relies on a deployed coordinator.
 - ``embedded``: serve at once (fencing whoever serves), then as auto; what stops it
   from coordinating fails the host at start.
 - ``external``: never; a deployed coordinator serves the source.
