@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -287,10 +288,10 @@ async def _cluster_facts(admin: Any, deadline: float) -> ClusterFacts:
     brokers = tuple(sorted(int(b["node_id"]) for b in cluster.get("brokers") or []))
     if not brokers:
         raise TopicApplyError("the cluster lists no live broker")
-    turn = iter(range(1_000_000))
+    turns = itertools.cycle(brokers)
 
     async def broker_configs() -> dict[str, str]:
-        broker = str(brokers[next(turn) % len(brokers)])
+        broker = str(next(turns))
         return (await _configs(admin, ConfigResourceType.BROKER, [broker]))[broker]
 
     try:
