@@ -136,12 +136,24 @@ def assigned(h: CoreHarness) -> dict[str, tuple[int, int]]:
         ({"topics": "a", "starting_offsets": 'timestamp:{"a": {"0": -5}}'}, "starting_offsets"),
         ({"topics": "a", "stopping_offsets": "timestamp:{nope"}, "stopping_offsets"),
         ({"topics": "a", "starting_timestamp_strategy": "earliest"}, "starting_timestamp_strategy"),
+        ({"topics": "a", "commit_offsets_to_group": " "}, "commit_offsets_to_group"),
     ],
 )
 def test_a_bad_option_fails_naming_it(options: dict[str, str], setting: str) -> None:
     with pytest.raises(ConfigError) as info:
         KafkaOptions.parse({"bootstrap_servers": BOOTSTRAP, **options})
     assert info.value.setting == setting
+
+
+def test_a_misspelled_lag_group_option_fails_naming_the_known_one() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'commit_offsets_to_group'"):
+        KafkaOptions.parse({"bootstrap_servers": BOOTSTRAP, "topics": "a", "commit_offset_to_group": "g"})
+    with pytest.raises(ConfigError, match="commit_offsets_to_group=GROUP"):  # the connector owns group.id
+        KafkaOptions.parse({"bootstrap_servers": BOOTSTRAP, "topics": "a", "kafka.group.id": "g"})
+    assert (
+        KafkaOptions.parse({"bootstrap_servers": BOOTSTRAP, "topics": "a", "commit_offsets_to_group": "g"}).commit_group
+        == "g"
+    )
 
 
 def test_rows_have_a_headers_column_only_with_include_headers_and_it_is_not_part_of_the_definition() -> None:
