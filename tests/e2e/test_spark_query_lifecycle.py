@@ -16,6 +16,9 @@ side with a checkpoint of its own, every batch recorded by ``foreachBatch``:
   ``startingOffsets=earliest``, while the first one's checkpoint stands: everything;
 - records deleted past a checkpoint (``deleteRecords``): ``failOnDataLoss=false`` reads on
   from what is left, ``true`` fails the query;
+- a batch DataFrame (``spark.read``) collected again after new records: to latest, it
+  reads them too (Spark plans each action; sluicegate's tasks read to the end at run time),
+  to JSON ``endingOffsets`` it stays where they say;
 - one checkpoint run daily with ``Trigger.AvailableNow``, then as a processing-time stream,
   then daily again: ``readPath=auto`` reads the first and last on the native reader and the
   stream on the JVM path (read_path_choice.py), every record once.
@@ -166,6 +169,14 @@ def test_one_checkpoint_read_daily_then_as_a_stream_then_daily_takes_each_trigge
 # -- files ------------------------------------------------------------------------------
 
 
+def test_a_batch_dataframe_collected_again_reads_what_arrived_since_up_to_its_end(lifecycle: dict[str, Any]) -> None:
+    first, second = same_batches(lifecycle["kafka_batch_again_latest"])
+    assert values(first) == list(range(0, 20, 3))
+    assert values(second) == sorted([*range(0, 20, 3), *range(20, 30)])  # partitions 1 and 2 too
+    first, second = same_batches(lifecycle["kafka_batch_again_ending"])
+    assert len(values(first)) == 5 and values(second) == sorted(values(first) + [n for n in range(20, 30) if n % 3])
+
+
 def test_files_available_now_runs_again_read_the_new_files(lifecycle: dict[str, Any]) -> None:
     runs = same_batches(lifecycle["files_available_now"])
     assert [len(values(r)) for r in runs] == [2_000, 1_500]
@@ -238,6 +249,12 @@ class Scenarios:
         reader = self.spark.readStream.format("kafka" if side == "spark" else "sluicegate")
         given = {"kafka.bootstrap.servers": self.bootstrap, "subscribe": topic, "startingOffsets": "earliest"}
         for key, value in {**given, **options}.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    def kafka_batch_reader(self, side: str, topic: str, **options: str) -> Any:
+        reader = self.spark.read.format("kafka" if side == "spark" else "sluicegate")
+        for key, value in {"kafka.bootstrap.servers": self.bootstrap, "subscribe": topic, **options}.items():
             reader = reader.option(key, value)
         return reader.load()
 
@@ -384,6 +401,28 @@ class Scenarios:
         for scenario, fail in (("kafka_data_loss_skip", "false"), ("kafka_data_loss_fail", "true")):
             self.both_kafka(scenario, topic, AVAILABLE_NOW, failOnDataLoss=fail)
 
+    def kafka_batch_collected_again(self) -> None:
+        """A ``spark.read`` DataFrame collected, then collected again after new records: to
+        latest (with ``minPartitions`` cutting the ranges, and a partition empty at the
+        first collect) it reads the new records too; to JSON ``endingOffsets`` it does not."""
+        topic = self.topic("collected-again", 3)
+        self.produce(topic, range(0, 20, 3), 1)  # partition 0 only: 1 and 2 empty
+        ending = json.dumps({topic: {"0": 5, "1": -1, "2": -1}})
+        frames = {
+            (scenario, side): self.kafka_batch_reader(side, topic, **options)
+            for scenario, options in (
+                ("kafka_batch_again_latest", {"minPartitions": "4"}),
+                ("kafka_batch_again_ending", {"endingOffsets": ending}),
+            )
+            for side in SIDES
+        }
+        for numbers in (range(0, 20, 3), range(20, 30)):
+            if numbers.start:
+                self.produce(topic, numbers, 3)
+            for (scenario, side), frame in frames.items():
+                rows = sorted(int(r[0]) for r in frame.selectExpr(KAFKA_VALUE).collect())
+                self.results.setdefault(scenario, {}).setdefault(side, []).append([rows])
+
     def kafka_trigger_switch(self) -> None:
         topic = self.topic("trigger-switch", 2)
         self.produce(topic, range(10), 2)
@@ -431,6 +470,7 @@ def main() -> int:
         "kafka_rate_limit",
         "kafka_data_loss",
         "kafka_trigger_switch",
+        "kafka_batch_collected_again",
         "files",
     )
     for name in scenarios_in_order:

@@ -450,6 +450,16 @@ def test_a_batch_read_takes_every_partition_from_its_start_to_its_stop_as_the_fi
     ]
 
 
+def test_a_batch_read_s_ends_are_resolved_again_where_they_move_and_stand_where_given() -> None:
+    clusters: list[MemoryCluster] = []
+    source = kafka_source(clusters, stopping_offsets='{"orders": {"0": 20, "1": -1}}')
+    clusters.append(MemoryCluster(source.options))
+    clusters[0].add("orders", 3, earliest=0, latest=30)
+    splits = source.batch_splits()
+    clusters[0].add("orders", 3, earliest=0, latest=45)  # records written since the plan
+    assert source.batch_ends_now(splits) == [20, 45, 45]  # a given offset stands; -1 and unlisted: latest
+
+
 def test_a_batch_read_needs_an_end_and_refuses_a_start_past_it() -> None:
     with pytest.raises(ConfigError, match="stopping_offsets"):
         kafka_source([]).batch_splits()

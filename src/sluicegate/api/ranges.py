@@ -112,6 +112,16 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
         connector cannot be read as a batch."""
         return None
 
+    def batch_ends_now(self, splits: Sequence[SplitT]) -> Sequence[int | None]:
+        """Where a batch read of each of ``splits`` (from ``batch_splits``) ends if read now,
+        in one request (it may block): for a connector whose ends move, as the ``kafka``
+        connector's ``latest`` moves with every record written. Spark plans a batch query's
+        DataFrame once and runs the same tasks for each of its actions; a task reads each
+        split's last range to this end, so that a DataFrame collected again reads what
+        arrived since, as it does through Spark's own Kafka source. None (the default, for
+        each split): the end planned stands."""
+        return [None] * len(splits)
+
     def suggested_parallelism(self) -> int | None:
         """How many reader subtasks a host runs when its user names none, asked once at a
         query's first start (it may block); None (the default): the user must name it.

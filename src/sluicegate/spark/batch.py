@@ -9,6 +9,14 @@ same way. For the kafka connector, Spark's options keep Spark's batch meaning
 (``startingOffsets`` from ``earliest``, ``endingOffsets`` to ``latest``;
 kafka_options.py).
 
+Spark plans a DataFrame once and runs the same tasks for each action on it, where its
+own Kafka source plans every action anew. So a task reads each split's last range to
+where the split ends when the task runs (``SupportsPositionRanges.batch_ends_now``): a
+DataFrame of the kafka connector collected again reads what arrived since, as through
+Spark's source. Splits empty when planned are kept, spread over the tasks, for the same
+reason. (The partitions stay those found when planned: Spark's source would also read a
+partition added since.)
+
 Executors read with the same code as a micro-batch (``datasource.read_ranges``).
 """
 
@@ -53,11 +61,8 @@ def plan_batch(config: SparkSourceOptions) -> list[BatchPartition]:
             f"the {config.connector} connector cannot be read by a batch query (spark.read): "
             "read it with spark.readStream",
         )
-    parts = [
-        PlannedPart(i, ((source.split_codec.to_wire(split), start, end),))
-        for i, (split, start, end) in enumerate(_bounded_ranges(source, splits))
-        if end > start
-    ]
+    planned = [(source.split_codec.to_wire(split), start, end) for split, start, end in _bounded_ranges(source, splits)]
+    parts = [PlannedPart(i, (piece,)) for i, piece in enumerate(planned) if piece[2] > piece[1]]
     cut = cut_ranges(parts, config.min_partitions)  # maxRecordsPerPartition: streams only, as in Spark
     log.info(
         "batch read of the %s connector: %d splits, %d rows at most, %d Spark tasks",
@@ -66,7 +71,10 @@ def plan_batch(config: SparkSourceOptions) -> list[BatchPartition]:
         sum(end - start for part in parts for _, start, end in part.ranges),
         len(cut),
     )
-    return [BatchPartition(i, list(part.ranges)) for i, part in enumerate(cut)]
+    tasks = [BatchPartition(i, list(part.ranges)) for i, part in enumerate(cut)] or [BatchPartition(0, [])]
+    for i, piece in enumerate(p for p in planned if p[2] <= p[1]):  # empty now, maybe not when read
+        tasks[i % len(tasks)].ranges.append(piece)
+    return tasks if any(task.ranges for task in tasks) else []
 
 
 def _bounded_ranges(source: SupportsPositionRanges[Any], splits: Sequence[Any]) -> Iterator[tuple[Any, int, int]]:
@@ -91,4 +99,24 @@ class SluicegateBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, BatchPartition)
-        return read_ranges(self.config, partition.ranges)
+        ranges = read_to_ends_now(self.config, partition.ranges)
+        return read_ranges(self.config, [(wire, start, end) for wire, start, end in ranges if end > start])
+
+
+def read_to_ends_now(
+    config: SparkSourceOptions, ranges: list[tuple[dict[str, Any], int, int]]
+) -> list[tuple[dict[str, Any], int, int]]:
+    """``ranges``, each split's last range (the one that ends at the split's planned end)
+    to where the connector says the split ends now, if that is further."""
+    source = range_source(config.connector, config.connector_options)
+    assert isinstance(source, SupportsPositionRanges)
+    splits = [source.split_codec.from_wire(wire) for wire, _, _ in ranges]
+    last = [
+        i for i, (split, (_, _, end)) in enumerate(zip(splits, ranges, strict=True)) if end == source.split_end(split)
+    ]
+    out = list(ranges)
+    for i, now in zip(last, source.batch_ends_now([splits[i] for i in last]) if last else (), strict=True):
+        wire, start, end = out[i]
+        if now is not None and now > end:
+            out[i] = (wire, start, now)
+    return out

@@ -213,6 +213,13 @@ class KafkaSource(
             )
         return [KafkaPartitionSplit(t, p, starts[(t, p)], stops[(t, p)]) for t, p in keys]
 
+    def batch_ends_now(self, splits: Sequence[KafkaPartitionSplit]) -> list[int | None]:
+        """``stopping_offsets`` resolved again: ``latest`` (and -1 in a JSON map) where the
+        partition ends now, a timestamp at its first record at or after it now."""
+        keys = [(split.topic, split.partition) for split in splits]
+        ends = stopping_offsets(self._cluster(self.options), self.options, keys)
+        return [ends.get(key) for key in keys]
+
     def prepare_planning(self, splits: Sequence[KafkaPartitionSplit]) -> None:
         self._view().refresh(splits)
 
