@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from jvm_read_path import require_jvm_read_path
-from processes import support_pythonpath
+from processes import run_script
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420), pytest.mark.spark]
 
@@ -81,21 +79,9 @@ def test_the_same_file_query_gives_the_same_rows_through_sparks_source_and_sluic
     }  # fmt: skip
     out = tmp_path / "results.json"
     log = tmp_path / "spark.log"
-    with log.open("wb") as handle:
-        done = subprocess.run(
-            [sys.executable, __file__, "--cases", json.dumps(cases), "--out", str(out), "--work", str(tmp_path)],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=dict(
-                os.environ,
-                KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
-                PYTHONUNBUFFERED="1",
-                PYTHONPATH=support_pythonpath(),
-            ),
-            timeout=380,
-            check=False,
-        )
-    assert done.returncode == 0, log.read_text()[-6000:]
+    args = ["--cases", json.dumps(cases), "--out", str(out), "--work", str(tmp_path)]
+    returncode = run_script(__file__, args, log, kafka_bootstrap, timeout_s=380)
+    assert returncode == 0, log.read_text()[-6000:]
     results = json.loads(out.read_text())
     expected = sorted(json.dumps(r, separators=(",", ":")) for f in range(FILES) for r in rows_of(f))
     for case, sides in results.items():

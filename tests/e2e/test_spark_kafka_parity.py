@@ -36,7 +36,6 @@ import json
 import os
 import re
 import secrets
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,7 @@ from typing import Any
 
 import pytest
 from jvm_read_path import require_jvm_read_path
-from processes import ProcessGroup, support_pythonpath
+from processes import ProcessGroup, run_script
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(700), pytest.mark.spark]
 
@@ -227,30 +226,9 @@ def parity(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> di
         }
         out = tmp_path / "results.json"
         log = tmp_path / "spark.log"
-        with log.open("wb") as handle:
-            done = subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--cases",
-                    json.dumps(cases),
-                    "--out",
-                    str(out),
-                    "--checkpoints",
-                    str(tmp_path),
-                ],
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                env=dict(
-                    os.environ,
-                    KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
-                    PYTHONPATH=support_pythonpath(),
-                    PYTHONUNBUFFERED="1",
-                ),
-                timeout=560,
-                check=False,
-            )
-        assert done.returncode == 0, log.read_text()[-6000:]
+        args = ["--cases", json.dumps(cases), "--out", str(out), "--checkpoints", str(tmp_path)]
+        returncode = run_script(__file__, args, log, kafka_bootstrap, timeout_s=560)
+        assert returncode == 0, log.read_text()[-6000:]
         results: dict[str, Any] = json.loads(out.read_text())
     finally:
         procs.stop_all()
