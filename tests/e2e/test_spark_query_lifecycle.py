@@ -59,11 +59,13 @@ def lifecycle(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) ->
     """{scenario: {side: [run, ...]}}, a run being its batches (or {"error": ...})."""
     work = tmp_path_factory.mktemp("lifecycle")
     out, log = work / "results.json", work / "spark.log"
-    args = ["--out", str(out), "--work", str(work), "--prefix", secrets.token_hex(3)]
+    prefix = secrets.token_hex(3)
+    args = ["--out", str(out), "--work", str(work), "--prefix", prefix]
     returncode = run_script(__file__, args, log, kafka_bootstrap, timeout_s=840)
     assert returncode == 0, log.read_text()[-8000:]
     results: dict[str, Any] = json.loads(out.read_text())
     results["_log"] = log.read_text()
+    results["_prefix"] = prefix
     return results
 
 
@@ -85,6 +87,10 @@ def test_available_now_runs_again_read_what_arrived_before_each(lifecycle: dict[
     runs = same_batches(lifecycle["kafka_available_now"])
     assert [values(r) for r in runs] == [list(range(10)), list(range(10, 15)), list(range(15, 20))]
     assert all(len(r) == 1 for r in runs), "one batch a run, none empty"
+    # Each run released the query's source at its end: the next took it back at once.
+    own = [line for line in lifecycle["_log"].splitlines() if f"{lifecycle['_prefix']}-available-now.query-" in line]
+    assert sum("its last coordinator released it when its host ended" in line for line in own) == 2, own
+    assert not [line for line in own if "no coordinator committed for" in line]
 
 
 def test_once_runs_read_what_arrived_before_each(lifecycle: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ from sluicegate.protocol.messages import (
     envelope,
 )
 from sluicegate.protocol.names import reader_transactional_id
+from sluicegate.protocol.state_records import released_by_last
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.testing.memory_log import FencedTransactionError, MemoryCoordinatorLog, MemoryLogBroker
 
@@ -527,3 +528,25 @@ async def test_finish_reads_and_commits_what_was_in_the_inbox_before_it_stops() 
     assert len(assigned(broker)) == 4
     meta = merge_records(SOURCE, broker.state).parts["meta"]
     assert meta["inbox_offset"] == broker.stable - 1, "the state says both registrations were read"
+
+
+async def test_a_finished_coordinator_releases_its_source_and_a_stopped_or_succeeded_one_does_not() -> None:
+    """A host that ends says so in the state (released, naming its epoch): its next host
+    serves the source at once. A coordinator stopped otherwise leaves no such word, and a
+    successor's epoch makes an old one stale."""
+    broker = MemoryLogBroker()
+    runner = start(broker)
+    await until(lambda: runner.state is RunnerState.ACTIVE)
+    await runner.stop()
+    assert not released_by_last(merge_records(SOURCE, broker.state).parts)
+    runner = start(broker)
+    await until(lambda: runner.state is RunnerState.ACTIVE)
+    await runner.finish()
+    parts = merge_records(SOURCE, broker.state).parts
+    assert released_by_last(parts) and parts["released"] == {"epoch": 2}
+    runner = start(broker)
+    await until(lambda: runner.state is RunnerState.ACTIVE)
+    try:
+        assert not released_by_last(merge_records(SOURCE, broker.state).parts), "epoch 3 serves it"
+    finally:
+        await runner.stop()

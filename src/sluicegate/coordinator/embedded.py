@@ -10,6 +10,9 @@ that a long coordinator step never delays the host's heartbeats. The host choose
   at once; one that was is watched as a deployed standby watches it (takeover.py) and
   taken over once nobody has committed to its state topic for ``silence_ms``, counted
   from the first look (silence.py ``from_first_sample``): the previous host died, say.
+  One whose last coordinator released it when its host ended (state_records.py
+  ``RELEASED_PART``: a query stopped and restarted) is taken over at once, the deployed
+  workers' check first.
   The silence is longer than a deployed standby's (5 s against 2 s) so that a deployed
   standby, when there is one, takes over first; and while the source's deployed workers
   are alive (their Faust group, by the default app id of workers of that one source, has
@@ -59,6 +62,7 @@ from sluicegate.kafka.security import KafkaSecurity, use_security
 from sluicegate.kafka.topics import apply_topics, describe_topics
 from sluicegate.loop_thread import LoopThread
 from sluicegate.protocol.definition import DefinitionMismatchError
+from sluicegate.protocol.state_records import released_by_last
 from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
 from sluicegate.protocol.topics import ControlTopics, topic_specs
 
@@ -202,7 +206,8 @@ class EmbeddedCoordinator:
         stored = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
         check_definition(self.source, stored.parts if stored else None, settings.definition(), self._who())
         self.settings = settings
-        if self.mode is CoordinatorMode.AUTO and stored is not None:
+        released = stored is not None and released_by_last(stored.parts)
+        if self.mode is CoordinatorMode.AUTO and stored is not None and not released:
             log.info(
                 "source %s: this process coordinates it if nobody does (no commit to %s for %d ms); "
                 "a deployed coordinator takes it over (coordinator=auto)",
@@ -212,15 +217,23 @@ class EmbeddedCoordinator:
             )
         served_before = stored is not None
         self._watch_task = asyncio.get_running_loop().create_task(
-            self._watch(served_before), name=f"coordinator watch {self.source}"
+            self._watch(served_before, released), name=f"coordinator watch {self.source}"
         )
 
     def _who(self) -> str:
         return f"this process's coordinator (coordinator={self.mode.value})"
 
-    async def _watch(self, served_before: bool) -> None:
+    async def _watch(self, served_before: bool, released: bool) -> None:
         if self.mode is CoordinatorMode.EMBEDDED or not served_before:
             self._take_over(self.source, 0.0)
+        elif released:
+            # Its last coordinator stopped with its host (a query restarted, a reader
+            # redeployed): nobody serves it, so there is no silence to wait out; only the
+            # source's deployed workers come first, as after a silence.
+            log.info("source %s: its last coordinator released it when its host ended", self.source)
+            self._asking = asyncio.get_running_loop().create_task(
+                self._take_over_unless_deployed(self.source, 0.0), name=f"coordinator ask {self.source}"
+            )
         # Several hosts of one source (its readers) watch alike: each waits a little longer
         # than the silence, by its own random share, so that one of them takes over first
         # and the others see it commit instead of all fencing each other in turn.
@@ -278,22 +291,23 @@ class EmbeddedCoordinator:
         if group == self._yielding_to:
             return
         self._yielding_to = group
+        served = f"no coordinator committed for {silent_for_s:.1f} s" if silent_for_s > 0 else "nobody serves it"
         if alive is not None:
             log.info(
-                "source %s: no coordinator committed for %.1f s, but its deployed coordinator group %s has %d "
-                "live worker(s): theirs to take over; this process stands by",
+                "source %s: %s, but its deployed coordinator group %s has %d live worker(s): theirs to take "
+                "over; this process stands by",
                 name,
-                silent_for_s,
+                served,
                 alive.group,
                 alive.members,
             )
         else:
             assert unknown is not None
             log.info(
-                "source %s: no coordinator committed for %.1f s; whether deployed workers (group %s) are alive "
-                "is not known (%s); asking again after the next silence",
+                "source %s: %s; whether deployed workers (group %s) are alive is not known (%s); asking again "
+                "after the next silence",
                 name,
-                silent_for_s,
+                served,
                 unknown.group,
                 unknown.error,
             )

@@ -65,7 +65,7 @@ from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
 from sluicegate.protocol.messages import Direction
 from sluicegate.protocol.names import coordinator_transactional_id, reader_transactional_id
-from sluicegate.protocol.state_records import ALIVE_PART, state_key
+from sluicegate.protocol.state_records import ALIVE_PART, released_record, state_key
 from sluicegate.protocol.topics import ControlTopics
 
 log = logging.getLogger("sluicegate.coordinator")
@@ -441,7 +441,20 @@ class SourceRunner:
             await self._commit()
             if self._finishing and await self._read_to_finish():
                 await self._commit(force=True)
+                await self._release(core)
                 return
+
+    async def _release(self, core: CoordinatorCore[Any]) -> None:
+        """The host ends: say so in the state, in a transaction after the last commit
+        (state_records.RELEASED_PART), so that the source's next host takes it over at once
+        instead of waiting out a silence. Without it (fenced, failed, killed), a successor
+        waits, as after a crash."""
+        await self._transact([], [released_record(self.source, core.epoch)])
+        log.info(
+            "source %s: released by its coordinator (epoch %d): its next host serves it at once",
+            self.source,
+            core.epoch,
+        )
 
     async def _read_to_finish(self) -> bool:
         """Whether ``finish`` may stop the loop: the inbox read up to its stable end as it

@@ -4,6 +4,11 @@ follower reads the ``meta`` part to know how far the coordinator got). docs/stat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
 MANIFEST_MAGIC = b"\x00sluicegate-chunked\x00"
 """A manifest's value starts with this; a JSON part never starts with a NUL byte."""
 
@@ -12,6 +17,26 @@ ALIVE_PART = "alive"
 transactions while one of them is slow, so that the state topic's end moves for the
 standbys (coordinator/silence.py ``mark_due``). A reader of the state deletes a part
 nobody wrote, which changes nothing, in this version and in every earlier one."""
+
+
+RELEASED_PART = "released"
+"""``{"epoch": E}``: the coordinator of epoch E stopped because its host ended (a Spark
+query stopped, a reader shut down), after its last commit: nobody serves the source. A
+host that finds it naming the epoch of the last ``meta`` takes the source over at once,
+where it would otherwise wait out a silence (coordinator/embedded.py). A successor's
+``meta`` has a higher epoch, so the part is stale from then on and nobody deletes it."""
+
+
+def released_record(source: str, epoch: int) -> tuple[bytes, bytes]:
+    """The state record that says the coordinator of ``epoch`` released ``source``."""
+    return state_key(source, RELEASED_PART), orjson.dumps({"epoch": epoch})
+
+
+def released_by_last(parts: Mapping[str, Any]) -> bool:
+    """Whether the state ``parts`` say their last coordinator released the source."""
+    released = parts.get(RELEASED_PART)
+    meta = parts.get("meta")
+    return isinstance(released, dict) and meta is not None and released.get("epoch") == meta["epoch"]
 
 
 def state_key(source: str, part: str) -> bytes:

@@ -232,6 +232,8 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         """Whether a latestOffset has planned since the driver started (planner._settle)."""
         self._continues_named = False
         """A fresh query of a named source read before: the first plan says where it continues."""
+        self._run_ended = False
+        """A ``Trigger.AvailableNow`` run read everything: its driver and coordinator are closed."""
 
     # Spark pickles this object into the read function that executors run: only the
     # configuration travels, never the driver's thread and Kafka clients.
@@ -367,6 +369,8 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         # only word a query's last batch gets (Spark commits a batch to its sources when
         # it plans the next one with data: an AvailableNow run, a stream at rest).
         self._tell_durable(start_offset)
+        if self._run_ended:
+            return start
         driver = self._ensure_driver(start_offset)
         settle, self._settled = not self._settled, True
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -381,6 +385,9 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if self._continues_named:
             self._continues_named = False
             self._say_where_it_continues(driver)
+        if planner.read_everything:
+            self._end_run()
+            return start
         if end is start_offset or not self._admitted(end.rows - start_offset.rows):
             return start
         return end.to_json()
@@ -461,6 +468,15 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             ranges.positions_durable([(codec.from_wire(e.split), e.pos) for e in entries])
         except Exception as exc:  # for systems outside: never fails the query
             log.warning("the connector could not take the committed positions: %r", exc)
+
+    def _end_run(self) -> None:
+        """The end of a ``Trigger.AvailableNow`` run, known here and nowhere later: Spark
+        ends a query's source process with SIGKILL (pyspark's daemon), so ``stop`` is seldom
+        called. Closed now, the coordinator this process hosts commits what its subtasks
+        said last and releases the source (state_records.RELEASED_PART): the query's next
+        run takes it over at once, not after a silence."""
+        self._run_ended = True
+        self.stop()
 
     def stop(self) -> None:
         if self._driver is not None:

@@ -56,6 +56,9 @@ class NextOffsetPlanner:
         self._available_now_ms: int | None = None
         self._available: dict[str, int] = {}
         """Each split's available end, as planning asked for it."""
+        self.read_everything = False
+        """With ``Trigger.AvailableNow``: this call found everything available read (the
+        run ends)."""
 
     _last_prepare_warning = float("-inf")
     """A planner lives for one latestOffset call; the warning's rate limit is the query's."""
@@ -116,9 +119,7 @@ class NextOffsetPlanner:
                         # Only bookkeeping (finished splits reported, NoMoreSplits, splits
                         # that arrived with nothing to read) is new: no batch for it, as
                         # Spark's own sources run none; a later run records it.
-                        driver.leave()
-                        log.info("source %s: everything available was read", self.source_name)
-                        return start
+                        return self._everything_read(start)
                     if not waited:
                         # Only assignments or bookkeeping changed: let a burst of coordinator
                         # records settle before paying for a batch that reads nothing.
@@ -133,13 +134,17 @@ class NextOffsetPlanner:
                 generation = driver.wait_for_change(generation, 0.2)
                 continue
             if self._done():
-                driver.leave()
-                log.info("source %s: everything available was read", self.source_name)
-                return start
+                return self._everything_read(start)
             generation = driver.wait_for_change(generation, 1.0)
             if time.monotonic() - since >= WAITING_NOTICE_S:
                 since = time.monotonic()
                 log.info("source %s: waiting for the coordinator (%s)", self.source_name, driver.status())
+
+    def _everything_read(self, start: SourceOffset) -> SourceOffset:
+        self.driver.leave()
+        self.read_everything = True
+        log.info("source %s: everything available was read", self.source_name)
+        return start
 
     def _settle(self) -> int:
         """Before the first batch of a driver (a query's start or restart): until every
