@@ -706,6 +706,30 @@ def test_a_distributor_with_nothing_waiting_arms_no_timer() -> None:
     assert dist0.distribute() == 3 and ctx0.timers == []
 
 
+def test_a_pull_distributor_serves_the_readers_that_asked_for_nothing_when_splits_arrive() -> None:
+    """Flink's FileSource keeps its readers awaiting a split: readers 0, 2 and 1 ask while
+    nothing is pending and get nothing; reader 2 leaves; a discovery then adds five splits
+    and its round (no requester) gives the two still waiting their share at once, in the
+    order they asked, instead of at their next request a second later. Served, a reader
+    waits no more; a request that finds splits is served by its own round."""
+    ctx = FakeContext(3, {0, 1, 2})
+    dist = SplitDistributor(ctx, PullAssigner[Split](), clock=Clock())
+    for subtask in (0, 2, 1):
+        assert dist.distribute(requester=subtask) == 0
+    ctx.live.discard(2)
+    dist.add_splits(splits(*range(5)))
+    assert dist.distribute() == 5
+    assert ctx.assignments == [{0: ["s-0", "s-1", "s-2"], 1: ["s-3", "s-4"]}]
+    dist.add_splits(splits(5, 6))
+    assert dist.distribute() == 0, "served readers were not waiting any more"
+    # 2 pending + 5 owned over 2 live: share 4, reader 1 owns 2
+    assert dist.distribute(requester=1) == 2 and ctx.assignments[-1] == {1: ["s-5", "s-6"]}
+    ctx.live.add(2)
+    assert dist.distribute(requester=2) == 0
+    dist.add_splits(splits(7))
+    assert dist.distribute() == 1 and ctx.assignments[-1] == {2: ["s-7"]}
+
+
 # -- rebalancing: load follows readers --------------------------------------------------------
 
 

@@ -32,6 +32,7 @@ from sluicegate.protocol.messages import (
     ReaderRegistration,
     RegistrationRefused,
     ReleaseRequest,
+    RequestSplit,
     SplitsReleased,
     WatermarkAnnouncement,
     envelope,
@@ -130,6 +131,34 @@ def test_assigned_splits_are_planned_read_and_acknowledged(running: tuple[SparkR
     assert [body(a, CheckpointAck).checkpoint_id for a in acks] == [first.checkpoint_id]
     assert body(acks[-1], CheckpointAck).splits == []
     assert driver.status().splits_finished == 3
+
+
+def test_a_subtask_that_registers_owning_nothing_asks_for_work_at_once() -> None:
+    """Not at its next heartbeat (20 s here): a pull assigner (files) gives only to a
+    requester, and a Trigger.Once batch planned before the request was answered read nothing."""
+    broker = MemoryBroker()
+    broker.create_control_topics(TOPICS, 2)
+    source = SequenceSource.from_options({"splits": "4", "records_per_split": "100"})
+    settings = DriverSettings(
+        source=SOURCE,
+        parallelism=2,
+        bootstrap_servers="memory:0",
+        heartbeat_interval_ms=20_000,
+        session_timeout_ms=60_000,
+    )
+    driver = SparkReaderDriver(settings, source, channel=MemoryControlChannel(broker, TOPICS))
+    driver.start(None)
+    try:
+        coordinator = Coordinator(broker, driver)
+        assert not coordinator.inbox(RequestSplit)
+        register_both(coordinator)
+        requests = eventually(
+            lambda: coordinator.inbox(RequestSplit) if len(coordinator.inbox(RequestSplit)) == 2 else None
+        )
+        assert sorted(env.subtask for env in requests) == [0, 1]
+        assert all(env.attempt == 1 for env in requests)
+    finally:
+        driver.close()
 
 
 class HeldChannel(MemoryControlChannel):

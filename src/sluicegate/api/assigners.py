@@ -129,6 +129,9 @@ class SplitAssigner(ABC, Generic[SplitT]):
     """Holds the pending splits and decides who reads them."""
 
     name: ClassVar[str]
+    gives_only_to_requesters: ClassVar[bool] = False
+    """Whether splits go only to a reader that asked (RequestSplit): the distributor then
+    remembers who asked and got nothing, and serves them when splits arrive."""
 
     def __init__(self, grace_ms: int = DEFAULT_GRACE_MS) -> None:
         if grace_ms < 0:
@@ -460,12 +463,14 @@ class FairShareAssigner(SplitAssigner[SplitT]):
 
 class PullAssigner(SplitAssigner[SplitT]):
     """Splits go only to a reader that asks for work (RequestSplit: it ran dry), as
-    Flink's FileSource assigns: nothing is pushed on registration or discovery. The
+    Flink's FileSource assigns: nothing is pushed on registration, and a discovery serves
+    only the readers that asked and got nothing (the distributor keeps them). The
     requester gets its fair share of what is pending and owned, ``ceil((pending +
     outstanding) / live)`` minus what it owns, at least one. Nothing is rebalanced:
     its splits are short-lived and a dry reader asks for more."""
 
     name = "pull"
+    gives_only_to_requesters = True
 
     def assign(self, round_: AssignmentRound) -> dict[int, list[SplitT]]:
         requester = round_.requester

@@ -5,6 +5,7 @@ requests. The assigners decide; this carries their decisions out."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Generic
 
 from sluicegate.api.assigners import (
@@ -23,7 +24,9 @@ class SplitDistributor(Generic[SplitT]):
     and arms a one-shot ``call_async`` timer when a split waits for a grace delay, so
     the delay ends even when no other event comes. The enumerator calls ``distribute``
     on add_reader, add_splits_back and RequestSplit (no timer is armed while no reader
-    is live: the next registration is the event that ends the wait).
+    is live: the next registration is the event that ends the wait). For an assigner
+    that gives only to requesters it keeps the readers that asked and got nothing, and
+    a round that new or returned splits started serves them (``_serve_awaiting``).
 
     It also ends a bounded source: once ``all_discovered()`` and no split is pending or
     owned by anyone, every live reader is told NoMoreSplits.
@@ -66,6 +69,9 @@ class SplitDistributor(Generic[SplitT]):
         self._readers_changed_ms: int | None = None
         self._settle_due_ms: int | None = None
         self._settle_timer: AsyncCallHandle | None = None
+        self._awaiting: dict[int, None] = {}
+        """Subtasks that asked for work (RequestSplit) and have got nothing since, in the
+        order they asked; not state: after a restart each asks again within a second."""
 
     def add_splits(self, splits: Sequence[SplitT]) -> None:
         if self._planned:
@@ -78,6 +84,8 @@ class SplitDistributor(Generic[SplitT]):
         readers = self.context.reader_loads()
         if not readers:
             return 0
+        if requester is not None and self.assigner.gives_only_to_requesters:
+            self._awaiting[requester] = None  # until a round gives it something
         if not len(self.assigner):
             if self._all_discovered() and self.context.outstanding_split_count() == 0:
                 for subtask in list(readers):
@@ -103,8 +111,12 @@ class SplitDistributor(Generic[SplitT]):
             requester=requester,
         )
         assignment = self.assigner.assign(round_)
+        if requester is None and self._awaiting:
+            self._serve_awaiting(round_, assignment)
         for subtask, splits in planned.items():
             assignment[subtask] = [*splits, *assignment.get(subtask, [])]
+        for subtask in assignment:
+            self._awaiting.pop(subtask, None)
         if assignment:
             self.context.assign_splits(assignment)
         if round_.live:
@@ -114,6 +126,26 @@ class SplitDistributor(Generic[SplitT]):
         if requester is None and not len(self.assigner):
             self.rebalance()
         return sum(len(v) for v in assignment.values())
+
+    def _serve_awaiting(self, round_: AssignmentRound, assignment: dict[int, list[SplitT]]) -> None:
+        """A round that splits started (a discovery, splits given back, a timer) serves the
+        readers that asked for work and got none, in the order they asked, as if each asked
+        again now: a pull assigner gives only to a requester, and a reader repeats its
+        request once a second (a new file waited up to that second; a ``Trigger.Once``
+        batch planned in it read nothing). Flink's FileSource keeps these readers too."""
+        live = round_.live
+        for subtask in [s for s in self._awaiting if s not in live]:
+            del self._awaiting[subtask]  # left: its next attempt asks again
+        for subtask in list(self._awaiting):
+            if not len(self.assigner):
+                return
+            if subtask in assignment:
+                continue
+            loads = {s: n + len(assignment.get(s, ())) for s, n in live.items()}
+            given = sum(map(len, assignment.values()))
+            asked = replace(round_, live=loads, outstanding=round_.outstanding + given, requester=subtask)
+            for to, splits in self.assigner.assign(asked).items():
+                assignment.setdefault(to, []).extend(splits)
 
     def _take_planned(self, live: Mapping[int, int]) -> dict[int, list[SplitT]]:
         """The returned splits that a plan gives to a reader that is still live (no plan,

@@ -482,6 +482,7 @@ class SparkReaderDriver:
         if isinstance(outcome, Registered):
             self._refused_since.pop(subtask, None)
             self._on_registered(subtask, outcome)
+            await self._ask_for_work(subtask)
         elif isinstance(outcome, Refused):
             self._on_refused(subtask, outcome)
         elif isinstance(outcome, Superseded):
@@ -520,6 +521,17 @@ class SparkReaderDriver:
         self._watermarks[subtask].add((s["split_id"] for s in outcome.kept), _monotonic_ms())
         log.info("subtask %d registered as attempt %s", subtask, outcome.attempt)
         self._notify()
+
+    async def _ask_for_work(self, subtask: int) -> None:
+        """A subtask that registered owning nothing asks for splits now, as Flink's reader
+        does at its start, not at the next heartbeat: a pull assigner (files) gives only
+        to a requester, and the first batch (a ``Trigger.Once`` run's only one) is planned
+        once the assignment has gone quiet for QUIET_S (planner._settle), which a heartbeat
+        a second later misses."""
+        protocol = self.protocols[subtask]
+        request = protocol.maybe_request_split(_now_ms(), nothing_to_read=not protocol.owned)
+        if request is not None:  # on its way, not awaited: the inbound loop goes on meanwhile
+            await self.channel.send(protocol.envelope(request, _now_ms()), wait=False)
 
     def _on_refused(self, subtask: int, outcome: Refused) -> None:
         """Retry each second while the holder may be this query's own previous run (not yet
