@@ -29,7 +29,7 @@ topic (module fixture); each reads it as a source of its own:
 6. the whole query SIGSTOPped past a deployed coordinator's session timeout, then
    SIGCONTed: its subtasks are timed out, register again and read on, every row once.
 
-Tests 2, 3 and 6 read the first half of each partition (``stopping_offsets`` as a JSON
+Tests 2, 3 and 6 read the first quarter of each partition (``stopping_offsets`` as a JSON
 map). The queries of tests 2 and 6 (a process of their own) read with the confluent-kafka read path
 (``SLUICEGATE_KAFKA_READ_PATH=python``), the others with the default one (the native
 reader where it is built): both read paths run under Spark, with no extra Spark run
@@ -82,10 +82,11 @@ into Arrow)."""
 PARALLELISM = 4
 MAX_RECORDS_PER_TRIGGER = 300_000
 """7 data batches over the 2M records."""
-HALF = PER_PARTITION // 2
-"""The kill tests read the first half of each partition (``stopping_offsets`` as a JSON
-map): 1M records, 200,000 a batch, so that a kill lands mid-run at half the cost."""
-KILL_MAX_RECORDS_PER_TRIGGER = 200_000
+QUARTER = PER_PARTITION // 4
+"""The kill tests read the first quarter of each partition (``stopping_offsets`` as a
+JSON map): 500,000 records, 100,000 a batch, so that a kill lands mid-run at a quarter of
+the cost (the Python read path's run of the half took ~5 min on CI's 2 cores)."""
+KILL_MAX_RECORDS_PER_TRIGGER = 100_000
 KEYED_EVERY = 50_000
 """Offsets that are a multiple of this have a key and a header."""
 
@@ -197,8 +198,8 @@ def data_topic(kafka_bootstrap: str) -> Expected:
 
 
 @pytest.fixture(scope="module")
-def first_half(data_topic: Expected) -> Expected:
-    return expected_of(data_topic.topic, dict.fromkeys(range(PARTITIONS), HALF))
+def first_quarter(data_topic: Expected) -> Expected:
+    return expected_of(data_topic.topic, dict.fromkeys(range(PARTITIONS), QUARTER))
 
 
 # -- the query -------------------------------------------------------------------------
@@ -602,7 +603,7 @@ def served_by_split(text: bytes) -> dict[str, dict[str, float]]:
 @pytest.mark.parametrize("read_path", [None, "jvm"])
 def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
     procs: ProcessGroup,
-    first_half: Expected,
+    first_quarter: Expected,
     kafka_bootstrap: str,
     unique_source: str,
     tmp_path: Path,
@@ -612,24 +613,24 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicate(
     planner lives in the killed driver's own Python process."""
     if read_path == "jvm":
         require_jvm_read_path()
-    options = connector_options(first_half.topic, kafka_bootstrap, stop_at(first_half))
+    options = connector_options(first_quarter.topic, kafka_bootstrap, stop_at(first_quarter))
     # no coordinator deployed: the driver coordinates the source itself, and dies with it
     first = start_job(procs, "job-1", unique_source, options, tmp_path, read_path)
-    wait_mid_run(first, first_half.rows // 4)
+    wait_mid_run(first, first_quarter.rows // 4)
     first.kill_group()
-    assert not first.lines_with("DONE") and job_rows(first) < first_half.rows, "the job ended before it was killed"
+    assert not first.lines_with("DONE") and job_rows(first) < first_quarter.rows, "the job ended before it was killed"
     assert first.lines_with(f"source {unique_source}: this process coordinates it now"), first.tail(60)
 
     second = start_job(procs, "job-2", unique_source, options, tmp_path, read_path)
     assert second.wait(300) == 0, second.tail(60)
-    assert second.lines_with("DONE") and job_rows(second) == first_half.rows, second.tail(20)
+    assert second.lines_with("DONE") and job_rows(second) == first_quarter.rows, second.tail(20)
     assert second.lines_with("restored at checkpoint"), second.tail(60)
     # the killed driver's coordinator committed state: the new one waited for its silence
     assert second.lines_with(f"source {unique_source}: no coordinator committed for"), second.tail(60)
     # FLIP-537: the restarted driver registered with the splits of its restored offset
     reported = [int(n) for n in re.findall(r"(\d+) reported splits", second.log())]
     assert sum(reported) > 0, second.tail(60)
-    check_parquet(tmp_path / "out", first_half)
+    check_parquet(tmp_path / "out", first_quarter)
     assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
 
 
@@ -642,7 +643,7 @@ itself rather than learn of its failure from the coordinator."""
 
 
 def test_a_driver_paused_past_its_session_timeout_plans_nothing_twice(
-    procs: ProcessGroup, first_half: Expected, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+    procs: ProcessGroup, first_quarter: Expected, kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     """The whole query (its JVM and Python workers) SIGSTOPped mid-run past the session
     timeout of a deployed coordinator, then SIGCONTed: the coordinator fails the query's
@@ -654,7 +655,7 @@ def test_a_driver_paused_past_its_session_timeout_plans_nothing_twice(
     next offset must start them where the query had planned (spark/offsets.py). That
     window is a few ms here, so tests/unit/test_spark_driver_memory.py covers it
     deterministically (``test_a_timed_out_query_reads_nothing_twice_...``)."""
-    options = connector_options(first_half.topic, kafka_bootstrap, stop_at(first_half))
+    options = connector_options(first_quarter.topic, kafka_bootstrap, stop_at(first_quarter))
     timeouts = (
         "--session-timeout-ms",
         str(PAUSED_SESSION_MS),
@@ -663,7 +664,7 @@ def test_a_driver_paused_past_its_session_timeout_plans_nothing_twice(
     )
     coordinator = kafka_coordinator(procs, unique_source, options, *timeouts)
     job = start_job(procs, "job", unique_source, options, tmp_path)
-    wait_mid_run(job, first_half.rows // 4)
+    wait_mid_run(job, first_quarter.rows // 4)
     job.pause(group=True)
     try:
         time.sleep(DRIVER_PAUSE_S)
@@ -673,15 +674,15 @@ def test_a_driver_paused_past_its_session_timeout_plans_nothing_twice(
     assert coordinator.lines_with("fencing it before its splits move"), coordinator.tail(60)
 
     assert job.wait(300) == 0, job.tail(60)
-    assert job.lines_with("DONE") and job_rows(job) == first_half.rows, job.tail(20)
+    assert job.lines_with("DONE") and job_rows(job) == first_quarter.rows, job.tail(20)
     assert re.search(r"subtask \d+ fenced \(", job.log()), job.tail(60)
-    check_parquet(tmp_path / "out", first_half)
+    check_parquet(tmp_path / "out", first_quarter)
     result = assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
     assert result.summary.released_by_reason.get("departed", 0) >= 1, result.summary.released_by_reason
 
 
 def test_a_deployed_coordinator_takes_over_from_the_query_and_dies_and_the_query_ends_exactly_once(
-    spark: Any, procs: ProcessGroup, first_half: Expected, kafka_bootstrap: str, unique_source: str, tmp_path: Path
+    spark: Any, procs: ProcessGroup, first_quarter: Expected, kafka_bootstrap: str, unique_source: str, tmp_path: Path
 ) -> None:
     """The query's driver coordinates its source (nothing deployed: epoch 1); mid-run a
     deployed coordinator starts and takes the source over (epoch 2, fencing the driver's);
@@ -692,7 +693,7 @@ def test_a_deployed_coordinator_takes_over_from_the_query_and_dies_and_the_query
     read: Spark plans no further batch until the call returns, so the query is certainly
     still running when the deployed coordinator dies (watching progress from outside, a
     fast read path could end the 5 batches before a coordinator process had started)."""
-    options = connector_options(first_half.topic, kafka_bootstrap, stop_at(first_half))
+    options = connector_options(first_quarter.topic, kafka_bootstrap, stop_at(first_quarter))
     out = tmp_path / "out"
     deployed: list[Proc] = []
 
@@ -716,7 +717,7 @@ def test_a_deployed_coordinator_takes_over_from_the_query_and_dies_and_the_query
     assert deployed, f"the query ended in {len(progress)} batches, before a second one"
     served = re.findall(rf"source {re.escape(unique_source)} \(.*epoch (\d+)\) is serving", deployed[0].log())
     assert served == ["2"], deployed[0].tail()
-    check_rows(read_parquet_tree(out), first_half)
+    check_rows(read_parquet_tree(out), first_quarter)
     result = assert_audit(kafka_bootstrap, unique_source, PARTITIONS)
     # epoch 2, the deployed one's, may have sent nothing before it was killed; the batches
     # after the second were coordinated by a later epoch: the driver's own, taking back
