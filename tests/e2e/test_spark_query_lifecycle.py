@@ -96,6 +96,11 @@ def test_available_now_runs_again_read_what_arrived_before_each(lifecycle: dict[
 def test_once_runs_read_what_arrived_before_each(lifecycle: dict[str, Any]) -> None:
     runs = same_batches(lifecycle["kafka_once"])
     assert [values(r) for r in runs] == [list(range(113)), list(range(113, 124))]
+    # The first run's source process was SIGKILLed (one batch, no end the source sees): the
+    # second found its coordinator's process gone and took the source back at once.
+    own = [line for line in lifecycle["_log"].splitlines() if f"{lifecycle['_prefix']}-once.query-" in line]
+    assert sum("its last coordinator's process" in line for line in own) == 1, own
+    assert not [line for line in own if "no coordinator committed for" in line]
 
 
 def test_a_restart_of_a_query_that_started_at_json_offsets_goes_on_from_its_checkpoint(

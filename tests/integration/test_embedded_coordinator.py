@@ -14,12 +14,15 @@ to start on a loaded one. Apart, a reader that brings another
 definition of the source is refused at start, naming the option. And a reader's
 coordinator never takes the source from deployed workers that are alive (issue 49): a
 worker paused for less than its group's session timeout, as a commit held up by a broker
-failover leaves it, keeps its source; one that died loses it to the reader.
+failover leaves it, keeps its source; one that died loses it to the reader. And a host
+whose source's last coordinator ran in a process of this machine that is gone (SIGKILLed)
+takes the source over at once, not after a silence.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
@@ -201,3 +204,58 @@ def test_a_readers_coordinator_never_takes_the_source_from_live_deployed_workers
                 os.kill(proc.popen.pid, signal.SIGCONT)
         group.stop_all()
     assert audit(kafka_bootstrap, source).ok
+
+
+GONE = "its last coordinator's process (pid {pid}, this machine) is gone"
+
+
+def test_a_host_takes_the_source_over_at_once_when_the_last_coordinators_process_is_gone(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reader serving its source is SIGKILLed (as a Spark query's source process is when
+    the query stops): a coordinator of this process, with a silence of 60 s, takes the
+    source over within seconds because the state names the killed process, whether it
+    looked after the kill (the state checked at start) or before it (the process waited for)."""
+    caplog.set_level(logging.INFO, logger="sluicegate.coordinator")
+    source = unique_source
+    group = ProcessGroup(tmp_path, kafka_bootstrap)
+    auto = ("--coordinator", "auto", "--max-parallelism", "1", "--checkpoint-interval-ms", "500")
+    embedded: EmbeddedCoordinator | None = None
+
+    def serving_reader(name: str) -> Proc:
+        reader = group.reader(source, 0, OPTIONS, tmp_path / f"{name}.jsonl", *auto)
+        wait_until(lambda: completed_checkpoints(reader) >= 2, 60, f"{name} to read")
+        assert serving(reader, source), reader.tail()
+        return reader
+
+    def coordinator_of_this_process() -> EmbeddedCoordinator:
+        coordinator = EmbeddedCoordinator(
+            source, "sequence", OPTIONS, kafka_bootstrap, "sluicegate", CoordinatorMode.AUTO, 1, silence_ms=60_000
+        )
+        coordinator.start()
+        return coordinator
+
+    try:
+        for looks in ("after the kill", "before the kill"):
+            reader = serving_reader(f"reader-{looks.split()[0]}")
+            if looks == "before the kill":
+                embedded = coordinator_of_this_process()
+                time.sleep(1.5)
+                assert not embedded.active, "the reader's coordinator is alive: it keeps the source"
+            reader.kill()
+            killed = time.monotonic()
+            serves = embedded if embedded is not None else coordinator_of_this_process()
+            embedded = serves
+            wait_until(functools.partial(getattr, serves, "active"), 30, f"this process to serve ({looks})")
+            assert time.monotonic() - killed < 15, "it waited for a silence"
+            assert GONE.format(pid=reader.popen.pid) in caplog.text, caplog.text
+            embedded.close()  # released: the next reader serves at once
+            embedded = None
+    finally:
+        if embedded is not None:
+            embedded.close()
+        for proc in group.procs:
+            if proc.popen.poll() is None:
+                proc.kill()
+    result = audit(kafka_bootstrap, source)
+    assert result.ok, audit_failure(result)

@@ -6,6 +6,7 @@ runs over Kafka in the integration and e2e tests (kafka_log.py)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import time
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 
 from sluicegate.coordinator import metrics, silence
+from sluicegate.coordinator.embedded import nobody_serves
+from sluicegate.coordinator.host_process import this_process
 from sluicegate.coordinator.metrics import exposition, source_snapshot
 from sluicegate.coordinator.settings import SourceSettings
 from sluicegate.coordinator.source_runner import RunnerState, SourceRunner
@@ -32,7 +35,7 @@ from sluicegate.protocol.messages import (
     envelope,
 )
 from sluicegate.protocol.names import reader_transactional_id
-from sluicegate.protocol.state_records import released_by_last
+from sluicegate.protocol.state_records import host_of_last, released_by_last
 from sluicegate.protocol.topics import ControlTopics
 from sluicegate.testing.memory_log import FencedTransactionError, MemoryCoordinatorLog, MemoryLogBroker
 
@@ -528,6 +531,21 @@ async def test_finish_reads_and_commits_what_was_in_the_inbox_before_it_stops() 
     assert len(assigned(broker)) == 4
     meta = merge_records(SOURCE, broker.state).parts["meta"]
     assert meta["inbox_offset"] == broker.stable - 1, "the state says both registrations were read"
+
+
+async def test_a_serving_coordinator_names_its_process_for_its_epoch() -> None:
+    """Once it serves, the state names the process hosting the coordinator of that epoch
+    (a host that starts here once it is gone takes over at once, embedded.py); a successor
+    names its own epoch."""
+    broker = MemoryLogBroker()
+    for epoch in (1, 2):
+        runner = start(broker)
+        await until(functools.partial(lambda r: r.state is RunnerState.ACTIVE, runner))
+        await runner.stop()
+        parts = merge_records(SOURCE, broker.state).parts
+        assert parts["host"]["epoch"] == epoch
+        assert host_of_last(parts) == this_process().to_json()
+        assert nobody_serves(parts) is None, "this process runs: whoever served may be alive"
 
 
 async def test_a_finished_coordinator_releases_its_source_and_a_stopped_or_succeeded_one_does_not() -> None:

@@ -11,7 +11,9 @@ that a long coordinator step never delays the host's heartbeats. The host choose
   taken over once nobody has committed to its state topic for ``silence_ms``, counted
   from the first look (silence.py ``from_first_sample``): the previous host died, say.
   One whose last coordinator released it when its host ended (state_records.py
-  ``RELEASED_PART``: a query stopped and restarted) is taken over at once, the deployed
+  ``RELEASED_PART``: a query stopped and restarted), or whose last coordinator's process
+  ran on this machine and is gone (``HOST_PART``, host_process.py: a query's source
+  process SIGKILLed, a killed driver restarted), is taken over at once, the deployed
   workers' check first.
   The silence is longer than a deployed standby's (5 s against 2 s) so that a deployed
   standby, when there is one, takes over first; and while the source's deployed workers
@@ -49,8 +51,10 @@ import logging
 import random
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.coordinator.host_process import HostProcess, gone_from_here, this_machine
 from sluicegate.coordinator.restart_backoff import RestartBackoff
 from sluicegate.coordinator.settings import SourceSettings, default_group_ids
 from sluicegate.coordinator.silence import liveness_interval_ms
@@ -62,12 +66,15 @@ from sluicegate.kafka.security import KafkaSecurity, use_security
 from sluicegate.kafka.topics import apply_topics, describe_topics
 from sluicegate.loop_thread import LoopThread
 from sluicegate.protocol.definition import DefinitionMismatchError
-from sluicegate.protocol.state_records import released_by_last
+from sluicegate.protocol.state_records import host_of_last, released_by_last
 from sluicegate.protocol.timing import SESSION_TIMEOUT_MS
 from sluicegate.protocol.topics import ControlTopics, topic_specs
 
 log = logging.getLogger("sluicegate.coordinator")
 
+HOST_POLL_S = 0.1
+"""How often a host looks whether the last coordinator's process, running on this
+machine when it started, is gone (``_take_over_once_gone``)."""
 SILENCE_MS = 5_000
 """Longer than a deployed standby's default (CoordinatorSettings.takeover_silence_ms, 2 s):
 where both watch, the deployed one takes over first."""
@@ -206,8 +213,9 @@ class EmbeddedCoordinator:
         stored = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
         check_definition(self.source, stored.parts if stored else None, settings.definition(), self._who())
         self.settings = settings
-        released = stored is not None and released_by_last(stored.parts)
-        if self.mode is CoordinatorMode.AUTO and stored is not None and not released:
+        free = None if stored is None else nobody_serves(stored.parts)
+        ending = None if stored is None or free is not None else last_host_here(stored.parts)
+        if self.mode is CoordinatorMode.AUTO and stored is not None and free is None:
             log.info(
                 "source %s: this process coordinates it if nobody does (no commit to %s for %d ms); "
                 "a deployed coordinator takes it over (coordinator=auto)",
@@ -217,20 +225,26 @@ class EmbeddedCoordinator:
             )
         served_before = stored is not None
         self._watch_task = asyncio.get_running_loop().create_task(
-            self._watch(served_before, released), name=f"coordinator watch {self.source}"
+            self._watch(served_before, free, ending), name=f"coordinator watch {self.source}"
         )
 
     def _who(self) -> str:
         return f"this process's coordinator (coordinator={self.mode.value})"
 
-    async def _watch(self, served_before: bool, released: bool) -> None:
+    async def _watch(self, served_before: bool, free: str | None, ending: HostProcess | None) -> None:
+        """``free``: why nobody serves a source served before, when its state says so;
+        ``ending``: the last coordinator's process, running on this machine."""
         if self.mode is CoordinatorMode.EMBEDDED or not served_before:
             self._take_over(self.source, 0.0)
-        elif released:
-            # Its last coordinator stopped with its host (a query restarted, a reader
-            # redeployed): nobody serves it, so there is no silence to wait out; only the
+        elif ending is not None:
+            self._asking = asyncio.get_running_loop().create_task(
+                self._take_over_once_gone(ending), name=f"coordinator host {self.source}"
+            )
+        elif free is not None:
+            # Nobody serves it (its last coordinator stopped or died with its host: a query
+            # restarted, a reader redeployed), so there is no silence to wait out; only the
             # source's deployed workers come first, as after a silence.
-            log.info("source %s: its last coordinator released it when its host ended", self.source)
+            log.info("source %s: %s", self.source, free)
             self._asking = asyncio.get_running_loop().create_task(
                 self._take_over_unless_deployed(self.source, 0.0), name=f"coordinator ask {self.source}"
             )
@@ -265,6 +279,21 @@ class EmbeddedCoordinator:
                 )
             return
         self._serve(name, silent_for_s)
+
+    async def _take_over_once_gone(self, host: HostProcess) -> None:
+        """The last coordinator's process runs on this machine; it may be ending: a Spark
+        query's source process is killed as the query stops, while its next run starts.
+        Taken over as soon as it is gone, within the silence; past that, the watch decides
+        (a live host commits, a silent one is taken over after the silence)."""
+        deadline = time.monotonic() + self.silence_ms / 1000
+        while time.monotonic() < deadline:
+            await asyncio.sleep(HOST_POLL_S)
+            if self._closing or self.runner is not None:
+                return
+            if gone_from_here(host):
+                log.info("source %s: %s", self.source, gone_reason(host))
+                await self._take_over_unless_deployed(self.source, 0.0)
+                return
 
     async def _take_over_unless_deployed(self, name: str, silent_for_s: float) -> None:
         # The group of the source's own workers only: the namespace's shared group may
@@ -366,6 +395,28 @@ class EmbeddedCoordinator:
         if runner is not None:
             await runner.finish()
             log.info("source %s: stopped this process's coordinator (%s)", self.source, runner.describe())
+
+
+def nobody_serves(parts: Mapping[str, Any]) -> str | None:
+    """Why the committed state ``parts`` say that nobody serves their source, or None
+    when they do not say so (whoever committed last may be alive)."""
+    if released_by_last(parts):
+        return "its last coordinator released it when its host ended"
+    host = HostProcess.from_json(host_of_last(parts))
+    if host is not None and gone_from_here(host):
+        return gone_reason(host)
+    return None
+
+
+def last_host_here(parts: Mapping[str, Any]) -> HostProcess | None:
+    """The process the state ``parts`` name as their last coordinator's host, when it
+    ran on this machine."""
+    host = HostProcess.from_json(host_of_last(parts))
+    return host if host is not None and host.machine == this_machine() else None
+
+
+def gone_reason(host: HostProcess) -> str:
+    return f"its last coordinator's process (pid {host.pid}, this machine) is gone"
 
 
 def _reason(exc: BaseException) -> str:

@@ -44,6 +44,7 @@ from sluicegate.connectors import load_source
 from sluicegate.coordinator.async_calls import AsyncCalls, AsyncResult, LoopAsyncCalls
 from sluicegate.coordinator.clock import SYSTEM_CLOCK, Clock
 from sluicegate.coordinator.core import CoordinatorCore, Effects, ReaderFence, StepFailedError
+from sluicegate.coordinator.host_process import this_process
 from sluicegate.coordinator.kafka_log import KafkaCoordinatorLog
 from sluicegate.coordinator.log import (
     CommitFailedError,
@@ -65,7 +66,7 @@ from sluicegate.protocol.dead_letter import DeadLetter
 from sluicegate.protocol.definition import DefinitionMismatchError, SourceDefinition
 from sluicegate.protocol.messages import Direction
 from sluicegate.protocol.names import coordinator_transactional_id, reader_transactional_id
-from sluicegate.protocol.state_records import ALIVE_PART, released_record, state_key
+from sluicegate.protocol.state_records import ALIVE_PART, host_record, released_record, state_key
 from sluicegate.protocol.topics import ControlTopics
 
 log = logging.getLogger("sluicegate.coordinator")
@@ -370,6 +371,10 @@ class SourceRunner:
         finally:
             self._starting_since = None
         await self._commit(force=True)  # the new epoch is durable before anything else happens
+        # Which process serves it: a host that starts here once this one is gone (SIGKILLed
+        # with its Spark query) takes the source over at once (embedded.py). Killed before
+        # this, the last epoch names no process, and its successor waits out the silence.
+        await self._transact([], [host_record(self.source, core.epoch, this_process().to_json())])
         # The restored state is long-lived: keep the collector from rescanning it. Collect
         # first, or the garbage of an earlier incarnation in this process (a restart after a
         # failure) is frozen with it and never freed: ~0.3 s per million objects, once.

@@ -27,6 +27,28 @@ where it would otherwise wait out a silence (coordinator/embedded.py). A success
 ``meta`` has a higher epoch, so the part is stale from then on and nobody deletes it."""
 
 
+HOST_PART = "host"
+"""``{"epoch": E, "process": {...}}``: the process that hosts the coordinator of epoch E
+(coordinator/host_process.py), written once it serves. A host that starts on the same
+machine and finds that process gone takes the source over at once (a killed query's
+next run), where it would otherwise wait out a silence."""
+
+
+def host_record(source: str, epoch: int, process: Mapping[str, Any]) -> tuple[bytes, bytes]:
+    """The state record that names the process hosting the coordinator of ``epoch``."""
+    return state_key(source, HOST_PART), orjson.dumps({"epoch": epoch, "process": dict(process)})
+
+
+def host_of_last(parts: Mapping[str, Any]) -> Any:
+    """The process the state ``parts`` name as their last coordinator's host (as written),
+    or None when they name none or an earlier epoch's."""
+    host = parts.get(HOST_PART)
+    meta = parts.get("meta")
+    if not isinstance(host, dict) or meta is None or host.get("epoch") != meta["epoch"]:
+        return None
+    return host.get("process")
+
+
 def released_record(source: str, epoch: int) -> tuple[bytes, bytes]:
     """The state record that says the coordinator of ``epoch`` released ``source``."""
     return state_key(source, RELEASED_PART), orjson.dumps({"epoch": epoch})
