@@ -76,13 +76,20 @@ class Coordinator:
         loop.call_soon_threadsafe(self.broker.append, TOPICS.readers, subtask, encode_key(subtask), value)
 
 
-@pytest.fixture
-def running() -> Iterator[tuple[SparkReaderDriver, Coordinator]]:
+@contextlib.contextmanager
+def two_subtasks(
+    heartbeat_interval_ms: int = 50, session_timeout_ms: int = 2_000
+) -> Iterator[tuple[SparkReaderDriver, Coordinator]]:
+    """A started driver of two subtasks over the memory channel, and the test's coordinator."""
     broker = MemoryBroker()
     broker.create_control_topics(TOPICS, 2)
     source = SequenceSource.from_options({"splits": "4", "records_per_split": "100"})
     settings = DriverSettings(
-        source=SOURCE, parallelism=2, bootstrap_servers="memory:0", heartbeat_interval_ms=50, session_timeout_ms=2_000
+        source=SOURCE,
+        parallelism=2,
+        bootstrap_servers="memory:0",
+        heartbeat_interval_ms=heartbeat_interval_ms,
+        session_timeout_ms=session_timeout_ms,
     )
     driver = SparkReaderDriver(settings, source, channel=MemoryControlChannel(broker, TOPICS))
     driver.start(None)
@@ -90,6 +97,12 @@ def running() -> Iterator[tuple[SparkReaderDriver, Coordinator]]:
         yield driver, Coordinator(broker, driver)
     finally:
         driver.close()
+
+
+@pytest.fixture
+def running() -> Iterator[tuple[SparkReaderDriver, Coordinator]]:
+    with two_subtasks() as pair:
+        yield pair
 
 
 def wire(k: int) -> dict[str, Any]:
@@ -136,20 +149,7 @@ def test_assigned_splits_are_planned_read_and_acknowledged(running: tuple[SparkR
 def test_a_subtask_that_registers_owning_nothing_asks_for_work_at_once() -> None:
     """Not at its next heartbeat (20 s here): a pull assigner (files) gives only to a
     requester, and a Trigger.Once batch planned before the request was answered read nothing."""
-    broker = MemoryBroker()
-    broker.create_control_topics(TOPICS, 2)
-    source = SequenceSource.from_options({"splits": "4", "records_per_split": "100"})
-    settings = DriverSettings(
-        source=SOURCE,
-        parallelism=2,
-        bootstrap_servers="memory:0",
-        heartbeat_interval_ms=20_000,
-        session_timeout_ms=60_000,
-    )
-    driver = SparkReaderDriver(settings, source, channel=MemoryControlChannel(broker, TOPICS))
-    driver.start(None)
-    try:
-        coordinator = Coordinator(broker, driver)
+    with two_subtasks(heartbeat_interval_ms=20_000, session_timeout_ms=60_000) as (_, coordinator):
         assert not coordinator.inbox(RequestSplit)
         register_both(coordinator)
         requests = eventually(
@@ -157,8 +157,6 @@ def test_a_subtask_that_registers_owning_nothing_asks_for_work_at_once() -> None
         )
         assert sorted(env.subtask for env in requests) == [0, 1]
         assert all(env.attempt == 1 for env in requests)
-    finally:
-        driver.close()
 
 
 class HeldChannel(MemoryControlChannel):
