@@ -40,9 +40,16 @@ class MemoryCluster(DataCluster):  # DataCluster is Any to mypy here
         counts: Counter[str] = Counter(t for t, _ in self.logs if self.options.matches(t))
         return dict(counts)
 
+    def existing(self, partitions: Any) -> set[TopicPartitionKey]:
+        if self.down:
+            raise DataClusterError(f"listing topics on the data cluster at {BOOTSTRAP} failed: down")
+        return {key for key in partitions if key in self.logs}
+
     def offsets(self, partitions: Any, spec: str | int) -> dict[TopicPartitionKey, int]:
         out = {}
         for key in partitions:
+            if key not in self.logs:
+                raise DataClusterError(f"listing offsets on the data cluster at {BOOTSTRAP} failed: unknown partition")
             earliest, latest = self.logs[key]
             if spec == "earliest":
                 out[key] = earliest
@@ -469,3 +476,24 @@ def test_a_batch_read_needs_an_end_and_refuses_a_start_past_it() -> None:
     clusters[0].add("orders", 2, earliest=0, latest=30)
     with pytest.raises(SourceError, match=r"orders-1 \(50 > 30\)"):
         source.batch_splits()
+
+
+def test_planning_finds_a_deleted_partition_gone_and_reads_the_others_on() -> None:
+    clusters: list[MemoryCluster] = []
+    source = kafka_source(clusters, topics="orders,refunds")
+    clusters.append(MemoryCluster(source.options))
+    clusters[0].add("orders", 1, latest=30)
+    clusters[0].add("refunds", 1, latest=20)
+    orders, refunds = KafkaPartitionSplit("orders", 0, 5), KafkaPartitionSplit("refunds", 0, 5)
+    source.prepare_planning([orders, refunds])
+    assert [source.available_end(s, 1_000) for s in (orders, refunds)] == [30, 20]
+    del clusters[0].logs[("refunds", 0)]  # the topic deleted
+    clusters[0].add("orders", 1, latest=40)
+    source.prepare_planning([orders, refunds])
+    assert source.available_end(orders, 2_000) == 40
+    with pytest.raises(SourceError, match="refunds-0 is gone from the data cluster"):
+        source.available_end(refunds, 2_000)
+    clusters[0].down = True  # a cluster that does not answer is no loss: planning fails as before
+    del clusters[0].logs[("orders", 0)]
+    with pytest.raises(DataClusterError):
+        source.prepare_planning([orders])

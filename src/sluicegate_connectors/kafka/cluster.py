@@ -56,6 +56,16 @@ class DataCluster:
             found[name] = len(topic.partitions)
         return found
 
+    def existing(self, partitions: Iterable[TopicPartitionKey]) -> set[TopicPartitionKey]:
+        """Which of ``partitions`` the cluster's metadata lists (a deleted topic's are gone)."""
+        keys = set(partitions)
+        try:
+            metadata = self._client().list_topics(timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise self._fail("listing topics", exc) from None
+        listed = {(name, p) for name, topic in metadata.topics.items() if topic.error is None for p in topic.partitions}
+        return keys & listed
+
     def offsets(self, partitions: Iterable[TopicPartitionKey], spec: str | int) -> dict[TopicPartitionKey, int]:
         """Offsets of ``partitions``: ``"earliest"``, ``"latest"`` (the last stable offset),
         or for an int timestamp the first offset whose record timestamp is >= it

@@ -26,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from .cluster import DataCluster, TopicPartitionKey
+from .cluster import DataCluster, DataClusterError, TopicPartitionKey
 from .options import KafkaOptions
 from .read_path import PYTHON_ONLY, Event, RangeConsumer, new_range_consumer, read_path
 from .reader import DataLossError
@@ -187,10 +187,11 @@ class RangeReader:
 class PlanningView:
     """Driver-side knowledge for planning: end offsets and event times at positions."""
 
-    def __init__(self, options: KafkaOptions) -> None:
+    def __init__(self, options: KafkaOptions, cluster: DataCluster | None = None) -> None:
         self.options = options
-        self._cluster = DataCluster(options)
+        self._cluster = cluster if cluster is not None else DataCluster(options)
         self._ends: dict[TopicPartitionKey, int] = {}
+        self._gone: set[TopicPartitionKey] = set()
         self._timestamps: OrderedDict[tuple[TopicPartitionKey, int, str], list[int]] = OrderedDict()
         self._probe: Consumer | None = None
         self._probe_lock = threading.Lock()
@@ -198,12 +199,31 @@ class PlanningView:
         (alignment) and the driver's watermarks ask from different threads."""
 
     def refresh(self, splits: Sequence[KafkaPartitionSplit]) -> None:
+        """Every partition's last stable offset, in one request; where it fails, the
+        partitions the cluster no longer lists are ``gone`` and the others asked again."""
         keys = sorted({(s.topic, s.partition) for s in splits})
-        if keys:
+        if not keys:
+            return
+        try:
             self._ends.update(self._cluster.offsets(keys, "latest"))
+            self._gone.difference_update(keys)
+            return
+        except DataClusterError:
+            present = self._cluster.existing(keys)
+            if len(present) == len(keys):
+                raise
+        gone = set(keys) - present
+        self._gone = (self._gone - present) | gone
+        for key in gone:
+            self._ends.pop(key, None)
+        self._ends.update(self._cluster.offsets(sorted(present), "latest"))
 
     def end_offset(self, split: KafkaPartitionSplit) -> int | None:
         return self._ends.get((split.topic, split.partition))
+
+    def gone(self, split: KafkaPartitionSplit) -> bool:
+        """The last ``refresh`` found the split's partition missing from the cluster."""
+        return (split.topic, split.partition) in self._gone
 
     def timestamp_before(self, split: KafkaPartitionSplit, position: int) -> int | None:
         """The timestamp of the last record before ``position`` (None: there is none)."""

@@ -32,6 +32,7 @@ from .options import KafkaOptions, headers_in_rows
 from .positions import starting_offsets, stopping_offsets
 from .ranges import PlanningView, RangeReader, arrow_schema
 from .read_path import native_available
+from .readable_end import ReadableEnds
 from .reader import KafkaSourceReader
 from .split import KafkaPartitionSplit, KafkaSplitCodec
 
@@ -78,6 +79,7 @@ class KafkaSource(
         """How the enumerator reaches the data cluster (tests give an in-memory one)."""
         self._codec = KafkaSplitCodec()
         self._planning: PlanningView | None = None
+        self._readable = ReadableEnds(options.fail_on_data_loss)
         self._group: GroupOffsetCommitter | None = None
         """Made at the first ``positions_durable`` with ``commit_offsets_to_group``."""
 
@@ -178,7 +180,7 @@ class KafkaSource(
 
     def _view(self) -> PlanningView:
         if self._planning is None:
-            self._planning = PlanningView(self.options)
+            self._planning = PlanningView(self.options, self._cluster(self.options))
         return self._planning
 
     def split_position(self, split: KafkaPartitionSplit) -> int:
@@ -224,9 +226,12 @@ class KafkaSource(
         self._view().refresh(splits)
 
     def available_end(self, split: KafkaPartitionSplit, now_ms: int) -> int:
-        end = self._view().end_offset(split)
-        if end is None:
-            return split.position
+        """The partition's last stable offset, within the split's stop, by Spark's rules of
+        data loss and of a Trigger.AvailableNow run (readable_end.py): ``now_ms`` in the
+        past is the run's start."""
+        view = self._view()
+        key = (split.topic, split.partition)
+        end = self._readable.end(key, split.position, view.end_offset(split), view.gone(split), now_ms)
         if split.stop is not None:
             end = min(end, split.stop)
         return max(split.position, end)
