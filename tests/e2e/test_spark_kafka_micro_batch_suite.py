@@ -58,8 +58,6 @@ SIDES = ("spark", "sluicegate")
 LONG_MAX = 9223372036854775807
 INT_VALUE = "CAST(CAST(value AS STRING) AS BIGINT)"
 TRIGGER = {"processingTime": "100 milliseconds"}
-DISCOVERY_S = 2.5
-"""Twice a stream's partition discovery interval (STREAM_DISCOVERY_INTERVAL_MS), and some."""
 STARTS = (
     ("assign", "earliest", True),
     ("assign", "offsets", False),
@@ -193,6 +191,17 @@ def test_the_progress_counts_every_input_row_once(suite: dict[str, Any]) -> None
     case = suite["input-rows"]
     assert case["sluicegate"] == case["spark"]
     assert case["spark"] == [{"answer": []}, {"answer": [1, 2, 3]}, {"input_rows": 3}]
+
+
+def test_the_progress_has_the_offsets_behind_latest_of_spark_s_source(suite: dict[str, Any]) -> None:
+    """On the JVM read path, which a processing-time stream takes where the jar is in the
+    session (this suite's): Spark asks a Python data source for no metrics."""
+    assert same(suite["metrics-rate-limit"]) == [list(range(1, 11))]
+    behind = {"minOffsetsBehindLatest": True, "maxOffsetsBehindLatest": True, "avgOffsetsBehindLatest": True}
+    assert suite["metrics-rate-limit"]["spark"][-1] == {"metrics": behind}
+    assert same(suite["metrics-no-limit"]) == [list(range(1, 11))]
+    caught_up = {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "0", "avgOffsetsBehindLatest": "0.0"}
+    assert suite["metrics-no-limit"]["spark"][-1] == {"metrics": caught_up}
 
 
 # -- pattern subscriptions ----------------------------------------------------------------
@@ -374,8 +383,9 @@ class Pair:
                 self.fail(side, exc)
 
     def check(self, timeout_s: float = 150) -> None:
-        """Each side's answer once it has processed everything available."""
-        for side, query in self.running():
+        """Each side's answer once it has processed everything available. Ours first: a
+        check right after a change (a topic created) gives it the least time to see it."""
+        for side, query in sorted(self.running(), key=lambda running: running[0] != "sluicegate"):
             error = wait_for(query.processAllAvailable, timeout_s, query)
             if error is None:
                 self.cases.record(self.case, side, {"answer": self.recorders[side].answer()})
@@ -742,6 +752,26 @@ class Cases:
             self.record("input-rows", side, {"input_rows": rows})
         pair.stop()
 
+    def source_metrics(self) -> None:
+        """Spark's "test custom metrics": the offsets behind latest in each progress, above
+        0 while a rate limit holds records back, 0 once everything available was read."""
+        for case, limit in (("metrics-rate-limit", {"maxOffsetsPerTrigger": "1"}), ("metrics-no-limit", {})):
+            topic = self.topic(case, 2)
+            self.produce(topic, [(0, str(v)) for v in range(1, 6)] + [(1, str(v)) for v in range(6, 11)])
+            pair = self.pair(case, {"subscribe": topic, "startingOffsets": "earliest", **limit})
+            pair.start()
+            pair.check()
+            for side, query in pair.running():
+                progress = [json.loads(p.json)["sources"][0].get("metrics") or {} for p in query.recentProgress]
+                if limit:  # the last progress that shows a delay
+                    delayed = [m for m in progress if m and float(m["avgOffsetsBehindLatest"]) > 0]
+                    metrics = delayed[-1] if delayed else {}
+                    shown = {key: float(value) > 0 for key, value in metrics.items()}
+                else:
+                    shown = progress[-1] if progress else {}
+                self.record(case, side, {"metrics": shown})
+            pair.stop()
+
     # -- pattern subscriptions
 
     def pattern_topic_deleted(self) -> None:
@@ -764,11 +794,7 @@ class Cases:
         self.delete_topic(seems)
         bad = self.topic("deleted-bad", 5)
         self.spread(bad, [4, 5, 6], 5)
-        # The one difference: Spark's source lists the topics at every trigger, sluicegate's
-        # coordinator every second (docs/kafka.md): a processAllAvailable right after the
-        # topic was created may end before the coordinator found it.
-        time.sleep(DISCOVERY_S)
-        pair.check()
+        pair.check()  # right after the topic was created: Spark lists its topics every trigger
         pair.stop()
 
     def pattern_topic_recreated(self) -> None:
@@ -978,6 +1004,7 @@ GROUPS = (
     "initial_offsets",
     "long_max_rate_limit",
     "progress",
+    "source_metrics",
     "pattern_topic_deleted",
     "pattern_topic_recreated",
     "watermark",

@@ -478,6 +478,41 @@ def test_a_batch_read_needs_an_end_and_refuses_a_start_past_it() -> None:
         source.batch_splits()
 
 
+def test_planning_names_the_partitions_of_new_topics_and_added_partitions_until_splits_cover_them() -> None:
+    clusters: list[MemoryCluster] = []
+    source = kafka_source(clusters, topics="", topic_pattern="orders.*", partition_discovery_interval_ms="1000")
+    clusters.append(MemoryCluster(source.options))
+    clusters[0].add("orders", 1)
+    clusters[0].add("other", 1)  # not the pattern's
+    orders = KafkaPartitionSplit("orders", 0, 0)
+    source.prepare_planning([orders])
+    assert list(source.inputs_to_come()) == []
+    clusters[0].add("orders-eu", 2)  # a topic created for the pattern
+    clusters[0].add("orders", 2)  # a partition added
+    source.prepare_planning([orders])
+    assert list(source.inputs_to_come()) == ["orders-1", "orders-eu-0", "orders-eu-1"]
+    covered = [orders, KafkaPartitionSplit("orders", 1, 0), *(KafkaPartitionSplit("orders-eu", p, 0) for p in (0, 1))]
+    source.prepare_planning(covered)
+    assert list(source.inputs_to_come()) == []
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"stopping_offsets": "latest"},  # bounded: discovers once
+        {"partition_discovery_interval_ms": "0"},  # discovery off
+        {"topics": "", "assign": '{"orders": [0]}'},  # the partitions given
+    ],
+)
+def test_planning_awaits_no_new_partition_where_discovery_finds_none(options: dict[str, str]) -> None:
+    clusters: list[MemoryCluster] = []
+    source = kafka_source(clusters, **options)
+    clusters.append(MemoryCluster(source.options))
+    clusters[0].add("orders", 3)
+    source.prepare_planning([KafkaPartitionSplit("orders", 0, 0)])
+    assert list(source.inputs_to_come()) == []
+
+
 def test_planning_finds_a_deleted_partition_gone_and_reads_the_others_on() -> None:
     clusters: list[MemoryCluster] = []
     source = kafka_source(clusters, topics="orders,refunds")

@@ -13,7 +13,7 @@ import pytest
 from sluicegate.api.errors import ConfigError
 from sluicegate.spark.offsets import OwnedSplit, SourceOffset, SplitEntry, SubtaskOffset
 from sluicegate.spark.options import SparkSourceOptions
-from sluicegate.spark.planner import NextOffsetPlanner
+from sluicegate.spark.planner import NextOffsetPlanner, offsets_behind_latest
 from sluicegate.spark.read_reports import (
     ReadReport,
     ReadTally,
@@ -108,3 +108,16 @@ def test_a_split_s_lag_is_what_planning_found_available_beyond_the_planned_posit
     )
     assert planner.lag_after(offset) == {"seq-00000": (0, 40), "seq-00001": (1, 30)}
     assert planner.lag_after(offset, most=1) == {"seq-00000": (0, 40)}, "the split furthest behind"
+
+
+def test_offsets_behind_latest_count_every_split_from_the_consumed_offset_as_spark_s_source() -> None:
+    wire: dict[str, Any] = {"split_id": "orders-0"}
+    consumed = SourceOffset(
+        checkpoint_id=3,
+        subtasks={0: SubtaskOffset(1, splits={"orders-0": SplitEntry(wire, 1, 60, None)})},
+        parked={"orders-1": SplitEntry({"split_id": "orders-1"}, 1, 25, None)},
+    )
+    available = {"orders-0": 100, "orders-1": 25, "orders-2": 7}
+    # a split the offset does not hold yet (found since) counts from 0, as Spark's source counts
+    assert offsets_behind_latest(available, consumed) == [40, 0, 7]
+    assert offsets_behind_latest({}, consumed) == []

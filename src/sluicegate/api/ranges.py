@@ -129,6 +129,15 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
         runs a task per partition."""
         return None
 
+    def inputs_to_come(self) -> Sequence[str]:
+        """Inputs the last ``prepare_planning`` found in the data system that no split
+        covers yet and soon will (a topic created for a pattern, partitions added, that the
+        coordinator's discovery has not assigned yet), by name. A planning host waits for
+        them before it plans, so a batch reads what was there when it was planned, as
+        Spark's own sources (which list their inputs at every trigger) read. The connector
+        bounds how long it names one. None by default."""
+        return ()
+
     def take_skipped_input(self) -> list[SkippedInput]:
         """Bad input skipped since the last call (after ``prepare_planning``), for the
         dead-letter topic. None by default."""

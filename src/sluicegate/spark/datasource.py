@@ -82,7 +82,7 @@ from sluicegate.spark.offsets import (
     ranges_between,
 )
 from sluicegate.spark.options import JVM, SparkSourceOptions
-from sluicegate.spark.planner import NextOffsetPlanner
+from sluicegate.spark.planner import NextOffsetPlanner, offsets_behind_latest
 from sluicegate.spark.read_path_choice import JVM_CONNECTORS
 from sluicegate.spark.read_reports import ReadReport, SplitRead, counted, send_report
 from sluicegate.spark.source_identity import own_source_name
@@ -362,6 +362,14 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None
+
+    def offsets_behind_latest(self, consumed: dict[str, Any]) -> list[int]:
+        """Each split's records past ``consumed`` (the offset of the last batch run) up to
+        what the last planning found available: for the progress's source metrics where the
+        read path can report them (the JVM path: Spark asks Python data sources for none)."""
+        if self._driver is None:
+            return []
+        return offsets_behind_latest(self._driver.available_ends, SourceOffset.from_json(consumed))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         start_offset = SourceOffset.from_json(start)

@@ -210,6 +210,8 @@ class SparkReaderDriver:
         self.split_lag: dict[str, tuple[int, int]] = {}
         """Split id -> (subtask, records available and not planned), replaced whole by each
         planning (on Spark's thread; a scrape on the loop reads one whole dict or the next)."""
+        self.available_ends: dict[str, int] = {}
+        """Split id -> its available end at the last planning (Spark's offsets behind latest)."""
         self._rows_acknowledged = 0
         self._ack_turn = asyncio.Lock()
 

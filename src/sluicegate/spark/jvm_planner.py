@@ -146,6 +146,11 @@ class KafkaRangePlanner(QueryPlanner):
         self.reader.acknowledge_planned(end_offset)
         return json.dumps(self._parts(_offset(start), end_offset))
 
+    def offsetsBehindLatest(self, consumed: str) -> str:
+        """Each split's records past ``consumed`` at the last planning, as a JSON list, for
+        ``ReportsSourceMetrics``: Spark's ``min/max/avgOffsetsBehindLatest`` in the progress."""
+        return json.dumps(self.reader.offsets_behind_latest(json.loads(consumed)))
+
     def _parts(self, start: SourceOffset, end: SourceOffset) -> list[list[list[Any]]]:
         """The batch's planned parts, each as the ``[topic, partition, from, until]`` ranges
         one Spark task reads in turn: the tasks of the other read paths (a subtask's share,

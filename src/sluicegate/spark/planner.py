@@ -2,7 +2,8 @@
 
 Each call first acknowledges the start offset (it is in Spark's offset log, so
 durable), then plans (offsets.py ``plan_next``) from the driver's view of the
-subtasks, with the connector's end positions (``prepare_planning``,
+subtasks, once the connector names no new input to come (``inputs_to_come``: a new
+topic not assigned yet), with its end positions (``prepare_planning``,
 ``available_end``), its event times (watermark alignment) and the optional
 planning-time event-time bound. It waits a little when only bookkeeping changed
 (so that a burst of coordinator records and the other subtasks' registrations
@@ -32,6 +33,14 @@ SETTLE_S = 30.0
 """At most how long a driver's first batch waits for its subtasks' registrations and assignments."""
 QUIET_S = 0.5
 """The assignments have settled when no coordinator record came for this long."""
+
+
+def offsets_behind_latest(available_ends: Mapping[str, int], consumed: SourceOffset) -> list[int]:
+    """Each split's records between ``consumed`` (the last batch's end) and its available
+    end at the last planning: Spark's Kafka source's ``offsetsBehindLatest`` for its
+    progress metrics (a partition missing from the offset counts from 0, as there)."""
+    where = consumed.index()
+    return [end - (where[sid].entry.pos if sid in where else 0) for sid, end in sorted(available_ends.items())]
 
 
 class NextOffsetPlanner:
@@ -70,6 +79,7 @@ class NextOffsetPlanner:
         end = self._next_offset(start, max_rows, available_now_ms, settle)
         if self._available:  # a call that planned nothing (no ack yet, data cluster down) knows no lag
             self.driver.split_lag = self.lag_after(end)
+            self.driver.available_ends = dict(self._available)
         return end
 
     def lag_after(self, offset: SourceOffset, most: int = MAX_SPLIT_SERIES) -> dict[str, tuple[int, int]]:
@@ -102,6 +112,11 @@ class NextOffsetPlanner:
             planning = driver.planning_state()
             if not self._prepare_planning(planning.views):
                 return start
+            if self.ranges.inputs_to_come():
+                # New inputs the coordinator's discovery has not assigned yet: a batch
+                # planned now would leave them out (Spark's sources read them at once).
+                generation = driver.wait_for_change(generation, 0.2)
+                continue
             end = plan_next(
                 start,
                 planning.views,

@@ -27,6 +27,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from .cluster import DataCluster, DataClusterError, TopicPartitionKey
+from .new_partitions import NewPartitions
 from .options import KafkaOptions
 from .read_path import PYTHON_ONLY, Event, RangeConsumer, new_range_consumer, read_path
 from .reader import DataLossError
@@ -187,11 +188,19 @@ class RangeReader:
 class PlanningView:
     """Driver-side knowledge for planning: end offsets and event times at positions."""
 
-    def __init__(self, options: KafkaOptions, cluster: DataCluster | None = None) -> None:
+    def __init__(
+        self, options: KafkaOptions, cluster: DataCluster | None = None, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self.options = options
         self._cluster = cluster if cluster is not None else DataCluster(options)
+        self._monotonic = monotonic
         self._ends: dict[TopicPartitionKey, int] = {}
         self._gone: set[TopicPartitionKey] = set()
+        self._new: NewPartitions | None = None
+        """Partitions listed and not assigned yet (new_partitions.py): only where
+        discovery can find any, an unbounded source that subscribes to topics."""
+        if not options.stopping.bounded and options.partition_discovery_interval_ms > 0 and options.assign is None:
+            self._new = NewPartitions(options.partition_discovery_interval_ms)
         self._timestamps: OrderedDict[tuple[TopicPartitionKey, int, str], list[int]] = OrderedDict()
         self._probe: Consumer | None = None
         self._probe_lock = threading.Lock()
@@ -200,8 +209,13 @@ class PlanningView:
 
     def refresh(self, splits: Sequence[KafkaPartitionSplit]) -> None:
         """Every partition's last stable offset, in one request; where it fails, the
-        partitions the cluster no longer lists are ``gone`` and the others asked again."""
+        partitions the cluster no longer lists are ``gone`` and the others asked again.
+        Where discovery can find partitions, the cluster's are listed too (``inputs_to_come``)."""
         keys = sorted({(s.topic, s.partition) for s in splits})
+        if self._new is not None:
+            partitions = self._cluster.partitions()
+            listed = [(t, p) for t, n in partitions.items() for p in range(n) if self.options.selects(t, p)]
+            self._new.seen(listed, keys, self._monotonic())
         if not keys:
             return
         try:
@@ -220,6 +234,11 @@ class PlanningView:
 
     def end_offset(self, split: KafkaPartitionSplit) -> int | None:
         return self._ends.get((split.topic, split.partition))
+
+    def inputs_to_come(self) -> list[str]:
+        """The partitions the last ``refresh`` listed that no split covers yet and are worth
+        waiting for (new_partitions.py)."""
+        return [] if self._new is None else self._new.awaited(self._monotonic())
 
     def gone(self, split: KafkaPartitionSplit) -> bool:
         """The last ``refresh`` found the split's partition missing from the cluster."""

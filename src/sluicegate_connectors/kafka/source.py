@@ -225,6 +225,9 @@ class KafkaSource(
     def prepare_planning(self, splits: Sequence[KafkaPartitionSplit]) -> None:
         self._view().refresh(splits)
 
+    def inputs_to_come(self) -> list[str]:
+        return self._view().inputs_to_come()
+
     def available_end(self, split: KafkaPartitionSplit, now_ms: int) -> int:
         """The partition's last stable offset, within the split's stop, by Spark's rules of
         data loss and of a Trigger.AvailableNow run (readable_end.py): ``now_ms`` in the

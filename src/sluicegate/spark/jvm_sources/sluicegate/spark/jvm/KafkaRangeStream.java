@@ -1,7 +1,11 @@
 package sluicegate.spark.jvm;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
+import java.util.Map;
+import java.util.Optional;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.spark.SparkContext;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -10,6 +14,7 @@ import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.kafka010.KafkaBatchInputPartition;
 import org.apache.spark.sql.kafka010.KafkaOffsetRange;
@@ -21,9 +26,10 @@ import scala.Option;
  * same coordinator, acknowledgements and offset log as the Python path), a Spark task per
  * planned part, whose ranges Spark's own Kafka partition reader reads one after another (its
  * cached consumers, its handling of offset gaps and data loss, its row conversion:
- * {@link KafkaRangesReaderFactory}). No Python worker runs on the executors.
+ * {@link KafkaRangesReaderFactory}). No Python worker runs on the executors. Its progress
+ * has the source metrics of Spark's Kafka source ({@link #metrics}).
  */
-final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailableNow {
+final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
     private final RangePlanner planner;
     private final ReadSettings settings;
     private final PlannedBatches batches;
@@ -99,6 +105,35 @@ final class KafkaRangeStream implements MicroBatchStream, SupportsTriggerAvailab
     @Override
     public void commit(Offset end) {
         batches.commit(end.json());
+    }
+
+    /**
+     * {@code minOffsetsBehindLatest}, {@code maxOffsetsBehindLatest} and {@code
+     * avgOffsetsBehindLatest} over the query's splits, as Spark's Kafka source reports them
+     * (KafkaMicroBatchStream.metrics): none before a batch ran or while no split is known.
+     */
+    @Override
+    public Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
+        if (latestConsumedOffset.isEmpty()) {
+            return Collections.emptyMap();
+        }
+        JsonNode behind = JvmReadPath.tree(planner.offsetsBehindLatest(latestConsumedOffset.get().json()));
+        if (behind.isEmpty()) {
+            return Collections.emptyMap();
+        }
+        long min = Long.MAX_VALUE;
+        long max = Long.MIN_VALUE;
+        long sum = 0;
+        for (JsonNode split : behind) {
+            long records = split.asLong();
+            min = Math.min(min, records);
+            max = Math.max(max, records);
+            sum += records;
+        }
+        return Map.of(
+                "minOffsetsBehindLatest", Long.toString(min),
+                "maxOffsetsBehindLatest", Long.toString(max),
+                "avgOffsetsBehindLatest", Double.toString((double) sum / behind.size()));
     }
 
     @Override

@@ -23,4 +23,10 @@ public interface RangePlanner extends StreamPlanner {
      * acknowledging {@code end}.
      */
     String planParts(String start, String end);
+
+    /**
+     * Each split's records past {@code consumed} (the offset of the last batch run) up to
+     * what the last planning found available, as a JSON list of longs.
+     */
+    String offsetsBehindLatest(String consumed);
 }
