@@ -12,6 +12,7 @@ from sluicegate_connectors.kafka.new_partitions import LONGEST_INTERVAL_S, SLACK
 
 def test_a_partition_listed_and_not_assigned_is_awaited_until_it_is_assigned() -> None:
     new = NewPartitions(1_000)
+    new.seen([("orders", 0)], [("orders", 0)], now_s=9.0)
     new.seen([("orders", 0), ("refunds", 0), ("refunds", 1)], [("orders", 0)], now_s=10.0)
     assert new.awaited(10.5) == ["refunds-0", "refunds-1"]
     new.seen([("orders", 0), ("refunds", 0), ("refunds", 1)], [("orders", 0), ("refunds", 1)], now_s=11.0)
@@ -25,6 +26,7 @@ def test_a_partition_never_assigned_is_awaited_once_for_the_interval_and_slack_a
 ) -> None:
     new = NewPartitions(1_000)
     assert new.wait_s == 1.0 + SLACK_S
+    new.seen([], [], -1.0)
     waited_until = 1.0 + SLACK_S
     for now in (0.0, 1.0, waited_until - 0.1):  # seen again each round: the wait counts from the first look
         new.seen([("orders", 0)], [], now)
@@ -39,6 +41,7 @@ def test_a_partition_never_assigned_is_awaited_once_for_the_interval_and_slack_a
 
 def test_a_partition_that_goes_and_comes_back_unassigned_is_awaited_again() -> None:
     new = NewPartitions(1_000)
+    new.seen([], [], -1.0)
     new.seen([("orders", 0)], [], 0.0)
     new.seen([], [], 1.0)  # its topic deleted before it was assigned
     assert new.awaited(1.0) == []
@@ -49,6 +52,15 @@ def test_a_partition_that_goes_and_comes_back_unassigned_is_awaited_again() -> N
 def test_a_long_discovery_interval_is_waited_for_at_most_longest_interval_s() -> None:
     assert NewPartitions(30_000).wait_s == LONGEST_INTERVAL_S + SLACK_S
     new = NewPartitions(30_000)
+    new.seen([], [], -1.0)
     new.seen([("orders", 0)], [], 0.0)
     assert new.awaited(LONGEST_INTERVAL_S + SLACK_S - 0.1) == ["orders-0"]
     assert new.awaited(LONGEST_INTERVAL_S + SLACK_S) == []
+
+
+def test_the_partitions_of_the_first_look_are_not_new_even_where_another_host_owns_them() -> None:
+    new = NewPartitions(1_000)
+    new.seen([("orders", 0), ("orders", 1)], [("orders", 0)], 0.0)  # orders-1: a standalone reader's
+    assert new.awaited(0.0) == []
+    new.seen([("orders", 0), ("orders", 1), ("orders", 2)], [("orders", 0)], 1.0)
+    assert new.awaited(1.0) == ["orders-2"]

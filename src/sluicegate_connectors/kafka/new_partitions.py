@@ -10,7 +10,9 @@ batch without it: ``processAllAvailable`` would return with the new topic unread
 planner waits for the partitions named here instead (``inputs_to_come``), but only for a
 while from when it first saw each: a discovery that never assigns one (a deployed
 coordinator's longer interval, a subtask that is not registered) costs one bounded
-wait, said once, never every round.
+wait, said once, never every round. Only partitions that appear after the first look
+count: the ones there already are the first batch's (the planner's settling), or
+another host's (a named source's standalone readers own splits this query does not).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class NewPartitions:
     def __init__(self, discovery_interval_ms: int) -> None:
         self.wait_s = min(discovery_interval_ms / 1000, LONGEST_INTERVAL_S) + SLACK_S
         """How long a partition found unassigned is waited for."""
+        self._before: frozenset[TopicPartitionKey] | None = None
+        """The partitions of the first look: none of them is new."""
         self._since: dict[TopicPartitionKey, float] = {}
         """Each partition listed and not assigned: when it was first seen so."""
         self._said: set[TopicPartitionKey] = set()
@@ -44,7 +48,10 @@ class NewPartitions:
     def seen(self, listed: Iterable[TopicPartitionKey], assigned: Iterable[TopicPartitionKey], now_s: float) -> None:
         """One planning round's look: the cluster's partitions of the subscription and the
         ones the query's subtasks own."""
-        unassigned = set(listed) - set(assigned)
+        present = frozenset(listed)
+        if self._before is None:
+            self._before = present
+        unassigned = present - self._before - set(assigned)
         self._since = {key: self._since.get(key, now_s) for key in unassigned}
         self._said &= unassigned
 
