@@ -404,8 +404,10 @@ def start_job(
 
 
 def job_rows(proc: Proc) -> int:
-    found = [line.split("rows=", 1)[1] for line in proc.lines_with("progress rows=")]
-    return int(found[-1]) if found else 0
+    # a log line of another thread may run on after the number, its newline not yet written
+    found = [re.match(r"\d+", line.split("rows=", 1)[1]) for line in proc.lines_with("progress rows=")]
+    numbers = [int(m.group()) for m in found if m]
+    return numbers[-1] if numbers else 0
 
 
 def wait_mid_run(job: Proc, rows: int) -> None:
