@@ -21,7 +21,8 @@ ours must fail too (its message is ours).
 - initial offsets through a restart of an empty topic, a rate limit of Long.MaxValue
   (SPARK-26718), ``numInputRows`` in the progress;
 - pattern subscriptions whose topics are deleted (``failOnDataLoss=false``: read on) or
-  created again between runs (fails);
+  created again between runs with fewer records (fails; ``failOnDataLoss=false``: read on
+  from the new end);
 - records: a watermarked window, transactions written while a batch runs (SPARK-25495),
   null keys and values (SPARK-27494), the column types, ``minPartitions``, a timestamp
   no Spark timestamp holds (SPARK-56243);
@@ -216,6 +217,13 @@ def test_a_pattern_s_topic_created_again_with_fewer_records_fails_the_restart(su
         first, _ = suite["pattern-recreated"][side]
         assert first == {"answer": [1, 2, 3, 4]}, side
         failed(suite["pattern-recreated"][side])
+
+
+def test_a_pattern_s_topic_created_again_with_fewer_records_is_read_on_from_its_end_without_fail_on_data_loss(
+    suite: dict[str, Any],
+) -> None:
+    for read_path in ("jvm", "python"):
+        assert same(suite[f"pattern-recreated-read-on-{read_path}"]) == [[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4, 5, 7]]
 
 
 # -- records ------------------------------------------------------------------------------
@@ -815,6 +823,40 @@ class Cases:
         pair.check()
         pair.stop()
 
+    def pattern_topic_recreated_read_on(self) -> None:
+        """failOnDataLoss=false: the same, and the restart reads on from the new topic's end
+        (the batch that finds it shorter reads none of it: 6 is missed), then what it gets.
+        Ours on the JVM read path (a processing-time stream's default) and the Python one."""
+        for read_path in ("jvm", "python"):
+            self.topic_recreated_read_on(read_path)
+
+    def topic_recreated_read_on(self, read_path: str) -> None:
+        good, bad = self.topic(f"read-on-{read_path}-good", 1), self.topic(f"read-on-{read_path}-bad", 1)
+        self.produce(good, [(0, "1"), (0, "3")])
+        self.produce(bad, [(0, "2"), (0, "4")])
+        given = {
+            "subscribePattern": f"{self.prefix}-read-on-{read_path}-.*",
+            "startingOffsets": "earliest",
+            "failOnDataLoss": "false",
+        }
+
+        def options(side: str) -> dict[str, str]:
+            return {**given, "readPath": read_path} if side == "sluicegate" else given
+
+        pair = self.pair(f"pattern-recreated-read-on-{read_path}", options)
+        pair.start()
+        pair.check()
+        pair.stop()
+        self.delete_topic(bad)
+        self.topic(f"read-on-{read_path}-bad", 1)
+        self.produce(bad, [(0, "6")])
+        pair.start()
+        pair.check()
+        self.produce(bad, [(0, "7")])
+        self.produce(good, [(0, "5")])
+        pair.check()
+        pair.stop()
+
     # -- records
 
     def watermark(self) -> None:
@@ -1007,6 +1049,7 @@ GROUPS = (
     "source_metrics",
     "pattern_topic_deleted",
     "pattern_topic_recreated",
+    "pattern_topic_recreated_read_on",
     "watermark",
     "transaction_during_batch",
     "null_keys_and_values",

@@ -25,21 +25,23 @@ def test_an_end_below_the_position_fails_the_query_with_fail_on_data_loss() -> N
         ReadableEnds(fail_on_data_loss=True).end(KEY, 2, 1, gone=False, now_ms=1_000)
 
 
-def test_without_fail_on_data_loss_the_split_waits_where_it_is_and_it_is_said_once(
+def test_without_fail_on_data_loss_the_split_reads_on_from_the_new_end_and_it_is_said_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """As Spark's source: the batch that finds the partition shorter ends at its new end."""
     ends = ReadableEnds(fail_on_data_loss=False)
     with caplog.at_level(logging.WARNING, "sluicegate.connectors.kafka"):
-        assert ends.end(KEY, 2, 1, gone=False, now_ms=1_000) == 2
-        assert ends.end(KEY, 2, 1, gone=False, now_ms=1_100) == 2
-    assert len([r for r in caplog.records if "data loss: orders-0 ends at offset 1" in r.getMessage()]) == 1
-    assert ends.end(KEY, 2, 5, gone=False, now_ms=1_200) == 5, "reads on once the partition passes it"
+        assert ends.end(KEY, 5, 1, gone=False, now_ms=1_000) == 1
+        assert ends.end(KEY, 5, 1, gone=False, now_ms=1_100) == 1
+    said = [r.getMessage() for r in caplog.records if "data loss: orders-0 ends at offset 1" in r.getMessage()]
+    assert len(said) == 1 and "reads on from offset 1" in said[0]
+    assert ends.end(KEY, 1, 4, gone=False, now_ms=1_200) == 4, "then reads what the new partition gets"
 
 
 def test_a_partition_gone_from_the_cluster_is_data_loss() -> None:
     with pytest.raises(PartitionLostError, match="orders-0 is gone from the data cluster"):
         ReadableEnds(fail_on_data_loss=True).end(KEY, 2, None, gone=True, now_ms=1_000)
-    assert ReadableEnds(fail_on_data_loss=False).end(KEY, 2, None, gone=True, now_ms=1_000) == 2
+    assert ReadableEnds(fail_on_data_loss=False).end(KEY, 2, None, gone=True, now_ms=1_000) == 2, "waits"
 
 
 def test_an_available_now_run_reads_to_the_ends_it_found_when_it_began() -> None:

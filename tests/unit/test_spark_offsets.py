@@ -304,6 +304,26 @@ def test_available_limits_the_advance_and_is_asked_at_the_base_position() -> Non
     assert asked == [("seq-00000", 0), ("seq-00000", 10)]
 
 
+def test_an_end_below_the_position_moves_the_split_back_reading_nothing_then_reads_on_from_there() -> None:
+    """A Kafka partition created again with fewer records, failOnDataLoss=false: the batch
+    that finds it ends at its new end, the next reads from there (Spark's source)."""
+    views = {0: view(1, owned(0, 1, size=1_000), owned(1, 1, size=1_000, position=1_000))}
+    ends = {"seq-00000": 60, "seq-00001": 1_010}
+    first = plan_next(SourceOffset(1), views, None, lambda split, base: ends[split.split_id])
+    ends["seq-00000"] = 4  # the input now ends below the 60 read
+    moved = plan_next(first, views, None, lambda split, base: ends[split.split_id])
+    assert moved.checkpoint_id == first.checkpoint_id + 1 and moved.rows == first.rows
+    assert {sid: (e.first, e.pos) for sid, e in moved.subtasks[0].splits.items()} == {
+        "seq-00000": (0, 4),
+        "seq-00001": (1_000, 1_010),
+    }
+    assert read(first, moved) == {}, "nothing of the old range is read"
+    ends["seq-00000"] = 9
+    on = plan_next(moved, views, None, lambda split, base: ends[split.split_id])
+    assert read(moved, on) == {"seq-00000": (4, 9)}
+    assert on.rows == first.rows + 5
+
+
 def test_a_split_past_the_allowed_watermark_is_paused_until_the_bound_catches_up() -> None:
     # Event time = value here: a split read up to position p has read event time p - 1.
     def event_time_before(split: OwnedSplit, base: int) -> int | None:

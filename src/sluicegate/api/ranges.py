@@ -88,8 +88,13 @@ class SupportsPositionRanges(ABC, Generic[SplitT]):
     def available_end(self, split: SplitT, now_ms: int) -> int:
         """How far the split can be read at wall-clock time ``now_ms`` (exclusive).
 
-        Never below the split's position, never above ``split_end``, and never
-        smaller for a later ``now_ms``. Must not block.
+        Never above ``split_end`` and never smaller for a later ``now_ms``. Never below
+        the split's position either, but for one case: the split's input was created
+        again with fewer records than the position counts (a Kafka topic deleted and
+        created anew) and the user chose to read on (Spark's ``failOnDataLoss=false``).
+        The end is then where the new input ends now: the host moves the split back to
+        it, reads nothing of it in that batch, and reads on from there, as Spark's own
+        Kafka source does. Must not block.
         """
 
     @abstractmethod

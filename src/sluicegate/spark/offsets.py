@@ -364,7 +364,10 @@ def plan_next(
     ``start``. Splits that leave every subtask are parked with their positions,
     unless they were reported finished (``reported_finished``).
 
-    A split being given back (``releasing``) stays where it is.
+    A split being given back (``releasing``) stays where it is. A split whose
+    ``available`` is below its position moves back to it, reading nothing in this offset:
+    its input was created again with fewer records and the source reads on from their
+    end (Spark's ``failOnDataLoss=false``, ``SupportsPositionRanges.available_end``).
 
     Watermark alignment: a split whose last read record (``event_time_before(split,
     base)``) is past its subtask's ``max_allowed_watermark`` does not advance in this
@@ -395,7 +398,11 @@ def plan_next(
             if owned.releasing or _paused(owned, base, view.max_allowed_watermark, event_time_before):
                 limit = base
             else:
-                limit = max(base, available(owned, base))
+                limit = available(owned, base)
+                if limit < base:  # its input was created again, shorter: read on from its end
+                    base = limit
+                    if first is not None:
+                        first = min(first, base)
             if owned.end is not None:
                 limit = min(limit, owned.end)
             readable[key] = (owned, base, max(base, limit))

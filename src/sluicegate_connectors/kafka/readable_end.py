@@ -6,8 +6,11 @@ KafkaOffsetReader), written once for every read path.
   created again (or truncated): records may have been missed. A partition that is gone
   from the cluster (its topic deleted): the same. With ``fail_on_data_loss`` (Spark's
   ``failOnDataLoss``, the default) the query fails saying so; without, it is said once and
-  the split waits where it is (Spark reads the new partition from its end on; here the
-  records below the offset read to are skipped too: the position never moves back).
+  the split reads on from the partition's new end (the end returned is below the offset
+  read to: the host moves the split back to it), as Spark's source reads on from the end
+  it finds. A partition that is gone waits where it is until it is back (Spark forgets it,
+  and reads it from its start when it comes back: a partition missing from one metadata
+  answer would be read twice).
 - A ``Trigger.AvailableNow`` run reads what was there when it began: each partition to
   the end the run's first planning found (``now_ms``, the run's start, is the same for
   every planning of the run), never past it, whatever arrives since. An end that falls
@@ -40,9 +43,10 @@ class ReadableEnds:
         self._said: set[tuple[TopicPartitionKey, int, int | None]] = set()
 
     def end(self, key: TopicPartitionKey, position: int, found: int | None, gone: bool, now_ms: int) -> int:
-        """Where the split of ``key`` at ``position`` can be read to now (exclusive): never
-        below ``position``. ``found``: the partition's last stable offset (None: not known
-        yet); ``gone``: the partition is not in the cluster's metadata."""
+        """Where the split of ``key`` at ``position`` can be read to now (exclusive): below
+        ``position`` only for a partition created again, without fail_on_data_loss.
+        ``found``: the partition's last stable offset (None: not known yet); ``gone``: the
+        partition is not in the cluster's metadata."""
         run_end = self._run_end(key, found, now_ms)
         name = f"{key[0]}-{key[1]}"
         if gone:
@@ -51,7 +55,8 @@ class ReadableEnds:
                     f"{name} is gone from the data cluster (its topic deleted?) during a Trigger.AvailableNow run "
                     "that planned to read it: records may have been missed (Spark's own source fails so too)"
                 )
-            return self._lost(key, position, None, f"{name} is gone from the data cluster (its topic deleted?)")
+            self._lost(key, position, None, f"{name} is gone from the data cluster (its topic deleted?)")
+            return position
         if found is None:
             return position
         if run_end is not None and found < run_end:
@@ -61,13 +66,14 @@ class ReadableEnds:
                 "fails so too)"
             )
         if found < position:
-            return self._lost(
+            self._lost(
                 key,
                 position,
                 found,
                 f"{name} ends at offset {found}, before offset {position} this query read to (its topic deleted and "
                 "created again?)",
             )
+            return found
         return found if run_end is None else run_end
 
     def _run_end(self, key: TopicPartitionKey, found: int | None, now_ms: int) -> int | None:
@@ -79,16 +85,13 @@ class ReadableEnds:
             ends[key] = found
         return ends.get(key)
 
-    def _lost(self, key: TopicPartitionKey, position: int, found: int | None, what: str) -> int:
+    def _lost(self, key: TopicPartitionKey, position: int, found: int | None, what: str) -> None:
+        """Fails the query, or says once where the split reads on."""
         if self.fail_on_data_loss:
             raise PartitionLostError(
                 f"{what}: records may have been missed; set failOnDataLoss=false (fail_on_data_loss=false) to read on"
             )
         if (key, position, found) not in self._said:
             self._said.add((key, position, found))
-            log.warning(
-                "data loss: %s; the split waits at offset %d: records below it are skipped (fail_on_data_loss=false)",
-                what,
-                position,
-            )
-        return position
+            where = "waits where it is" if found is None else f"reads on from offset {found}"
+            log.warning("data loss: %s; the split %s (fail_on_data_loss=false)", what, where)

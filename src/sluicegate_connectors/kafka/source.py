@@ -231,13 +231,12 @@ class KafkaSource(
     def available_end(self, split: KafkaPartitionSplit, now_ms: int) -> int:
         """The partition's last stable offset, within the split's stop, by Spark's rules of
         data loss and of a Trigger.AvailableNow run (readable_end.py): ``now_ms`` in the
-        past is the run's start."""
+        past is the run's start. Below the split's position only where the partition was
+        created again with fewer records and failOnDataLoss is false."""
         view = self._view()
         key = (split.topic, split.partition)
         end = self._readable.end(key, split.position, view.end_offset(split), view.gone(split), now_ms)
-        if split.stop is not None:
-            end = min(end, split.stop)
-        return max(split.position, end)
+        return end if split.stop is None else min(end, split.stop)
 
     def event_time_before(self, split: KafkaPartitionSplit, position: int) -> int | None:
         return self._view().timestamp_before(split, position)
