@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.logging import RichHandler
 
+import sluicegate
 from sluicegate.audit.commands import audit_command
 from sluicegate.coordinator.commands import coordinator_command
 from sluicegate.coordinator.source_commands import source_app
@@ -17,10 +19,69 @@ from sluicegate.doctor import collect, fetch_kafka_jars, render
 from sluicegate.extras import MissingExtra
 from sluicegate.kafka.acls_commands import acls_command
 from sluicegate.kafka.log_repeats import quiet_repeats
-from sluicegate.kafka.security_options import kafka_security_callback
+from sluicegate.kafka.security_options import use_security_flags
 from sluicegate.kafka.startup_noise import quiet_startup_noise
 from sluicegate.kafka.topics_commands import topics_app
 from sluicegate.reader.commands import reader_command
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"sluicegate {sluicegate.__version__}")
+        raise typer.Exit()
+
+
+def root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print sluicegate's version and exit"),
+    ] = False,
+    kafka_security_protocol: Annotated[
+        str | None,
+        typer.Option(help="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (env SLUICEGATE_KAFKA_SECURITY_PROTOCOL)"),
+    ] = None,
+    kafka_sasl_mechanism: Annotated[
+        str | None, typer.Option(help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (env SLUICEGATE_KAFKA_SASL_MECHANISM)")
+    ] = None,
+    kafka_sasl_username: Annotated[str | None, typer.Option(help="SASL user (env SLUICEGATE_KAFKA_SASL_USERNAME)")] = (
+        None
+    ),
+    kafka_password_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File holding the SASL password (env SLUICEGATE_KAFKA_SASL_PASSWORD_FILE, "
+            "or the password itself in SLUICEGATE_KAFKA_SASL_PASSWORD)"
+        ),
+    ] = None,
+    kafka_ssl_ca: Annotated[
+        Path | None, typer.Option(help="PEM CA certificate(s) to trust (env SLUICEGATE_KAFKA_SSL_CA_LOCATION)")
+    ] = None,
+    kafka_ssl_cert: Annotated[
+        Path | None, typer.Option(help="PEM client certificate (env SLUICEGATE_KAFKA_SSL_CERT_LOCATION)")
+    ] = None,
+    kafka_ssl_key: Annotated[
+        Path | None, typer.Option(help="PEM client key (env SLUICEGATE_KAFKA_SSL_KEY_LOCATION)")
+    ] = None,
+    kafka_ssl_key_password_file: Annotated[
+        Path | None,
+        typer.Option(help="File holding the client key's password (env SLUICEGATE_KAFKA_SSL_KEY_PASSWORD_FILE)"),
+    ] = None,
+) -> None:
+    """The options given before a command: ``--version``, and the ``--kafka-*`` security
+    settings of the control plane (kafka/security_options.py)."""
+    use_security_flags(
+        {
+            "kafka_security_protocol": kafka_security_protocol,
+            "kafka_sasl_mechanism": kafka_sasl_mechanism,
+            "kafka_sasl_username": kafka_sasl_username,
+            "kafka_password_file": kafka_password_file,
+            "kafka_ssl_ca": kafka_ssl_ca,
+            "kafka_ssl_cert": kafka_ssl_cert,
+            "kafka_ssl_key": kafka_ssl_key,
+            "kafka_ssl_key_password_file": kafka_ssl_key_password_file,
+        }
+    )
+
 
 app = typer.Typer(
     name="sluicegate",
@@ -28,7 +89,7 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,  # click's layout wraps at any width; rich's panels cut option names at 80
     pretty_exceptions_show_locals=False,
-    callback=kafka_security_callback,
+    callback=root,
 )
 app.command("coordinator")(coordinator_command)
 app.command("reader")(reader_command)

@@ -14,6 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+import sluicegate
 from sluicegate.cli import app
 
 WIDTH = 80
@@ -101,3 +102,9 @@ def test_a_bad_coordinator_mode_of_the_reader_fails_naming_it() -> None:
     assert result.exit_code == 2
     said = " ".join(result.output.split())
     assert "--max-parallelism" in said and "must be >= 1" in said, said
+
+
+def test_version_prints_the_installed_version_and_runs_no_command() -> None:
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"sluicegate {sluicegate.__version__}\n"

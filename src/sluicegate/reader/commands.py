@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from typing import Annotated
 
 import typer
@@ -21,6 +22,7 @@ from sluicegate.kafka.topics import TopicApplyError
 from sluicegate.protocol.timing import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from sluicegate.reader.host import EXIT_CONFIG, ReaderHost, ReaderSettings
 from sluicegate.reader.output import OutputSpec
+from sluicegate.reader.stop_signals import StopRequest, StopSignals
 from sluicegate.reader.timing import KAFKA_WAIT_S, TOPIC_WAIT_S
 
 log = logging.getLogger("sluicegate.reader")
@@ -277,19 +279,19 @@ def _subtask(value: str) -> int | None:
 
 
 async def run_host(host: ReaderHost) -> int:
-    """Run ``host`` with SIGTERM/SIGINT wired to a graceful stop (a second one: at once)."""
+    """Run ``host`` with SIGTERM/SIGINT wired to a graceful stop (a second one, a second
+    or more later: at once; stop_signals.py)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
-    signals_seen = 0
+    signals = StopSignals()
 
     def on_signal(signum: int) -> None:
-        nonlocal signals_seen
-        signals_seen += 1
         name = signal.Signals(signum).name
-        if signals_seen == 1:
+        request = signals.seen(time.monotonic())
+        if request is StopRequest.GRACEFUL:
             log.info("%s: stopping gracefully (send it again to stop at once)", name)
             host.request_stop()
-        elif task is not None:
+        elif request is StopRequest.AT_ONCE and task is not None:
             log.warning("%s again: stopping at once, without leaving", name)
             task.cancel()
 
@@ -307,6 +309,8 @@ async def run_host(host: ReaderHost) -> int:
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)
+            if signals.stopping:  # the copy of a signal that stopped it must not kill it on its way out
+                signal.signal(signum, signal.SIG_IGN)
 
 
 def setup_logging(level: str = "INFO") -> None:
