@@ -76,12 +76,14 @@ def unknown_option(
     key: str, known: Iterable[str], owner: str, also: str = "", setting: str | None = None
 ) -> ConfigError:
     """The error for an option nobody reads: it names ``key`` (as ``setting`` where that
-    says more, e.g. ``source[0].key``), the closest known name (a typo is the likely cause)
-    and every known one (``also``: the open families, such as ``kafka.<client setting>``).
-    Names compare case-insensitively, as Spark's do."""
+    says more, e.g. ``source[0].key``) and the closest known names (a typo is the likely
+    cause), or, where none is close, every known one (``also``: the open families, such as
+    ``kafka.<client setting>``). Names compare case-insensitively, as Spark's do."""
     names = sorted(set(known), key=str.lower)
     by_lower = {name.lower(): name for name in names}
-    close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.6)
-    hint = f"did you mean {by_lower[close[0]]!r}? " if close else ""
+    close = [by_lower[c] for c in difflib.get_close_matches(key.lower(), list(by_lower), n=3, cutoff=0.6)]
+    if close:
+        others = f" (or {' or '.join(repr(c) for c in close[1:])})" if len(close) > 1 else ""
+        return ConfigError(setting or key, f"unknown option of {owner}; did you mean {close[0]!r}?{others}")
     listed = ", ".join(names) + (f", {also}" if also else "")
-    return ConfigError(setting or key, f"unknown option of {owner}; {hint}(known: {listed})")
+    return ConfigError(setting or key, f"unknown option of {owner} (known: {listed})")
