@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka_data import create_topic
+from cli_run import run_sluicegate
+from kafka_data import DataWriter, create_topic
 from processes import ProcessGroup
 
 from sluicegate.api.source import INPUT_WAIT_S
@@ -80,3 +81,35 @@ def test_a_files_path_that_does_not_exist_ends_the_coordinator_with_exit_2_namin
         assert f"path {typo} (option path) does not exist" in said and "missing_path=wait" in said, said
     finally:
         group.stop_all()
+
+
+def test_a_reader_that_starts_a_source_fails_the_same_way_and_the_corrected_one_reads(
+    kafka_bootstrap: str, unique_source: str, tmp_path: Path
+) -> None:
+    """A standalone reader coordinates a new source itself (--coordinator auto): a topic
+    that does not exist ends it as it ends a deployed coordinator, before the source's
+    definition is committed, so the same source with the name put right starts and reads
+    (issue 51 item 1: it ran on for minutes, printing 0 records/s)."""
+    there = f"orders-{secrets.token_hex(3)}"
+    create_topic(kafka_bootstrap, there, 2)
+    writer = DataWriter(kafka_bootstrap, there, 2)
+    writer.produce(5)
+    writer.flush()
+
+    def reader(topics: str) -> tuple[int, float, str]:
+        return run_sluicegate(
+            *("reader", "--source", unique_source, "--subtask", "0", "--max-parallelism", "1"),
+            *("--connector", "kafka", "--bootstrap-servers", kafka_bootstrap),
+            *("--option", f"topics={topics}", "--option", f"bootstrap_servers={kafka_bootstrap}"),
+            *("--option", "starting_offsets=earliest", "--option", "stopping_offsets=latest"),
+            *("--output", f"jsonl:{tmp_path / 'out.jsonl'}"),
+        )
+
+    code, took, said = reader(f"ordres-{secrets.token_hex(3)}")
+    assert code == 2, said
+    assert INPUT_WAIT_S <= took < INPUT_WAIT_S + 30, f"took {took:.1f} s"
+    assert f"source {unique_source}: topic ordres-" in said and "(option topics) does not exist" in said, said
+    assert "0 records/s" not in said
+    code, _, said = reader(there)
+    assert code == 0, said
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 10

@@ -53,8 +53,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sluicegate.api.errors import ConfigError
+from sluicegate.api.errors import ConfigError, SourceError
+from sluicegate.api.source import INPUT_WAIT_S
 from sluicegate.coordinator.host_process import HostProcess, gone_from_here, this_machine
+from sluicegate.coordinator.new_source import check_new_source_inputs
 from sluicegate.coordinator.restart_backoff import RestartBackoff
 from sluicegate.coordinator.settings import SourceSettings, default_group_ids
 from sluicegate.coordinator.silence import liveness_interval_ms
@@ -110,11 +112,14 @@ class EmbeddedCoordinator:
         session_timeout_ms: int = SESSION_TIMEOUT_MS,
         silence_ms: int = SILENCE_MS,
         security: KafkaSecurity | None = None,
+        input_wait_s: float = INPUT_WAIT_S,
     ) -> None:
         """``new_source_parallelism``: the ``max_parallelism`` to set the source up with when
         its control topics do not exist yet (None: they must; the error says how). A source
         that exists keeps its own (the partitions of its readers topic).
-        ``parallelism_setting``: the host's name for it, in messages."""
+        ``parallelism_setting``: the host's name for it, in messages. ``input_wait_s``: how
+        long a source never served waits for its inputs before the start fails
+        (new_source.py)."""
         self._source = source
         self.connector = connector
         self.options = dict(options)
@@ -128,6 +133,7 @@ class EmbeddedCoordinator:
         self.mode = mode
         self.silence_ms = silence_ms
         self.security = security
+        self.input_wait_s = input_wait_s
         self.topics = ControlTopics.for_source(source, namespace)
         self.runner: SourceRunner | None = None
         self.refusal: str | None = None
@@ -157,16 +163,17 @@ class EmbeddedCoordinator:
     # -- life cycle (the host's thread) ------------------------------------------------
 
     def start(self) -> None:
-        """Create the missing control topics, check the definition, and start watching (in
-        the background). Raises DefinitionMismatchError (and with ``embedded`` whatever stops
-        it from coordinating): the host must not start. ``external``: nothing at all."""
+        """Create the missing control topics, check the definition (and a new source's
+        inputs), and start watching (in the background). Raises DefinitionMismatchError,
+        SourceError (a new source's inputs are missing) and, with ``embedded``, whatever
+        stops it from coordinating: the host must not start. ``external``: nothing at all."""
         if self.mode is CoordinatorMode.EXTERNAL or self._thread.started:
             return
         if self.security is not None:
             use_security(self.security)  # the runner's clients take the process's settings
         try:
             self._thread.start(self._prepare, timeout_s=PREPARE_TIMEOUT_S)
-        except DefinitionMismatchError:
+        except (DefinitionMismatchError, SourceError):
             raise
         except Exception as exc:
             if self.mode is CoordinatorMode.EMBEDDED:
@@ -212,6 +219,8 @@ class EmbeddedCoordinator:
         await apply_topics(self.bootstrap, specs, security=self.security)
         stored = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
         check_definition(self.source, stored.parts if stored else None, settings.definition(), self._who())
+        if stored is None:  # its first start: before its definition is committed
+            await check_new_source_inputs(self.source, self.connector, self.options, self.input_wait_s)
         self.settings = settings
         free = None if stored is None else nobody_serves(stored.parts)
         ending = None if stored is None or free is not None else last_host_here(stored.parts)

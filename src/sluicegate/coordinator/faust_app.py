@@ -39,9 +39,9 @@ from typing import Any
 import faust
 from aiokafka import TopicPartition
 
-from sluicegate.api.errors import SourceError
 from sluicegate.api.source import INPUT_WAIT_S
 from sluicegate.coordinator.metrics import CoordinatorMetrics
+from sluicegate.coordinator.new_source import check_new_source_inputs
 from sluicegate.coordinator.restart_backoff import RestartBackoff
 from sluicegate.coordinator.settings import CoordinatorSettings
 from sluicegate.coordinator.silence import liveness_interval_ms
@@ -300,10 +300,7 @@ async def check_sources(settings: CoordinatorSettings, wait_s: float = INPUT_WAI
     - DefinitionMismatchError if a source's committed definition differs from this
       worker's: a standby must be refused now, not when it takes over;
     - SourceError if a source started for the first time (no committed state) reads inputs
-      that do not exist, a topic or a path that is more likely a typo than on its way (the
-      connector's own option waits instead). A source that ran before is not checked: an
-      input gone since is its enumerator's to handle."""
-    from sluicegate.connectors import load_source
+      that do not exist (new_source.py)."""
     from sluicegate.coordinator.source_runner import check_definition
     from sluicegate.coordinator.state_store import read_state
 
@@ -319,10 +316,5 @@ async def check_sources(settings: CoordinatorSettings, wait_s: float = INPUT_WAI
         state = stored[source.source]
         check_definition(source.source, state.parts if state else None, source.definition(), "this coordinator")
     for source in settings.sources:
-        if stored[source.source] is not None:
-            continue
-        checked = load_source(source.connector, source.options)
-        try:
-            await asyncio.to_thread(checked.check_inputs, wait_s)
-        except SourceError as exc:
-            raise SourceError(f"source {source.source}: {exc}") from None
+        if stored[source.source] is None:
+            await check_new_source_inputs(source.source, source.connector, source.options, wait_s)

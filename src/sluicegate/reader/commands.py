@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from sluicegate.api.errors import ConfigError
+from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate.api.options import checked_int
 from sluicegate.connectors import load_source, parse_options
 from sluicegate.coordinator.embedded import CoordinatorMode, EmbeddedCoordinator
@@ -226,7 +226,7 @@ def reader_command(
         raise typer.Exit(EXIT_CONFIG) from None
     try:
         code = run_with_coordinator(host, embedded)
-    except (ConfigError, TopicApplyError) as exc:
+    except (ConfigError, TopicApplyError, SourceError) as exc:  # SourceError: a new source's inputs are missing
         typer.echo(f"sluicegate reader: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
     raise typer.Exit(code)
