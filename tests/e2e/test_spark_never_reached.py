@@ -72,3 +72,31 @@ def test_a_query_of_a_source_nobody_set_up_fails_saying_how_to_set_it_up(
     assert "coordinator=auto" in error, "the way to let the query set it up"
     assert "wait longer with topicWaitTimeoutS" in error
     assert took < WAIT_S + 45, f"took {took:.0f} s"  # before: 120 s
+
+
+@pytest.mark.kafka
+def test_a_query_of_a_topic_that_does_not_exist_fails_in_the_words_of_spark_s_options(
+    tmp_path: Path, kafka_bootstrap: str
+) -> None:
+    """Its hint names the options as a query gives them (issue 51 item 3: it said
+    ``missing_topics=wait``, which ``.option("missing_topics", "wait")`` refuses)."""
+    spark = spark_session("sluicegate-missing-topic", quiet=True)
+    query = None
+    try:
+        register(spark)
+        df = (
+            spark.readStream.format("sluicegate")
+            .option("subscribe", "no-such-topic")
+            .option("kafka.bootstrap.servers", kafka_bootstrap)
+            .load()
+        )
+        query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp")).start()
+        with pytest.raises(StreamingQueryException) as failure:
+            query.awaitTermination(90)
+        error = " ".join(str(failure.value).split())
+    finally:
+        if query is not None and query.isActive:
+            query.stop()
+        spark.stop()
+    assert "topic no-such-topic (`subscribe`) does not exist" in error, error
+    assert "set `option.missing_topics=wait` to wait" in error, error

@@ -40,8 +40,8 @@ def test_a_topic_that_does_not_exist_ends_the_coordinator_with_exit_2_naming_it(
         said = " ".join(proc.log().split())
         assert proc.returncode == 2, said
         assert INPUT_WAIT_S <= took < INPUT_WAIT_S + 45, f"took {took:.1f} s"
-        assert f"source {unique_source}: topic {typo} (option topics) does not exist" in said, said
-        assert "missing_topics=wait" in said
+        assert f"source {unique_source}: topic {typo} (`topics`) does not exist" in said, said
+        assert "`missing_topics=wait`" in said
         assert "is serving" not in said
     finally:
         group.stop_all()
@@ -78,7 +78,7 @@ def test_a_files_path_that_does_not_exist_ends_the_coordinator_with_exit_2_namin
         said = " ".join(proc.log().split())
         assert proc.returncode == 2, said
         assert INPUT_WAIT_S <= took < INPUT_WAIT_S + 45, f"took {took:.1f} s"
-        assert f"path {typo} (option path) does not exist" in said and "missing_path=wait" in said, said
+        assert f"path {typo} (`path`) does not exist" in said and "`missing_path=wait`" in said, said
     finally:
         group.stop_all()
 
@@ -108,7 +108,7 @@ def test_a_reader_that_starts_a_source_fails_the_same_way_and_the_corrected_one_
     code, took, said = reader(f"ordres-{secrets.token_hex(3)}")
     assert code == 2, said
     assert INPUT_WAIT_S <= took < INPUT_WAIT_S + 30, f"took {took:.1f} s"
-    assert f"source {unique_source}: topic ordres-" in said and "(option topics) does not exist" in said, said
+    assert f"source {unique_source}: topic ordres-" in said and "(`topics`) does not exist" in said, said
     assert "0 records/s" not in said
     code, _, said = reader(there)
     assert code == 0, said

@@ -250,7 +250,7 @@ def test_a_data_cluster_that_never_answers_ends_the_coordinator_naming_it(
     said = " ".join(coordinator.log().split())
     assert coordinator.returncode == 2, said
     assert INPUT_WAIT_S <= took < INPUT_WAIT_S + 45, f"took {took:.1f} s"
-    assert f"data cluster at {cluster}" in said and "check option bootstrap_servers" in said, said
+    assert f"data cluster at {cluster}" in said and "check `bootstrap_servers`" in said, said
     assert said.count("waiting up to") == 1  # the wait is said once, not per attempt
 
 

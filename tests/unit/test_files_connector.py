@@ -276,6 +276,7 @@ def test_the_schema_is_inferred_from_the_first_file(tmp_path: Path) -> None:
     write(tmp_path / "a.parquet", rows(0, 3))
     src = FileSource.from_options({"path": str(tmp_path)})
     assert src.arrow_schema().names == ["id", "name", "ts"]
+    (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="schema"):
         FileSource.from_options({"path": str(tmp_path / "empty")}).arrow_schema()
 
@@ -494,7 +495,7 @@ def test_a_path_that_does_not_exist_fails_the_first_start_unless_told_to_wait(
     with pytest.raises(SourceError) as failed:
         FileSource.from_options({"path": str(typo)}).check_inputs(wait_s=0.05)
     said = str(failed.value)
-    assert f"path {typo} (option path) does not exist" in said and "missing_path=wait" in said, said
+    assert f"path {typo} (`path`) does not exist" in said and "`missing_path=wait`" in said, said
     FileSource.from_options({"path": str(typo), "missing_path": "wait"}).check_inputs(wait_s=0.05)
     typo.mkdir()  # an empty directory is fine: files may come
     FileSource.from_options({"path": str(typo)}).check_inputs(wait_s=0.05)
@@ -547,3 +548,15 @@ def test_a_batch_read_takes_the_files_there_now_in_the_order_asked_for(tmp_path:
     }
     src = source(tmp_path)
     assert [src.split_end(s) for s in src.batch_splits()] == [10, 10, 10]
+
+
+def test_a_schema_inferred_from_a_path_that_does_not_exist_names_the_path_not_the_schema(tmp_path: Path) -> None:
+    """A batch read of a typo'd path blamed the schema (issue 51 item 3)."""
+    from sluicegate.api.errors import ConfigError, SourceError
+
+    typo = tmp_path / "inbxo"
+    with pytest.raises(SourceError, match=rf"path {typo} \(`path`\) does not exist: check it"):
+        FileSource.from_options({"path": str(typo)}).schema()
+    typo.mkdir()
+    with pytest.raises(ConfigError, match=r"no file under .* to infer it from"):
+        FileSource.from_options({"path": str(typo)}).schema()

@@ -409,9 +409,9 @@ def test_a_topic_that_does_not_exist_fails_the_start_naming_it_and_the_way_to_wa
     with pytest.raises(SourceError) as failed:
         src.check_inputs(wait_s=0.05)
     said = str(failed.value)
-    assert "topic ordres (option topics) does not exist on 127.0.0.1:1" in said, said
+    assert "topic ordres (`topics`) does not exist on 127.0.0.1:1" in said, said
     assert "orders," not in said  # the one that exists is not named
-    assert "missing_topics=wait" in said
+    assert "`missing_topics=wait`" in said
     clusters[0].add("ordres", 1)  # created meanwhile: the start goes on
     src.check_inputs(wait_s=0.05)
 
@@ -422,7 +422,7 @@ def test_with_missing_topics_wait_or_a_pattern_only_the_cluster_is_checked() -> 
         src = kafka_source(clusters, **options)
         src.check_inputs(wait_s=0.0)  # no topic yet: fine
         clusters[0].down = True
-        with pytest.raises(SourceError, match="option bootstrap_servers"):
+        with pytest.raises(SourceError, match="check `bootstrap_servers`"):
             src.check_inputs(wait_s=0.0)
     with pytest.raises(ConfigError) as info:
         KafkaOptions.parse({"topics": "a", "bootstrap_servers": BOOTSTRAP, "missing_topics": "maybe"})
@@ -439,7 +439,7 @@ def test_a_data_cluster_that_never_answers_fails_the_start_naming_bootstrap_serv
     clusters[0].down = True
     with pytest.raises(SourceError) as failed:
         src.check_inputs(wait_s=0.05)
-    assert "failed: down" in str(failed.value) and "option bootstrap_servers" in str(failed.value)
+    assert "failed: down" in str(failed.value) and "check `bootstrap_servers`" in str(failed.value)
 
 
 def test_a_batch_read_takes_every_partition_from_its_start_to_its_stop_as_the_first_discovery_does() -> None:

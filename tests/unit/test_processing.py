@@ -354,3 +354,22 @@ def test_a_misspelled_run_reader_setting_fails_naming_the_closest() -> None:
         sluicegate.run_reader(source="orders", connector="sequence", output="kafka:out", checkpoint_interval_msec=500)
     text = str(refused.value)
     assert "checkpoint_interval_msec" in text and "did you mean 'checkpoint_interval_ms'?" in text
+
+
+def test_run_reader_names_its_keywords_not_the_command_line_s_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said "pass --bootstrap-servers" to a Python caller (issue 51 item 3)."""
+    import sluicegate
+
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    with pytest.raises(ConfigError) as refused:
+        sluicegate.run_reader(source="orders", connector="sequence", output="kafka:out")
+    assert refused.value.setting == "bootstrap_servers"
+    assert "--" not in str(refused.value) and "pass bootstrap_servers" in str(refused.value)
+    with pytest.raises(ConfigError, match="'checkpoint_interval_ms'"):
+        sluicegate.run_reader(
+            source="orders",
+            connector="sequence",
+            output="kafka:out",
+            bootstrap_servers="k:9092",
+            checkpoint_interval_ms=1,
+        )

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sluicegate.api.errors import ConfigError
 from sluicegate.api.options import unknown_option
 from sluicegate.reader.commands import embedded_coordinator, run_with_coordinator, setup_logging
 from sluicegate.reader.host import ReaderHost, ReaderSettings
@@ -60,16 +62,33 @@ def run_reader(
     unknown = sorted(set(settings) - SETTINGS)
     if unknown:
         raise unknown_option(unknown[0], KNOWN, "sluicegate.run_reader")
-    reader_settings = ReaderSettings(
-        source=source,
-        subtask=subtask,
-        connector=connector,
-        output=OutputSpec.parse(output, output_format),
-        bootstrap_servers=bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", ""),
-        options=dict(options or {}),
-        **settings,
-    )
-    host = ReaderHost(reader_settings, process=process)
-    embedded = embedded_coordinator(reader_settings, coordinator, max_parallelism)
+    try:
+        reader_settings = ReaderSettings(
+            source=source,
+            subtask=subtask,
+            connector=connector,
+            output=OutputSpec.parse(output, output_format),
+            bootstrap_servers=bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", ""),
+            options=dict(options or {}),
+            **settings,
+        )
+        host = ReaderHost(reader_settings, process=process)
+        embedded = embedded_coordinator(reader_settings, coordinator, max_parallelism)
+    except ConfigError as exc:
+        raise in_keywords(exc) from None
     setup_logging(log_level)
     return run_with_coordinator(host, embedded)
+
+
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
+
+
+def in_keywords(error: ConfigError) -> ConfigError:
+    """``error`` as ``run_reader``'s caller names its settings: the reader's checks name the
+    command line's flags (``--bootstrap-servers``), the caller gave keywords
+    (``bootstrap_servers=``)."""
+
+    def keyword(text: str) -> str:
+        return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), text)
+
+    return ConfigError(keyword(error.setting), keyword(error.problem))

@@ -31,6 +31,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from sluicegate.api.errors import ConfigError
 from sluicegate.api.ranges import SupportsPositionRanges
 from sluicegate.spark.datasource import configure_logging, range_source, read_ranges
+from sluicegate.spark.option_words import worded, worded_reads
 from sluicegate.spark.options import SparkSourceOptions
 from sluicegate.spark.trigger_limits import PlannedPart, cut_ranges
 
@@ -91,6 +92,7 @@ class SluicegateBatchReader(DataSourceReader):
     def __init__(self, config: SparkSourceOptions) -> None:
         self.config = config
 
+    @worded(lambda self: self.config.option_words)
     def partitions(self) -> Sequence[InputPartition]:
         configure_logging()
         for note in self.config.notes:
@@ -100,7 +102,8 @@ class SluicegateBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, BatchPartition)
         ranges = read_to_ends_now(self.config, partition.ranges)
-        return read_ranges(self.config, [(wire, start, end) for wire, start, end in ranges if end > start])
+        rows = read_ranges(self.config, [(wire, start, end) for wire, start, end in ranges if end > start])
+        return worded_reads(rows, self.config.option_words)
 
 
 def read_to_ends_now(

@@ -81,7 +81,8 @@ from sluicegate.spark.offsets import (
     SourceOffset,
     ranges_between,
 )
-from sluicegate.spark.options import JVM, SparkSourceOptions
+from sluicegate.spark.option_words import worded, worded_reads
+from sluicegate.spark.options import JVM, SparkSourceOptions, option_words_of
 from sluicegate.spark.planner import NextOffsetPlanner, offsets_behind_latest
 from sluicegate.spark.read_path_choice import JVM_CONNECTORS
 from sluicegate.spark.read_reports import ReadReport, SplitRead, counted, send_report
@@ -190,6 +191,7 @@ class SluicegateDataSource(DataSource):
             raise ConfigError("readPath", f"jvm cannot read in this session: {self.jvm_unavailable}")
         return config
 
+    @worded(lambda self: option_words_of(self.options))
     def schema(self) -> StructType:
         config = self._config()
         own = _ranges(range_source(config.connector, config.connector_options)).arrow_schema()
@@ -199,6 +201,7 @@ class SluicegateDataSource(DataSource):
             return from_arrow_schema(own)
         return source_schema(value_type_of(config.connector, config.connector_options))
 
+    @worded(lambda self: option_words_of(self.options))
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         config = self._config(schema=schema)
         given = {k.lower() for k in self.options}
@@ -213,6 +216,7 @@ class SluicegateDataSource(DataSource):
             )
         return SluicegateStreamReader(config, task_slots=self.task_slots)
 
+    @worded(lambda self: option_words_of(self.options))
     def reader(self, schema: StructType) -> DataSourceReader:
         from sluicegate.spark.batch import SluicegateBatchReader
 
@@ -342,6 +346,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         log.info("parallelism not given: %d (%s)", parallelism, why)
         self.config = self.config.with_parallelism(parallelism)
 
+    @worded(lambda self: self.config.option_words)
     def initialOffset(self) -> dict[str, Any]:
         """A fresh query's start: nothing read, and the source it reads, named here for a
         query that names none (a source of its own, source_identity.py). Spark may ask again
@@ -357,6 +362,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         n = self.config.max_records_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
+    @worded(lambda self: self.config.option_words)
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now_ms = int(time.time() * 1000)
 
@@ -371,6 +377,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             return []
         return offsets_behind_latest(self._driver.available_ends, SourceOffset.from_json(consumed))
 
+    @worded(lambda self: self.config.option_words)
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         start_offset = SourceOffset.from_json(start)
         # Spark plans a batch after the one before is committed: ``start`` is durable. The
@@ -426,6 +433,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             )
         return self._min_rows.admits(new_rows, now_ms)
 
+    @worded(lambda self: self.config.option_words)
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         start_offset = SourceOffset.from_json(start)
         end_offset = SourceOffset.from_json(end)
@@ -457,6 +465,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         ]
         return cut_ranges(parts, self.config.min_partitions, self.config.max_records_per_partition)
 
+    @worded(lambda self: self.config.option_words)
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed the batch that ends at ``end`` (and planned one after it): the
         coordinator hears of it, and so does the connector (``positions_durable``, e.g. a
@@ -499,8 +508,10 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SluicegatePartition)
         if partition.report_to is None:
-            return read_ranges(self.config, partition.ranges)
-        return self._read_and_report(partition, partition.report_to)
+            rows = read_ranges(self.config, partition.ranges)
+        else:
+            rows = self._read_and_report(partition, partition.report_to)
+        return worded_reads(rows, self.config.option_words)
 
     def _read_and_report(self, partition: SluicegatePartition, url: str) -> Iterator[Any]:
         """The reads, then one report of them to the driver (not for a task stopped early)."""

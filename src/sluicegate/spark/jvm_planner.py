@@ -42,7 +42,7 @@ from sluicegate.spark.file_options import CONNECTOR as FILES_CONNECTOR
 from sluicegate.spark.file_options import schema_ddl
 from sluicegate.spark.jvm_classpath import BUILD_COMMAND, SOURCE_CLASS, built
 from sluicegate.spark.offsets import SourceOffset
-from sluicegate.spark.options import WHOLE_FILES, SparkSourceOptions
+from sluicegate.spark.options import WHOLE_FILES, SparkSourceOptions, option_words_of
 from sluicegate.spark.read_path_choice import BY_TRIGGER, PYTHON, QueryFacts, ReadPathChoice, choose
 
 log = logging.getLogger("sluicegate.spark")
@@ -280,7 +280,7 @@ class JvmPlannerFactory:
             if config.connector == FILES_CONNECTOR:
                 return json.dumps({"read": "files", "schema": _file_schema(source, schema_json)})
         except ConfigError as exc:
-            return json.dumps({"error": str(exc)})
+            return json.dumps({"error": str(exc.in_words_of(option_words_of(json.loads(options_json))))})
         return json.dumps({"read": "kafka", "includeHeaders": source.options.include_headers is True})
 
     def choose(self, options_json: str, trigger: str | None) -> str:

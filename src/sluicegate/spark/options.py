@@ -40,11 +40,11 @@ from sluicegate.spark.kafka_options import (
     names_a_subscription,
     read_spark_kafka_options,
 )
+from sluicegate.spark.option_words import CONNECTOR_PREFIX, OptionWords
 from sluicegate.spark.read_reports import driver_host, report_url
 from sluicegate.spark.source_identity import OWN_MARK
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
-CONNECTOR_PREFIX = "option."
 
 READ_PATHS = ("auto", "native", "python", "jvm")
 """``readPath``: how executors read the kafka and files connectors' ranges. ``native`` and
@@ -128,6 +128,8 @@ class SparkSourceOptions:
     driver learns the query's own (``with_source``)."""
     connector: str = "sequence"
     connector_options: tuple[tuple[str, str], ...] = ()
+    option_words: OptionWords = field(default_factory=OptionWords)
+    """The connector's options as this query names them, for its messages (option_words.py)."""
     bootstrap_servers: str = ""
     """The control cluster."""
     namespace: str = "sluicegate"
@@ -230,6 +232,7 @@ class SparkSourceOptions:
         control = opts.get("controlbootstrapservers") or opts.get("kafka.bootstrap.servers") or environment
         return cls(
             source=source,
+            option_words=OptionWords.of(opts, connector),
             source_named=batch or bool(opts.get("source", "").strip()),
             parallelism=int_option(opts, "parallelism", None, 1) if "parallelism" in opts else None,
             connector=connector,
@@ -402,6 +405,12 @@ def _max_per_trigger(opts: Mapping[str, str], kafka: SparkKafkaOptions | None) -
     if ours is not None and spark is not None:
         raise ConfigError("maxOffsetsPerTrigger", "and maxRecordsPerTrigger both set the limit: keep one")
     return ours if spark is None else spark
+
+
+def option_words_of(options: Mapping[str, str]) -> OptionWords:
+    """The connector's options as a query with these options names them."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    return OptionWords.of(opts, _connector_of(opts))
 
 
 def _connector_of(opts: Mapping[str, str]) -> str:

@@ -25,7 +25,7 @@ from sluicegate.api import (
     SupportsSplitReassignmentOnRecovery,
 )
 from sluicegate.api.assigners import ASSIGNMENT_OPTIONS
-from sluicegate.api.errors import ConfigError, SourceError
+from sluicegate.api.errors import ConfigError, SourceError, option_named
 from sluicegate.api.ranges import SkippedInput
 
 from .badfiles import BadFile, BadFileError
@@ -96,8 +96,9 @@ class FileSource(
         while not store.root_exists():
             if time.monotonic() >= deadline:
                 raise SourceError(
-                    f"path {self.options.path} (option path) does not exist (waited {wait_s:.0f} s): check it, "
-                    "create the directory, or set missing_path=wait to wait until it is created"
+                    f"path {self.options.path} ({option_named('path')}) does not exist (waited {wait_s:.0f} s): "
+                    f"check it, create the directory, or set {option_named('missing_path', 'wait')} to wait until "
+                    "it is created"
                 )
             time.sleep(CHECK_INTERVAL_S)
 
@@ -107,6 +108,11 @@ class FileSource(
         one (the reader skips and dead-letters the bad one when it gets to it)."""
         store = self.store()
         files = store.list_files()
+        if not files and not store.root_exists():  # the path is wrong, not the schema
+            raise SourceError(
+                f"path {self.options.path} ({option_named('path')}) does not exist: check it (to read a path "
+                f"created later, give {option_named('schema')}: there is no file to infer it from)"
+            )
         if not files:
             raise ConfigError("schema", f"no file under {self.options.path} to infer it from: give the schema (DDL)")
         for entry in files:

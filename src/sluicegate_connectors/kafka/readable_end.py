@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 
-from sluicegate.api.errors import SourceError
+from sluicegate.api.errors import SourceError, option_named
 
 from .cluster import TopicPartitionKey
 
@@ -89,7 +89,7 @@ class ReadableEnds:
         """Fails the query, or says once where the split reads on."""
         if self.fail_on_data_loss:
             raise PartitionLostError(
-                f"{what}: records may have been missed; set failOnDataLoss=false (fail_on_data_loss=false) to read on"
+                f"{what}: records may have been missed; set {option_named('fail_on_data_loss', 'false')} to read on"
             )
         if (key, position, found) not in self._said:
             self._said.add((key, position, found))

@@ -33,6 +33,7 @@ from confluent_kafka import KafkaError, Message
 
 from sluicegate.api import ColumnarReader, ColumnarResult, InputStatus, ReadResult, Record, SourceError, SourceReader
 from sluicegate.api.bytes_json import header_value, put_bytes
+from sluicegate.api.errors import option_named
 
 from .enumerator import REMOVED_EVENT
 from .group_commits import GroupOffsetCommitter
@@ -54,7 +55,7 @@ class DataLossError(SourceError):
     def __init__(self, topic: str, partition: int, first_lost: int, first_left: int) -> None:
         super().__init__(
             f"data loss in {topic}-{partition}: offsets {first_lost}..{first_left - 1} were deleted before they "
-            f"were read (retention?); set fail_on_data_loss=false to skip them"
+            f"were read (retention?); set {option_named('fail_on_data_loss', 'false')} to skip them"
         )
         self.topic = topic
         self.partition = partition

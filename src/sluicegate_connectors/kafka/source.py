@@ -23,7 +23,7 @@ from sluicegate.api import (
     SupportsSplitReassignmentOnRecovery,
 )
 from sluicegate.api.assigners import ASSIGNMENT_OPTIONS
-from sluicegate.api.errors import ConfigError, SourceError
+from sluicegate.api.errors import ConfigError, SourceError, option_named
 
 from .cluster import DataCluster, DataClusterError
 from .enumerator import KafkaEnumerator
@@ -131,17 +131,17 @@ class KafkaSource(
                     self._check_starting_timestamps(cluster)
                     return
                 problem = (
-                    f"topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} (option topics) "
+                    f"topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} ({option_named('topics')}) "
                     f"{'do' if len(missing) > 1 else 'does'} not exist on {options.bootstrap_servers}"
                 )
             if time.monotonic() >= deadline:
                 break
             time.sleep(CHECK_INTERVAL_S)
         if found is None:
-            raise SourceError(f"{problem}; check option bootstrap_servers (the data cluster)")
+            raise SourceError(f"{problem}; check {option_named('bootstrap_servers')} (the data cluster)")
         raise SourceError(
             f"{problem} (waited {wait_s:.0f} s): check the name, create the topic, or set "
-            "missing_topics=wait to wait until it is created"
+            f"{option_named('missing_topics', 'wait')} to wait until it is created"
         )
 
     def _check_starting_timestamps(self, cluster: DataCluster) -> None:
