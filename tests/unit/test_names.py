@@ -51,7 +51,9 @@ def coordinator(namespace: str = "sluicegate", source: str = "orders") -> Coordi
 
 
 def spark(namespace: str = "sluicegate", source: str = "orders") -> SparkSourceOptions:
-    return SparkSourceOptions.from_options({"source": source, "namespace": namespace, "parallelism": "2"})
+    return SparkSourceOptions.from_options(
+        {"source": source, "namespace": namespace, "parallelism": "2", "kafka.bootstrap.servers": "127.0.0.1:9092"}
+    )
 
 
 @given(NAMES)

@@ -70,3 +70,12 @@ def test_what_leaves_a_worded_method_or_an_executor_s_read_is_in_the_query_s_wor
     assert next(read) == 1
     with pytest.raises(ConfigError, match=r"'kafkaConsumer\.pollTimeoutMs'"):
         next(read)
+
+
+def test_the_query_s_own_options_keep_their_names() -> None:
+    words = option_words_of({"subscribe": "orders"})
+    assert [words(n) for n in ("parallelism", "kafka.bootstrap.servers", "maxOffsetsPerTrigger")] == [
+        "parallelism",
+        "kafka.bootstrap.servers",
+        "maxOffsetsPerTrigger",
+    ]

@@ -87,3 +87,16 @@ def test_a_misspelled_connector_option_names_the_closest_known_one(
         load_source(connector, {**options, typo: "1"})
     assert info.value.setting == typo
     assert f"did you mean {meant!r}" in str(info.value) and f"the {connector} connector" in str(info.value)
+
+
+def test_a_stream_without_a_control_cluster_fails_at_its_start_naming_the_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A files stream without kafka.bootstrap.servers logged "Unable connect to ':9092'"
+    before it failed (issue 51 item 2); a batch query needs no control cluster."""
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    config = SparkSourceOptions.from_options({"path": "/data/in", "format": "parquet"})
+    with pytest.raises(ConfigError, match=r"'kafka\.bootstrap\.servers': not set: a stream keeps"):
+        config.check_control_cluster()
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "k:9092")
+    SparkSourceOptions.from_options({"path": "/data/in", "format": "parquet"}).check_control_cluster()

@@ -262,6 +262,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         """The driver, started on the first call that tells where the query stands:
         ``offset`` is its initial offset (a fresh query) or one of its offset log."""
         if self._driver is None:
+            self.config.check_control_cluster()
             configure_logging()
             for note in self.config.notes:
                 log.warning("%s", note)

@@ -12,7 +12,7 @@ name for). ``worded`` rewords what leaves a method of the data source.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
@@ -44,10 +44,14 @@ class OptionWords:
     configuration)."""
 
     names: tuple[tuple[str, str], ...] = ()
+    own: frozenset[str] = frozenset()
+    """The names of the query's own options (``parallelism``, ``kafka.bootstrap.servers``),
+    lower-cased: a setting already named so stays as it is."""
 
     @classmethod
-    def of(cls, opts: Mapping[str, str], connector: str) -> OptionWords:
-        """``opts``: the query's options, lower-cased keys (as Spark gives them)."""
+    def of(cls, opts: Mapping[str, str], connector: str, own: Iterable[str] = ()) -> OptionWords:
+        """``opts``: the query's options, lower-cased keys (as Spark gives them); ``own``:
+        the names of the options the query itself reads."""
         spark = _KAFKA_SPARK_NAMES if connector == kafka_options.CONNECTOR else {}
         spark = _FILE_SPARK_NAMES if connector == file_options.CONNECTOR and "path" in opts else spark
         names = dict(spark)
@@ -56,10 +60,15 @@ class OptionWords:
                 names[ours] = next((c for c in choices if c.lower() in opts), choices[-1])
         # a connector option the user gave as option.<name> is named so
         names.update({key[len(CONNECTOR_PREFIX) :]: key for key in opts if key.startswith(CONNECTOR_PREFIX)})
-        return cls(tuple(sorted(names.items())))
+        return cls(tuple(sorted(names.items())), frozenset(name.lower() for name in own))
 
     def __call__(self, option: str) -> str:
-        return dict(self.names).get(option, f"{CONNECTOR_PREFIX}{option}")
+        named = dict(self.names).get(option)
+        if named is not None:
+            return named
+        if option.lower() in self.own or option.startswith(("kafka.", CONNECTOR_PREFIX)):
+            return option
+        return f"{CONNECTOR_PREFIX}{option}"
 
 
 P = ParamSpec("P")

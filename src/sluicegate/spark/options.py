@@ -90,6 +90,8 @@ KNOWN = (
 """Every option of ``format("sluicegate")`` besides ``option.<connector option>`` and
 Spark's Kafka and file source options (kafka_options.py, file_options.py): anything else
 fails at ``load()`` (an option nobody reads would change nothing without a word)."""
+OWN_NAMES = (*KNOWN, *SPARK_NAMES, *FILE_NAMES)
+"""Every option name a query gives sluicegate's Spark source, besides its connector's."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,7 @@ class SparkSourceOptions:
         control = opts.get("controlbootstrapservers") or opts.get("kafka.bootstrap.servers") or environment
         return cls(
             source=source,
-            option_words=OptionWords.of(opts, connector),
+            option_words=OptionWords.of(opts, connector, OWN_NAMES),
             source_named=batch or bool(opts.get("source", "").strip()),
             parallelism=int_option(opts, "parallelism", None, 1) if "parallelism" in opts else None,
             connector=connector,
@@ -265,6 +267,16 @@ class SparkSourceOptions:
     @property
     def options(self) -> dict[str, str]:
         return dict(self.connector_options)
+
+    def check_control_cluster(self) -> None:
+        """A stream keeps its coordination in Kafka: ConfigError when no control cluster is
+        named (a batch query needs none)."""
+        if not self.bootstrap_servers.strip():
+            raise ConfigError(
+                "kafka.bootstrap.servers",
+                "not set: a stream keeps sluicegate's control topics in Kafka; give kafka.bootstrap.servers "
+                f"(or controlBootstrapServers), or set {BOOTSTRAP_ENV} in the driver's environment",
+            )
 
     def with_parallelism(self, parallelism: int) -> SparkSourceOptions:
         return replace(self, parallelism=parallelism)
@@ -410,7 +422,7 @@ def _max_per_trigger(opts: Mapping[str, str], kafka: SparkKafkaOptions | None) -
 def option_words_of(options: Mapping[str, str]) -> OptionWords:
     """The connector's options as a query with these options names them."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
-    return OptionWords.of(opts, _connector_of(opts))
+    return OptionWords.of(opts, _connector_of(opts), OWN_NAMES)
 
 
 def _connector_of(opts: Mapping[str, str]) -> str:
