@@ -41,9 +41,13 @@ bootstrap = control_bootstrap = "127.0.0.1:9"
 listens there; loading a query does not connect)."""
 
 
+def readme_python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+
+
 def readme_spark_snippets() -> list[str]:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    return [b for b in blocks if "register(spark)" in b]
+    """The snippets of a query, which take the session as given."""
+    return [b for b in readme_python_blocks() if "register(spark)" in b and "SparkSession.builder" not in b]
 
 
 def connector_of(snippet: str) -> str:
@@ -89,3 +93,24 @@ def test_a_readme_spark_snippet_runs_in_local_mode_without_pyspark_python(tmp_pa
     assert done.returncode == 0, done.stderr[-3000:]
     assert "No module named 'sluicegate'" not in done.stderr
     assert f"SCHEMA {SCHEMAS[connector_of(snippet)]}" in done.stdout
+
+
+def test_the_readme_s_session_has_sluicegate_s_jar_and_spark_s_own_kafka_source(tmp_path: Path) -> None:
+    """The README's own session (issue 51 item 2: nothing said how to get Spark's Kafka
+    source beside ours): both formats load a Kafka stream in it."""
+    (session,) = [b for b in readme_python_blocks() if "SparkSession.builder" in b]
+    check = """
+for fmt in ("kafka", "sluicegate"):
+    reader = spark.readStream.format(fmt).option("subscribe", "orders")
+    df = reader.option("kafka.bootstrap.servers", "127.0.0.1:9").load()
+    print("SCHEMA", fmt, df.schema.simpleString())
+print("JARS", spark.conf.get("spark.jars"))
+spark.stop()
+"""
+    script = tmp_path / "session.py"
+    script.write_text(session + check, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for fmt in ("kafka", "sluicegate"):
+        assert f"SCHEMA {fmt} {SCHEMAS['kafka']}" in done.stdout, done.stdout
+    assert "sluicegate-spark.jar" in done.stdout and "spark-sql-kafka-0-10_2.13-4.2.0.jar" in done.stdout
