@@ -51,7 +51,6 @@ def subtasks_table(result: AuditResult) -> Table:
     table = Table(title="subtasks", title_justify="left")
     for name in (
         "subtask",
-        "attempts",
         "attempt",
         "live",
         "last seq",
@@ -60,12 +59,12 @@ def subtasks_table(result: AuditResult) -> Table:
         "finished",
         "fenced",
     ):
-        table.add_column(name, justify="right")
+        # a header wraps between its words, never inside one: at 80 columns they all fit
+        table.add_column(name, justify="right", min_width=max(len(word) for word in name.split()))
     for s in result.summary.subtasks:
         table.add_row(
             str(s.subtask),
-            str(s.attempts),
-            "-" if s.current_attempt is None else str(s.current_attempt),
+            f"{'-' if s.current_attempt is None else s.current_attempt} of {s.attempts}",
             "yes" if s.live else "no",
             str(s.last_seq),
             str(s.acked_seq),

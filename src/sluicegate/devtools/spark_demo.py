@@ -188,9 +188,16 @@ def run_spark_demo(plan: SparkDemoPlan, keep_workdir: bool = False) -> int:
             ) as progress:
                 task = progress.add_task("read", total=plan.total, batch="-", rate=0.0)
 
+                began: list[float] = []
+
                 def show(p: JobProgress) -> None:
+                    # the mean since the first batch: the last batch's own rate ends at 0 (an
+                    # empty batch closes the run)
+                    began[:] = began or [time.monotonic()]
                     batch = str(p.batch_id) if p.batch_id >= 0 else "-"
-                    progress.update(task, completed=p.rows, batch=batch, rate=p.input_rows_per_second)
+                    elapsed = time.monotonic() - began[0]
+                    rate = p.rows / elapsed if elapsed > 0 else p.input_rows_per_second
+                    progress.update(task, completed=p.rows, batch=batch, rate=rate)
 
                 table = run_job(config, spark, show)
             expected = expected_sequence_windows(plan.options())
