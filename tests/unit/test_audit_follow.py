@@ -255,3 +255,17 @@ def test_the_follower_serves_how_long_the_oldest_unowned_split_has_waited() -> N
     collector.snapshot = FollowSnapshot()
     served = {m.name: m for m in collector.collect()}
     assert served["sluicegate_audit_oldest_unowned_split_seconds"].samples[0].value == 0
+
+
+def test_readers_that_join_leave_or_fail_are_said_as_they_happen() -> None:
+    """``audit --follow`` said nothing when a reader joined, left or failed (issue 51 item 5)."""
+    run = full_run()
+    f = follower(Clock())
+    feed_shuffled(f, run.inbox, run.readers, seed=3)
+    events = f.reader_events
+    joined = [e for e in events if "a reader joined" in e]
+    assert {e.split(":")[0] for e in joined} == {f"subtask {s}" for s in range(4)}, events
+    fenced = events.index("subtask 1: its reader failed (attempt 1, fenced)")
+    assert events[fenced + 1] == "subtask 1: a reader joined (attempt 2)", events
+    assert any(e.startswith("subtask 3: its reader failed (attempt 1, session-timeout") for e in events), events
+    assert any("its reader left" in e for e in events), events

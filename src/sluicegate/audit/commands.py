@@ -44,6 +44,7 @@ from sluicegate.audit.report import (
     ownership_at_table,
     print_report,
     progress_line,
+    reader_event_line,
     split_event_line,
     split_history_tables,
     to_json_bytes,
@@ -196,6 +197,10 @@ def _follow(
     def progress(s: FollowSnapshot) -> None:
         console.print(progress_line(s), highlight=False, soft_wrap=True)
 
+    def reader_events(events: list[str]) -> None:
+        for event in events:
+            console.print(reader_event_line(event), highlight=False, soft_wrap=True)
+
     try:
         validate_source(source, "--source")
         require_access(bootstrap)
@@ -215,6 +220,7 @@ def _follow(
             on_progress=progress,
             split_id=split,
             on_split_events=split_events,
+            on_reader_events=reader_events,
         )
         asyncio.run(_until_signalled(follow_source))
     except (ConfigError, MissingTopicsError, KafkaAccessError, OSError) as exc:

@@ -54,6 +54,9 @@ class AuditFollower:
         self._split = None if split_id is None else SplitEvents(split_id)
         self.events: list[tuple[ReplayRecord, str]] = []
         """What applied records did to ``split_id``, until the caller takes them."""
+        self.reader_events: list[str] = []
+        """Readers that joined, left or failed, in the words of a ``--follow`` line, until
+        the caller takes them."""
         self.applied = 0
         self.received: Counter[str] = Counter()
         """Records received, by topic."""
@@ -116,11 +119,19 @@ class AuditFollower:
                 Finding(Violation(ViolationKind.CSEQ_ORDER, item.record.location, message, self.applied), item.record)
             ]
         before = len(self.model.violations)
+        subtask = item.env.subtask
+        was = self._reader_state(subtask)
         self.model.apply(item, self.applied)
         self.applied += 1
+        if (now := self._reader_state(subtask)) != was:
+            self.reader_events.append(reader_event(subtask, was, now, self.model.subtasks[subtask].ended_by))
         if self._split is not None and (event := self._split.describe(item)) is not None:
             self.events.append((item, event))
         return [Finding(v, item) for v in self.model.violations[before:]]
+
+    def _reader_state(self, subtask: int) -> tuple[bool, int | None]:
+        slot = self.model.subtasks.get(subtask)
+        return (False, None) if slot is None else (slot.live, slot.attempt)
 
     def _decode(self, location: Location, raw: bytes | None, direction: Direction) -> ReplayRecord | None:
         try:
@@ -144,6 +155,18 @@ class AuditFollower:
 
     def readers_live(self) -> int:
         return sum(1 for slot in self.model.subtasks.values() if slot.live)
+
+
+def reader_event(subtask: int, was: tuple[bool, int | None], now: tuple[bool, int | None], ended_by: str | None) -> str:
+    """What a change of a subtask's (live, attempt) says: a reader joined, left or failed."""
+    (was_live, was_attempt), (live, attempt) = was, now
+    if live and was_live:
+        return f"subtask {subtask}: attempt {attempt} took over from attempt {was_attempt}"
+    if live:
+        return f"subtask {subtask}: a reader joined (attempt {attempt})"
+    if ended_by == "left":
+        return f"subtask {subtask}: its reader left (attempt {attempt})"
+    return f"subtask {subtask}: its reader failed (attempt {attempt}, {ended_by or 'gone'})"
 
 
 @dataclass(frozen=True)

@@ -94,11 +94,13 @@ async def follow_control_topics(
     on_progress: Callable[[FollowSnapshot], None] | None = None,
     split_id: str | None = None,
     on_split_events: Callable[[list[tuple[ReplayRecord, str]]], None] | None = None,
+    on_reader_events: Callable[[list[str]], None] | None = None,
     progress_interval_s: float = 30.0,
     stop: asyncio.Event | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Follow ``source`` until ``stop`` is set or ``on_findings`` returns False."""
+    """Follow ``source`` until ``stop`` is set or ``on_findings`` returns False; the
+    progress once more when ``stop`` ends it (the summary of the run)."""
     inbox_topic, readers_topic = topic_names(source, ns)
     state_topic = ControlTopics.for_source(source, ns).coordinator_state
     consumer = control_consumer(bootstrap, f"sluicegate-audit-follow-{source}")
@@ -131,6 +133,9 @@ async def follow_control_topics(
             if follower.events and on_split_events is not None:
                 on_split_events(follower.events)
             follower.events = []
+            if follower.reader_events and on_reader_events is not None:
+                on_reader_events(follower.reader_events)
+            follower.reader_events = []
             if clock() - lag_at >= LAG_INTERVAL_S:
                 lag, lag_at = await _lag(consumer, checked), clock()
             snapshot = FollowSnapshot.of(follower, lag)
@@ -141,6 +146,8 @@ async def follow_control_topics(
             if on_progress is not None and clock() - progress_at >= progress_interval_s:
                 on_progress(snapshot)
                 progress_at = clock()
+        if on_progress is not None:
+            on_progress(FollowSnapshot.of(follower, lag))
     finally:
         await consumer.stop()
 

@@ -116,6 +116,9 @@ class SubtaskState:
     """Messages naming the live attempt from another incarnation (dropped, as by the coordinator)."""
     releasing: dict[str, int] = field(default_factory=dict)
     """split_id -> the ReleaseRequest seq that asked the current attempt for it."""
+    ended_by: str | None = None
+    """Why the last attempt ended: a ``ReleaseReason`` of the release that ended it, or
+    ``left`` (ReaderLeaving); None while it is live."""
     returned: set[str] = field(default_factory=set)
     """Given back by accepted CheckpointAcks and not yet released (SplitsReleased returned)."""
     release_in_parts: ReleaseInParts | None = None
@@ -367,6 +370,7 @@ class OwnershipModel:
                 slot.finished += 1
         elif isinstance(body, ReaderLeaving):
             slot.live = False
+            slot.ended_by = ReleaseReason.LEFT.value
 
     def _apply_source_wide(self, record: ReplayRecord) -> None:
         """A slot request changes no ownership (its SlotGranted neither: the registration
@@ -475,6 +479,7 @@ class OwnershipModel:
         slot.attempt = body.attempt
         slot.incarnation = body.incarnation
         slot.live = True
+        slot.ended_by = None
         slot.no_more_splits = False
         slot.releasing.clear()  # requests die with the attempt they were sent to
         slot.returned.clear()
@@ -639,6 +644,7 @@ class OwnershipModel:
             return  # the attempt fails, or leaves, with the release's last record
         if (failing and body.failed_attempt == slot.attempt) or reason == ReleaseReason.LEFT.value:
             slot.live = False
+            slot.ended_by = reason
             slot.releasing.clear()
             slot.returned.clear()
 

@@ -215,6 +215,11 @@ def split_event_line(split_id: str, event: str) -> str:
     return f"{_now()} {split_id}: {event}"
 
 
+def reader_event_line(event: str) -> str:
+    """A line of ``audit --follow`` when a reader joins, leaves or fails."""
+    return f"{_now()} {event}"
+
+
 def _now() -> str:
     """The time a ``--follow`` line is printed (UTC)."""
     return datetime.now(UTC).strftime("%H:%M:%S")
