@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_audit import SOURCE, Run, full_run
@@ -151,3 +152,36 @@ def test_the_last_minutes_keep_what_was_live_then_and_drop_what_had_ended(timeli
 def test_last_is_checked_before_anything_is_read(args: list[str], said: str) -> None:
     result = CliRunner().invoke(app, ["audit", "--source", "s", "-b", "127.0.0.1:1", *args])
     assert result.exit_code == 2 and said in result.output, result.output
+
+
+def test_a_lane_says_who_read_it_and_a_flat_watermark_gets_no_axis_of_hundredths() -> None:
+    """Issue 51 item 5: a lane did not say its host; a watermark that never moved got a
+    ±0.04 ms axis."""
+    from sluicegate.audit.timeline_plot import _lane_label
+
+    assert _lane_label(2, "vm:25398/spark", None) == "subtask 2\nSpark query vm:25398"
+    assert _lane_label(0, "pod-7:1", 12) == "subtask 0\nreader pod-7:1\nmax 12 splits"
+    assert _lane_label(1, None, None) == "subtask 1"
+
+
+def test_the_timeline_knows_each_lane_s_last_reader(timeline: Timeline) -> None:
+    assert timeline.hosts == dict.fromkeys(timeline.subtasks, "host")
+
+
+def test_a_watermark_that_never_moved_is_drawn_on_a_plain_axis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.pyplot as plt
+
+    flat = Timeline(
+        ownerships=[Ownership("s-0", 0, 1, 0, 0, None, None, None)],
+        low_watermarks=[(0, 5_000), (10_000, 5_000)],
+        ts_by_position=[0, 60_000],
+        subtasks=[0],
+    )
+    drawn: list[Any] = []
+    monkeypatch.setattr(plt, "close", drawn.append)  # keep the figure to look at
+    draw_timeline(flat, tmp_path / "flat.png")
+    monkeypatch.undo()
+    (fig,) = drawn
+    watermark_axis = fig.axes[1]
+    assert watermark_axis.get_ylim() == (-1.0, 1.0) and list(watermark_axis.get_yticks()) == [0.0]
+    plt.close(fig)

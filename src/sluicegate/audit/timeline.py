@@ -32,6 +32,7 @@ from sluicegate.protocol import (
     CheckpointAck,
     ReaderLeaving,
     ReaderRegistered,
+    ReaderRegistration,
     SplitsFinished,
     SplitsReleased,
     WatermarkAnnouncement,
@@ -96,6 +97,9 @@ class Timeline:
     ts_by_position: list[int] = field(default_factory=list)
     cseq_by_position: list[int | None] = field(default_factory=list)
     subtasks: list[int] = field(default_factory=list)
+    hosts: dict[int, str] = field(default_factory=dict)
+    """Each subtask's last reader, by the location its registration gave (``host:pid``;
+    ``host:pid/spark`` for a Spark query's driver)."""
 
     @property
     def start_ms(self) -> int:
@@ -178,6 +182,8 @@ def _note_event(
     live_before: bool,
 ) -> None:
     env, body, s = record.env, record.env.body, record.env.subtask
+    if isinstance(body, ReaderRegistration) and body.location:
+        timeline.hosts[s] = body.location
     if isinstance(body, ReaderRegistered) and not body.more:  # one mark per record sent in pieces (v6)
         timeline.marks.append(Mark(MarkKind.REGISTERED, s, ts, position, f"attempt {body.attempt}"))
     elif isinstance(body, SplitsReleased):

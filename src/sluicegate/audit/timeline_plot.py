@@ -146,7 +146,7 @@ def draw_timeline(timeline: Timeline, path: Path, *, title: str = "", since_ms: 
                 rotation=45,
                 transform=ax.get_xaxis_transform(),
             )
-    ax.set_yticks(lanes, [f"subtask {s}" + (f"\nmax {peaks[s]} splits" if s in peaks else "") for s in lanes])
+    ax.set_yticks(lanes, [_lane_label(s, timeline.hosts.get(s), peaks.get(s)) for s in lanes])
     ax.set_ylim(min(lanes) - 0.6, max(lanes) + 0.75)
     ax.invert_yaxis()
     ax.set_xlim(0, span * 1.01)
@@ -170,6 +170,9 @@ def draw_timeline(timeline: Timeline, path: Path, *, title: str = "", since_ms: 
         scale, unit = (1000, "s") if timeline.low_watermarks[-1][1] - first > 5_000 else (1, "ms")
         ys = [(w - first) / scale for _, w in timeline.low_watermarks]
         wm.step(xs, [*ys, ys[-1]], where="post", color="#762a83", linewidth=1.6, alpha=0.8)
+        if max(ys) == min(ys):  # a watermark that never moved: no axis of hundredths of a ms
+            wm.set_ylim(-1, 1)
+            wm.set_yticks([0])
         wm.set_ylabel(f"low watermark (+{unit})", color="#762a83")
         wm.tick_params(axis="y", colors="#762a83")
         handles.append(
@@ -188,6 +191,16 @@ def draw_timeline(timeline: Timeline, path: Path, *, title: str = "", since_ms: 
     fig.tight_layout(rect=(0, legend_in / height, 1, 1))
     fig.savefig(path)
     plt.close(fig)
+
+
+def _lane_label(subtask: int, host: str | None, peak: int | None) -> str:
+    """A lane's name: the subtask, who read it last (a Spark query or a reader, where), and
+    the most splits it owned where the lanes show counts."""
+    label = f"subtask {subtask}"
+    if host is not None:
+        where, spark = host.removesuffix("/spark"), host.endswith("/spark")
+        label += f"\n{'Spark query' if spark else 'reader'} {where}"
+    return label + (f"\nmax {peak} splits" if peak is not None else "")
 
 
 def _draw_marks(ax: Any, marks: list[Mark], x: Any) -> None:
