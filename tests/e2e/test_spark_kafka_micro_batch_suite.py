@@ -222,8 +222,7 @@ def test_a_pattern_s_topic_created_again_with_fewer_records_fails_the_restart(su
 def test_a_pattern_s_topic_created_again_with_fewer_records_is_read_on_from_its_end_without_fail_on_data_loss(
     suite: dict[str, Any],
 ) -> None:
-    for read_path in ("jvm", "python"):
-        assert same(suite[f"pattern-recreated-read-on-{read_path}"]) == [[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4, 5, 7]]
+    assert same(suite["pattern-recreated-read-on-jvm"]) == [[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4, 5, 7]]
 
 
 # -- records ------------------------------------------------------------------------------
@@ -826,9 +825,9 @@ class Cases:
     def pattern_topic_recreated_read_on(self) -> None:
         """failOnDataLoss=false: the same, and the restart reads on from the new topic's end
         (the batch that finds it shorter reads none of it: 6 is missed), then what it gets.
-        Ours on the JVM read path (a processing-time stream's default) and the Python one."""
-        for read_path in ("jvm", "python"):
-            self.topic_recreated_read_on(read_path)
+        Ours on the JVM read path, a processing-time stream's default (the planning that
+        moves the split back is the Python path's too: the driver's, in Python)."""
+        self.topic_recreated_read_on("jvm")
 
     def topic_recreated_read_on(self, read_path: str) -> None:
         good, bad = self.topic(f"read-on-{read_path}-good", 1), self.topic(f"read-on-{read_path}-bad", 1)
