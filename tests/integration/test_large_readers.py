@@ -77,9 +77,13 @@ def test_a_reader_of_30000_splits_checkpoints_restores_and_leaves_in_records_tha
                     named_by_acks_of_changes.append(len(env["body"]["splits"]))
     print(f"records that were a later piece of a whole: {dict(pieced)}")
     # after each attempt's first ack, acks name what was read since (v7): at 2,500 records/s
-    # and a checkpoint a second, a few thousand of the 30,000 splits at most
-    print(f"acks of changes: {len(named_by_acks_of_changes)}, splits named: {sorted(named_by_acks_of_changes)}")
-    assert named_by_acks_of_changes and max(named_by_acks_of_changes) < SPLITS // 3
+    # and a checkpoint a second, a few hundred of the 30,000 splits typically. A checkpoint
+    # held up by a loaded machine names all read since the last one that was committed
+    # (11,390 in one ack of a fresh-clone run with both test lanes on 2 cores), so the
+    # typical ack is judged, and none may name half of them (a full ack names ~27,000)
+    named = sorted(named_by_acks_of_changes)
+    print(f"acks of changes: {len(named)}, splits named: {named}")
+    assert named and named[len(named) // 2] < SPLITS // 30 and named[-1] < SPLITS // 2
     for kind in ("CheckpointAck", "ReaderRegistration", "state piece"):
         assert pieced[kind] > 0, f"no {kind} went in pieces: {dict(pieced)}"
 
