@@ -28,20 +28,19 @@ def closed_port() -> int:
 
 
 def start_failure(tmp_path: Path, source: str, bootstrap: str, **options: str) -> tuple[str, float]:
+    """The error a query of the sequence connector with these options fails with, and the
+    seconds from its start."""
+    given = {"source": source, "connector": "sequence", "parallelism": "1", "kafka.bootstrap.servers": bootstrap}
+    return query_failure(tmp_path, {**given, **options})
+
+
+def query_failure(tmp_path: Path, options: dict[str, str]) -> tuple[str, float]:
     """The error a query with these options fails with, and the seconds from its start."""
     spark = spark_session("sluicegate-never-reached", quiet=True)
     query = None
     try:
         register(spark)
-        df = (
-            spark.readStream.format("sluicegate")
-            .option("source", source)
-            .option("connector", "sequence")
-            .option("parallelism", "1")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .options(**options)
-            .load()
-        )
+        df = spark.readStream.format("sluicegate").options(**options).load()
         started = time.monotonic()
         query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp")).start()
         with pytest.raises(StreamingQueryException) as failure:
@@ -80,23 +79,6 @@ def test_a_query_of_a_topic_that_does_not_exist_fails_in_the_words_of_spark_s_op
 ) -> None:
     """Its hint names the options as a query gives them (issue 51 item 3: it said
     ``missing_topics=wait``, which ``.option("missing_topics", "wait")`` refuses)."""
-    spark = spark_session("sluicegate-missing-topic", quiet=True)
-    query = None
-    try:
-        register(spark)
-        df = (
-            spark.readStream.format("sluicegate")
-            .option("subscribe", "no-such-topic")
-            .option("kafka.bootstrap.servers", kafka_bootstrap)
-            .load()
-        )
-        query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp")).start()
-        with pytest.raises(StreamingQueryException) as failure:
-            query.awaitTermination(90)
-        error = " ".join(str(failure.value).split())
-    finally:
-        if query is not None and query.isActive:
-            query.stop()
-        spark.stop()
+    error, _ = query_failure(tmp_path, {"subscribe": "no-such-topic", "kafka.bootstrap.servers": kafka_bootstrap})
     assert "topic no-such-topic (`subscribe`) does not exist" in error, error
     assert "set `option.missing_topics=wait` to wait" in error, error
