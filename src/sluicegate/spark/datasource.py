@@ -363,7 +363,6 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         n = self.config.max_records_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
-    @worded(lambda self: self.config.option_words)
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now_ms = int(time.time() * 1000)
 
