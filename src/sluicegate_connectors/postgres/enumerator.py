@@ -1,0 +1,265 @@
+"""The ``postgres`` enumerator: prepares the database, cuts the tables into chunks, hands the
+chunks out (``pull`` by default), and once every chunk is read, the change stream.
+
+1. Preparing (off the loop): each table is checked (catalog.py), the publication and the
+   slot are created where missing. The slot comes first, before any chunk is read, so the
+   WAL of every change after it is kept until the stream has read it.
+2. Cutting (off the loop): each table's keys in one pass, a bound every ``chunk_size``.
+3. Chunks finish through ``chunk_done`` events (and chunks that come back finished).
+4. The stream split starts at the slot's position and filters against the finished
+   chunks until it passes the greatest of their points; the finished chunks are sent to
+   its reader in groups when it asks, and forgotten once it says it is past them.
+
+The checkpoint holds the progress of each step, the pending chunks and the finished ones;
+chunks owned by readers are the coordinator's to restore.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sluicegate.api import SplitDistributor, SplitEnumerator, SplitEnumeratorContext
+from sluicegate.api.errors import SourceError
+from sluicegate.api.retries import repeated_failure_level
+
+from .catalog import DatabaseUnreachable, connect, create_slot, ensure_publication, slot_position, table_info
+from .events import CHUNK_DONE, CHUNK_GROUP, CHUNKS, CHUNKS_RELEASED, CHUNKS_WANTED
+from .options import PostgresOptions
+from .snapshot import chunk_bounds
+from .split import ChunkSplit, PostgresSplit, PostgresSplitCodec, StreamSplit, chunk_from_wire, chunk_to_wire
+
+log = logging.getLogger("sluicegate.connectors.postgres")
+
+RETRY_MS = 5_000
+
+
+@dataclass
+class Progress:
+    slot_lsn: int | None = None
+    """Where the stream starts; None: the database is not prepared yet."""
+    cut: bool = False
+    chunk_count: int = 0
+    stream_started: bool = False
+    released: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "slot_lsn": self.slot_lsn,
+            "cut": self.cut,
+            "chunk_count": self.chunk_count,
+            "stream_started": self.stream_started,
+            "released": self.released,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Progress:
+        lsn = data.get("slot_lsn")
+        return cls(
+            None if lsn is None else int(lsn),
+            bool(data.get("cut")),
+            int(data.get("chunk_count", 0)),
+            bool(data.get("stream_started")),
+            bool(data.get("released")),
+        )
+
+
+class PostgresEnumerator(SplitEnumerator[PostgresSplit]):
+    def __init__(
+        self,
+        context: SplitEnumeratorContext[PostgresSplit],
+        options: PostgresOptions,
+        progress: Progress | None = None,
+        pending: list[PostgresSplit] | None = None,
+        done: dict[str, ChunkSplit] | None = None,
+    ) -> None:
+        self._context = context
+        self._options = options
+        self._progress = progress or Progress()
+        self._done: dict[str, ChunkSplit] = done or {}
+        assert options.assigner is not None
+        self._distributor = SplitDistributor(context, options.assigner(), all_discovered=self._all_discovered)
+        self._distributor.add_splits(pending or [])
+        self._failures = 0
+        self._closed = False
+
+    def _all_discovered(self) -> bool:
+        return self._options.bounded and self._progress.cut
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._progress.slot_lsn is None or (self._options.streams and not self._progress.released):
+            self._context.call_async(self._prepare, self._on_prepared)
+        elif not self._progress.cut:
+            self._cut_later(0)
+        self._distributor.distribute()
+
+    def close(self) -> None:
+        self._closed = True
+
+    def _prepare(self) -> int:
+        """Off the loop: the tables checked, the publication and the slot there; the slot's
+        position (0 for a snapshot, which needs no slot)."""
+        with connect(self._options) as conn:
+            for table in self._options.tables:
+                table_info(conn, table)
+            if not self._options.streams:
+                return 0
+            ensure_publication(conn, self._options)
+            position = slot_position(conn, self._options.slot)
+            if position is not None:
+                return position
+            if self._progress.slot_lsn is not None:
+                raise SourceError(
+                    f"replication slot {self._options.slot} (`slot`) was dropped: the changes since "
+                    f"{self._progress.slot_lsn} are lost to it. It is not created again (that would skip them): "
+                    "start a new source (a new slot) to read the tables afresh"
+                )
+            return create_slot(conn, self._options.slot)
+
+    def _on_prepared(self, position: int | None, error: BaseException | None) -> None:
+        if self._closed:
+            return
+        if isinstance(error, SourceError) and not isinstance(error, DatabaseUnreachable):
+            raise error  # a step that raises stops the source, loudly, until it is fixed
+        if error is not None or position is None:
+            self._failed("preparing the database", error)
+            self._context.call_async(self._prepare, self._on_prepared, initial_delay_ms=RETRY_MS)
+            return
+        self._failures = 0
+        if self._progress.slot_lsn is None:
+            self._progress.slot_lsn = position
+            log.info("prepared %s (changes from %s)", ", ".join(self._options.tables), position)
+        if not self._options.snapshots:
+            self._progress.cut = True
+            self._start_stream_if_ready()
+        elif not self._progress.cut:
+            self._cut_later(0)
+
+    def _cut_later(self, delay_ms: int) -> None:
+        self._context.call_async(self._cut, self._on_cut, initial_delay_ms=delay_ms)
+
+    def _cut(self) -> list[ChunkSplit]:
+        """Off the loop: every table's chunks."""
+        chunks: list[ChunkSplit] = []
+        with connect(self._options) as conn:
+            for table in self._options.tables:
+                info = table_info(conn, table)
+                lo = None
+                index = 0
+                for hi in chunk_bounds(conn, info, self._options.chunk_size):
+                    chunks.append(ChunkSplit(table, index, lo, hi))
+                    lo, index = hi, index + 1
+                chunks.append(ChunkSplit(table, index, lo, None))
+        return chunks
+
+    def _on_cut(self, chunks: list[ChunkSplit] | None, error: BaseException | None) -> None:
+        if self._closed:
+            return
+        if error is not None or chunks is None:
+            self._failed("cutting the tables into chunks", error)
+            self._cut_later(RETRY_MS)
+            return
+        self._failures = 0
+        self._progress.cut = True
+        self._progress.chunk_count = len(chunks)
+        log.info("cut %s into %d chunks", ", ".join(self._options.tables), len(chunks))
+        self._context.metrics.gauge("chunks", len(chunks))
+        self._distributor.add_splits(chunks)
+        self._distributor.distribute()
+
+    def _failed(self, what: str, error: BaseException | None) -> None:
+        self._failures += 1
+        self._context.metrics.counter("database_failures")
+        log.log(
+            repeated_failure_level(self._failures),
+            "%s failed (%d in a row), retrying in %d s: %s",
+            what,
+            self._failures,
+            RETRY_MS // 1000,
+            error,
+        )
+
+    # -- chunks finishing, then the stream ------------------------------------------------
+
+    def _chunk_finished(self, chunk: ChunkSplit) -> None:
+        if chunk.split_id not in self._done:
+            self._done[chunk.split_id] = chunk
+            self._context.metrics.gauge("chunks_done", len(self._done))
+        self._start_stream_if_ready()
+
+    def _start_stream_if_ready(self) -> None:
+        progress = self._progress
+        if not self._options.streams or progress.stream_started or not progress.cut or progress.slot_lsn is None:
+            return
+        if len(self._done) < progress.chunk_count:
+            return
+        points = [p.point for chunk in self._done.values() for p in chunk.pieces]
+        stream = StreamSplit(
+            lsn=progress.slot_lsn,
+            filtered_until=max(points) if points else None,
+            chunk_count=len(self._done),
+        )
+        progress.stream_started = True
+        log.info("every chunk is read (%d): streaming changes from %s", len(self._done), progress.slot_lsn)
+        self._distributor.add_splits([stream])
+        self._distributor.distribute()
+
+    # -- events ---------------------------------------------------------------------------
+
+    def add_reader(self, subtask: int) -> None:
+        self._distributor.distribute()
+
+    def add_splits_back(self, splits: list[PostgresSplit], subtask: int) -> None:
+        for split in splits:
+            if isinstance(split, ChunkSplit) and split.done:
+                self._chunk_finished(split)
+            else:
+                self._distributor.add_splits([split])
+        self._distributor.distribute()
+
+    def handle_split_request(self, subtask: int, hostname: str | None) -> None:
+        self._distributor.distribute(requester=subtask)
+
+    def handle_source_event(self, subtask: int, event: Any) -> None:
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
+        if kind == CHUNK_DONE:
+            self._chunk_finished(chunk_from_wire(event["chunk"]))
+        elif kind == CHUNKS_WANTED:
+            chunks = [chunk_to_wire(c) for c in self._done.values()]
+            for at in range(0, len(chunks), CHUNK_GROUP):
+                self._context.send_event_to_source_reader(
+                    subtask, {"type": CHUNKS, "chunks": chunks[at : at + CHUNK_GROUP]}
+                )
+        elif kind == CHUNKS_RELEASED and not self._progress.released:
+            self._progress.released = True
+            log.info("the stream is past every chunk: %d finished chunks forgotten", len(self._done))
+            self._done = {}
+
+    # -- checkpoint -----------------------------------------------------------------------
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        codec = PostgresSplitCodec()
+        return {
+            "progress": self._progress.to_json(),
+            "pending": [codec.to_wire(s) for s in self._distributor.assigner.pending],
+            "done": [chunk_to_wire(c) for c in self._done.values()],
+        }
+
+    @classmethod
+    def restore(
+        cls, context: SplitEnumeratorContext[PostgresSplit], options: PostgresOptions, state: Any
+    ) -> PostgresEnumerator:
+        codec = PostgresSplitCodec()
+        done = [chunk_from_wire(c) for c in state.get("done", [])]
+        return cls(
+            context,
+            options,
+            Progress.from_json(state.get("progress", {})),
+            pending=[codec.from_wire(s) for s in state.get("pending", [])],
+            done={c.split_id: c for c in done},
+        )

@@ -1,0 +1,116 @@
+"""The replication stream of the connector's slot: pgoutput messages from a WAL position on,
+read without blocking, and the standby status updates that tell the server how far it
+may recycle WAL (only positions a checkpoint holds: a change is never lost to the slot).
+
+psycopg 3 has no replication API; its libpq layer (``pgconn``) speaks the COPY BOTH
+sub-protocol that ``START_REPLICATION`` opens, which is all a logical stream needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import pq
+
+from sluicegate.api.errors import SourceError
+
+from .catalog import connect
+from .lsn import format_lsn
+from .options import PostgresOptions
+from .pgoutput import POSTGRES_EPOCH_MS, Message, decode
+
+log = logging.getLogger("sluicegate.connectors.postgres")
+
+STATUS_INTERVAL_S = 10.0
+"""How often the server hears from the stream even when nothing is confirmed: well within
+its ``wal_sender_timeout`` (60 s by default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMessage:
+    wal_start: int
+    message: Message
+
+
+class ReplicationStream:
+    def __init__(self, options: PostgresOptions, start_lsn: int) -> None:
+        self._options = options
+        self._conn = connect(options, replication=True)
+        self._pgconn = self._conn.pgconn
+        self._confirmed = start_lsn
+        self._received = start_lsn
+        self._last_status = 0.0
+        self._start(start_lsn)
+
+    def _start(self, lsn: int) -> None:
+        command = (
+            f"START_REPLICATION SLOT {self._options.slot} LOGICAL {format_lsn(lsn)} "
+            f"(proto_version '1', publication_names '{self._options.publication}')"
+        )
+        self._pgconn.send_query(command.encode())
+        result = self._pgconn.get_result()
+        if result is None or result.status != pq.ExecStatus.COPY_BOTH:
+            message = "" if result is None else (result.error_message or b"").decode(errors="replace").strip()
+            raise SourceError(
+                f"cannot stream the changes of slot {self._options.slot} (`slot`): {message}"
+                + (
+                    " (the slot was dropped: it is never created again, which would skip changes)"
+                    if "does not exist" in message
+                    else ""
+                )
+            )
+        self._pgconn.nonblocking = 1
+        log.info("streaming changes of slot %s from %s", self._options.slot, format_lsn(lsn))
+
+    def poll(self, limit: int) -> Iterator[StreamMessage]:
+        """Up to ``limit`` messages that have arrived, without waiting for more."""
+        self._pgconn.consume_input()
+        for _ in range(limit):
+            size, data = self._pgconn.get_copy_data(1)
+            if size == 0:
+                break
+            if size < 0:
+                self._raise_end()
+            payload = bytes(data)
+            if payload[:1] == b"w":
+                wal_start, wal_end, _ = struct.unpack_from(">QQQ", payload, 1)
+                self._received = max(self._received, wal_end)
+                yield StreamMessage(wal_start, decode(payload[25:]))
+            elif payload[:1] == b"k":
+                _, _, reply = struct.unpack_from(">QQB", payload, 1)
+                if reply:
+                    self._send_status()
+        if time.monotonic() - self._last_status >= STATUS_INTERVAL_S:
+            self._send_status()
+
+    def confirm(self, lsn: int) -> None:
+        """Everything before ``lsn`` is durably read: the server may drop the WAL before it."""
+        if lsn > self._confirmed:
+            self._confirmed = lsn
+            self._send_status()
+
+    def _send_status(self) -> None:
+        now_us = (int(time.time() * 1000) - POSTGRES_EPOCH_MS) * 1000
+        confirmed = self._confirmed
+        status = b"r" + struct.pack(">QQQqB", confirmed, confirmed, confirmed, now_us, 0)
+        self._pgconn.put_copy_data(status)
+        self._pgconn.flush()
+        self._last_status = time.monotonic()
+
+    def _raise_end(self) -> None:
+        result = self._pgconn.get_result()
+        message = "" if result is None else (result.error_message or b"").decode(errors="replace").strip()
+        raise SourceError(f"the change stream of slot {self._options.slot} ended: {message or 'the server closed it'}")
+
+    def fileno(self) -> int:
+        return self._pgconn.socket
+
+    def close(self) -> None:
+        with contextlib.suppress(psycopg.Error):  # a broken connection: nothing left to release
+            self._conn.close()
