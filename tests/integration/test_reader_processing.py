@@ -11,7 +11,6 @@ read read_committed, keys, headers and timestamps kept.
 from __future__ import annotations
 
 import os
-import re
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -219,41 +218,3 @@ def test_a_process_that_cannot_be_imported_is_refused_at_start(tmp_path: Path, p
     proc = procs.run("bad-process", [*args, "--process", "no_such_module_here:fn"], timeout_s=60)
     assert proc.returncode == 2
     assert "--process" in proc.tail() and "no_such_module_here" in proc.tail()
-
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def test_the_readme_ten_line_reader_runs_as_written(
-    kafka_bootstrap: str, unique_source: str, procs: ProcessGroup, tmp_path: Path
-) -> None:
-    """The README's Python reader, with only its names and address replaced, run as a
-    program: its function applied to every order exactly once."""
-    (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if "run_reader(" in b]
-    data, out = f"{unique_source}.in", f"{unique_source}.out"
-    program = (
-        snippet.replace('source="orders"', f'source="{unique_source}"')
-        .replace('"topics": "orders"', f'"topics": "{data}", "stopping_offsets": "latest"')
-        .replace("kafka:orders-enriched", f"kafka:{out}")
-    )
-    assert f'source="{unique_source}"' in program and data in program and out in program, program
-    assert "9092" not in program, "the broker comes from KAFKA_BOOTSTRAP_SERVERS, as the README says"
-    (tmp_path / "ten_line_reader.py").write_text(
-        f"import sys\n\n{program}\nsys.exit(_)\n".replace("sluicegate.run_reader(", "_ = sluicegate.run_reader(", 1)
-    )
-    create_topic(kafka_bootstrap, data, PARTITIONS)
-    create_topic(kafka_bootstrap, out, PARTITIONS)
-    rows = produce_orders(kafka_bootstrap, data, bad=False)
-    options = kafka_options(kafka_bootstrap, topics=data, stopping_offsets="latest")
-    procs.start("coordinator", coordinator_args(unique_source, 1, options)).wait_for_log("is serving", timeout_s=90)
-    pythonpath = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
-    reader = procs.start("reader", [], module="ten_line_reader", env={"PYTHONPATH": pythonpath})
-    assert reader.wait(120) == 0, reader.tail()
-    expected = []
-    for key, value, headers, timestamp in rows:
-        order = orjson.loads(value)  # type: ignore[arg-type]
-        if order["amount"] > 0:
-            enriched = orjson.dumps({**order, "vat": round(order["amount"] * 0.2, 2)})
-            expected.append((key, enriched, headers, timestamp))
-    assert Counter(read_topic(kafka_bootstrap, out)) == Counter(expected)
-    audit_ok(kafka_bootstrap, unique_source)
