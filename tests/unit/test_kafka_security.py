@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from certificates import new_ca, write_ca
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.kafka.acls import acl_plan, kafka_acls_commands
@@ -19,9 +20,7 @@ SCRAM_ENV = {
 
 @pytest.fixture
 def ca(tmp_path: Path) -> Path:
-    path = tmp_path / "ca.pem"
-    path.write_text("not parsed by these tests\n")
-    return path
+    return write_ca(new_ca(), tmp_path / "ca.pem")  # settings with a CA load it (tls_files.py)
 
 
 def test_no_settings_is_plaintext() -> None:

@@ -49,6 +49,9 @@ async def check_access(
             mismatched = mismatched or listening
             problems.append(f"{address}: TLS handshake failed ({exc.reason or exc}); check the CA and the protocol")
         except (OSError, TimeoutError, KafkaError) as exc:
+            refusal = await _tls_refusal(host, int(port), security, timeout_s) if listening else None
+            if refusal is not None:
+                raise KafkaAccessError(f"Kafka at {address} refused the TLS connection ({who}): {refusal}") from None
             mismatched = mismatched or (listening and isinstance(exc, KafkaError))
             problems.append(f"{address}: {_reason(exc)}")
         else:
@@ -58,6 +61,57 @@ async def check_access(
         return
     hint = "" if security.protocol != "PLAINTEXT" else " (a secured listener needs --kafka-security-protocol)"
     raise KafkaAccessError(f"cannot connect to Kafka as {who}{hint}: {'; '.join(problems)}")
+
+
+_API_VERSIONS_V0 = b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\x00\x00"
+"""A Kafka ApiVersions request (v0, empty client id), so that a broker that took the
+connection answers at once instead of waiting for one."""
+
+
+async def _tls_refusal(host: str, port: int, security: KafkaSecurity, timeout_s: float) -> str | None:
+    """Why a TLS listener closed the connection, when it refused the client's certificate.
+    With TLS 1.3 the client's handshake completes before the broker checks its certificate;
+    the broker's alert comes with the first read, which aiokafka reports only as "connection
+    closed". None: not TLS, or not a refused certificate."""
+    context = security.ssl_context()
+    if context is None:
+        return None
+    try:
+        async with asyncio.timeout(min(timeout_s, 5.0)):
+            reader, writer = await asyncio.open_connection(host, port, ssl=context)
+            try:
+                writer.write(_API_VERSIONS_V0)
+                await reader.read(4)
+            finally:
+                writer.close()
+    except ssl.SSLError as exc:
+        return _certificate_refusal(str(exc.reason or exc), security)
+    except (OSError, TimeoutError):
+        return None
+    return None
+
+
+def _certificate_refusal(alert: str, security: KafkaSecurity) -> str | None:
+    if not alert.endswith(
+        (
+            "ALERT_BAD_CERTIFICATE",
+            "ALERT_CERTIFICATE_REQUIRED",
+            "ALERT_UNKNOWN_CA",
+            "ALERT_CERTIFICATE_UNKNOWN",
+            "ALERT_CERTIFICATE_EXPIRED",
+            "ALERT_ACCESS_DENIED",
+        )
+    ):
+        return None
+    if security.ssl_cert_location is None:
+        return (
+            f"its listener requires a client certificate and this client presents none (TLS alert {alert}): "
+            "give one with SLUICEGATE_KAFKA_SSL_CERT_LOCATION and _SSL_KEY_LOCATION (--kafka-ssl-cert, --kafka-ssl-key)"
+        )
+    return (
+        f"it does not accept the client certificate {security.ssl_cert_location} (TLS alert {alert}): "
+        "is it signed by a CA in the broker's ssl.truststore, and still valid?"
+    )
 
 
 async def _accepts_tcp(host: str, port: int, timeout_s: float) -> bool:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.kafka.tls_files import key_is_encrypted, key_is_pkcs8, pem_blocks, readable_problem, tls_problem
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -106,10 +107,21 @@ class KafkaSecurity:
                 raise ConfigError("sasl password", f"is required with security protocol {protocol}")
         for name in ("ssl_ca_location", "ssl_cert_location", "ssl_key_location"):
             path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ConfigError(name.replace("_", " "), f"{path} is not a readable file")
+            problem = readable_problem(Path(path)) if path is not None else None
+            if problem is not None:
+                raise ConfigError(name.replace("_", " "), problem)
         if self.ssl_key_location is not None and self.ssl_cert_location is None:
             raise ConfigError("ssl cert location", "is required with an ssl key")
+        if self.uses_ssl:
+            self._check_tls_files()
+
+    def _check_tls_files(self) -> None:
+        """A CA that is not PEM or a key its password does not open fails now, named, not
+        at the first handshake."""
+        password = self.ssl_key_password.reveal() if self.ssl_key_password else None
+        found = tls_problem(self.ssl_ca_location, self.ssl_cert_location, self.ssl_key_location, password)
+        if found is not None:
+            raise ConfigError(found.setting, found.problem)
 
     @property
     def uses_sasl(self) -> bool:
@@ -126,6 +138,8 @@ class KafkaSecurity:
             parts.append(f"{self.sasl_mechanism} as {self.sasl_username}")
         if self.uses_ssl and self.ssl_ca_location:
             parts.append(f"CA {self.ssl_ca_location}")
+        if self.uses_ssl and self.ssl_cert_location:
+            parts.append(f"client certificate {self.ssl_cert_location}")
         return ", ".join(parts)
 
     # --- sources of settings --------------------------------------------------------
@@ -139,7 +153,7 @@ class KafkaSecurity:
             return value or None
 
         return _checked(
-            ENV_PREFIX,
+            _env_name,
             protocol=get("SECURITY_PROTOCOL") or "PLAINTEXT",
             sasl_mechanism=get("SASL_MECHANISM"),
             sasl_username=get("SASL_USERNAME"),
@@ -202,7 +216,7 @@ class KafkaSecurity:
                 ENV_PREFIX + "SASL_PASSWORD_FILE",
             )
         return _checked(
-            "kafka.",
+            lambda setting: spark_option_for(setting, opts),
             protocol=opts["kafka.security.protocol"],
             sasl_mechanism=opts.get("kafka.sasl.mechanism"),
             sasl_username=username,
@@ -278,7 +292,8 @@ class KafkaSecurity:
             for key, path in (
                 ("ssl.ca.location", self.ssl_ca_location),
                 ("ssl.certificate.location", self.ssl_cert_location),
-                ("ssl.key.location", self.ssl_key_location),
+                # librdkafka reads the key only from ssl.key.location: a PEM key store's is in its one file
+                ("ssl.key.location", self.ssl_key_location or self.ssl_cert_location),
             ):
                 if path is not None:
                     config[key] = str(path)
@@ -315,14 +330,70 @@ class KafkaSecurity:
                 options["kafka.ssl.endpoint.identification.algorithm"] = ""
         return options
 
+    def java_client_settings(self) -> dict[str, str]:
+        """The settings of a Java Kafka client (the executors of ``readPath=jvm``), without
+        ``kafka.``. The client's identity as a PEM key store (``ssl.keystore.type=PEM``): a
+        file with an encrypted key read with ``ssl.key.password``, as Kafka reads one; else the
+        certificate chain and the key inline, since Kafka refuses a PEM file whose key has
+        no password and takes no separate key file."""
+        identity = ("kafka.ssl.keystore.location", "kafka.ssl.key.location", "kafka.ssl.key.password")
+        settings = {k[len("kafka.") :]: v for k, v in self.spark_options().items() if k not in identity}
+        if self.uses_ssl and self.ssl_cert_location is not None:
+            settings.update(
+                self._java_identity(self.ssl_cert_location, self.ssl_key_location or self.ssl_cert_location)
+            )
+        return settings
 
-def _checked(prefix: str, **settings: Any) -> KafkaSecurity:
+    def _java_identity(self, cert: Path, key: Path) -> dict[str, str]:
+        if not key_is_pkcs8(key):
+            raise ConfigError(
+                "ssl key location",
+                f"the key in {key} is not PKCS#8, the only form Java's Kafka clients read: convert it with "
+                "`openssl pkcs8 -topk8` (-nocrypt for a key without a password)",
+            )
+        settings = {"ssl.keystore.type": "PEM"}
+        if self.ssl_key_password is not None:
+            settings["ssl.key.password"] = self.ssl_key_password.reveal()
+        if key == cert and self.ssl_key_password is not None and key_is_encrypted(key):
+            settings["ssl.keystore.location"] = str(cert)
+        else:
+            settings["ssl.keystore.certificate.chain"] = pem_blocks(cert, "CERTIFICATE")
+            settings["ssl.keystore.key"] = pem_blocks(key, "PRIVATE KEY")
+        return settings
+
+
+def _checked(spell: Callable[[str], str], **settings: Any) -> KafkaSecurity:
     """KafkaSecurity(**settings), its ConfigError naming the setting as the user spelled it."""
     try:
         return KafkaSecurity(**settings)
     except ConfigError as exc:
-        spelled = exc.setting.replace(" ", "_").upper() if prefix == ENV_PREFIX else exc.setting.replace(" ", ".")
-        raise ConfigError(prefix + spelled, exc.problem) from None
+        raise ConfigError(spell(exc.setting), exc.problem) from None
+
+
+def _env_name(setting: str) -> str:
+    """``ssl key password`` -> ``SLUICEGATE_KAFKA_SSL_KEY_PASSWORD``."""
+    return ENV_PREFIX + setting.replace(" ", "_").upper()
+
+
+_SPARK_NAMES: dict[str, tuple[str, ...]] = {
+    "security protocol": ("kafka.security.protocol",),
+    "sasl mechanism": ("kafka.sasl.mechanism",),
+    "sasl username": ("kafka.sasl.jaas.config", "kafka.sasl.username"),
+    "sasl password": ("kafka.sasl.jaas.config", "kafka.sasl.password"),
+    "ssl ca location": ("kafka.ssl.truststore.location", "kafka.ssl.ca.location"),
+    "ssl cert location": ("kafka.ssl.keystore.location", "kafka.ssl.certificate.location"),
+    "ssl key location": ("kafka.ssl.key.location", "kafka.ssl.keystore.location", "kafka.ssl.certificate.location"),
+    "ssl key password": ("kafka.ssl.key.password",),
+    "ssl check hostname": ("kafka.ssl.endpoint.identification.algorithm",),
+}
+"""A setting of the model -> the Spark options that give it, the one read first first."""
+
+
+def spark_option_for(setting: str, options: Mapping[str, str]) -> str:
+    """The option of ``options`` (lower-cased keys) that gave ``setting`` (a ConfigError's),
+    else the name it would be given by."""
+    names = _SPARK_NAMES.get(setting, ("kafka." + setting.replace(" ", "."),))
+    return next((name for name in names if name in options), names[-1])
 
 
 def _path(value: str | None) -> Path | None:

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from sluicegate.api.errors import ConfigError
-from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity
+from sluicegate.kafka.security import SPARK_SECURITY_OPTIONS, KafkaSecurity, spark_option_for
 from sluicegate.protocol.definition import DefinitionMismatchError
 from sluicegate.spark import connect_session
 from sluicegate.spark.file_options import CONNECTOR as FILES_CONNECTOR
@@ -56,18 +56,14 @@ def executor_consumer_settings(config: SparkSourceOptions, options: Mapping[str,
     """The Java consumer settings of the executors, as Spark's Kafka source makes them from
     the same options: the query's ``kafka.*`` as written, bytes in, no group commits; the
     data cluster and ``read_committed`` from the connector (``source.options``)."""
-    given = {str(k).lower() for k in options}
+    security_names = {name.lower() for name in SPARK_SECURITY_OPTIONS}
     settings = {
         str(key)[len("kafka.") :]: str(value)
         for key, value in options.items()
         if str(key).lower().startswith("kafka.")
-        and str(key).lower() not in ("kafka.bootstrap.servers", "kafka.group.id")
+        and str(key).lower() not in ("kafka.bootstrap.servers", "kafka.group.id", *security_names)
     }
-    if not any(name.lower() in given for name in SPARK_SECURITY_OPTIONS):
-        # no security option in the query: the driver's environment, as the other paths take it
-        security = KafkaSecurity.from_spark_options({})
-        if security.protocol != "PLAINTEXT":
-            settings.update({k[len("kafka.") :]: v for k, v in security.spark_options().items()})
+    settings.update(_java_security_settings({str(k).lower(): str(v) for k, v in options.items()}))
     settings.setdefault("receive.buffer.bytes", RECEIVE_BUFFER_BYTES)
     settings.update(
         {
@@ -81,6 +77,20 @@ def executor_consumer_settings(config: SparkSourceOptions, options: Mapping[str,
         }
     )
     return settings
+
+
+def _java_security_settings(options: Mapping[str, str]) -> dict[str, str]:
+    """The query's security options (lower-cased keys) as a Java client takes them: the
+    librdkafka-style names (``kafka.ssl.certificate.location``, ``kafka.ssl.key.location``
+    ...) are not the Java client's, which would ignore them and fail the handshake. No
+    security option in the query: the driver's environment, as the other paths take it."""
+    security = KafkaSecurity.from_spark_options(options)
+    if security.protocol == "PLAINTEXT" and "kafka.security.protocol" not in options:
+        return {}
+    try:
+        return security.java_client_settings()
+    except ConfigError as exc:
+        raise ConfigError(spark_option_for(exc.setting, options), exc.problem) from None
 
 
 class QueryPlanner:

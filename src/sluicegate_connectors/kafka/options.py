@@ -142,7 +142,9 @@ class KafkaOptions:
     commit_group: str | None = None
     """``commit_offsets_to_group``: the consumer group the source's durable positions are
     committed to, for Kafka's lag tools (group_commits.py); None: none."""
-    client_settings: tuple[tuple[str, str], ...] = ()
+    client_settings: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """The user's ``kafka.*`` librdkafka settings; out of ``repr``: they hold passwords
+    (``sasl.password``, ``ssl.key.password``)."""
     assigner: Callable[[], SplitAssigner[Any]] = field(default=StickyHashAssigner, compare=False)
 
     @classmethod
@@ -242,6 +244,7 @@ def _check_client_settings(settings: Mapping[str, str]) -> None:
     before it connects anywhere) so that a typo fails at start, named."""
     if not settings:
         return
+    _check_files(settings)
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -249,9 +252,28 @@ def _check_client_settings(settings: Mapping[str, str]) -> None:
         AdminClient({**settings, "bootstrap.servers": "127.0.0.1:9", "log_level": 0})
     except KafkaException as exc:
         message = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
-        named = re.search(r'property:? "([^"]+)"', message)
+        # "No such configuration property: "x"", "ssl.key.location failed: ..." (a file it could not load)
+        named = re.search(r'property:? "([^"]+)"', message) or re.search(r"(ssl\.[a-z.]+) failed", message)
         setting = CLIENT_PREFIX + named.group(1) if named else CLIENT_PREFIX + "*"
         raise ConfigError(setting, message) from None
+
+
+_FILE_SETTINGS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.crl.location")
+"""librdkafka settings naming a PEM file (ssl.ca.location: or a directory of CAs, or ``probe``)."""
+
+
+def _check_files(settings: Mapping[str, str]) -> None:
+    """A missing or unreadable certificate or key fails naming its option: librdkafka's own
+    message says only that OpenSSL could not load it ("system lib")."""
+    for name in _FILE_SETTINGS:
+        value = settings.get(name, "").strip()
+        if not value or (name == "ssl.ca.location" and (value == "probe" or os.path.isdir(value))):
+            continue
+        path = os.path.expanduser(value)
+        if not os.path.isfile(path):
+            raise ConfigError(CLIENT_PREFIX + name, f"{value} is not a readable file")
+        if not os.access(path, os.R_OK):
+            raise ConfigError(CLIENT_PREFIX + name, f"cannot read {value}: permission denied")
 
 
 def _commit_group(options: Mapping[str, str]) -> str | None:
