@@ -13,6 +13,7 @@ from certificates import Issuer, new_ca, write_ca, write_client
 from cryptography.hazmat.primitives import serialization
 
 from sluicegate.api.errors import ConfigError
+from sluicegate.kafka.acls import acl_plan, kafka_acls_commands, principal_problem
 from sluicegate.kafka.security import KafkaSecurity, Secret
 from sluicegate.spark.jvm_planner import executor_consumer_settings
 from sluicegate.spark.kafka_options import read_spark_kafka_options
@@ -250,3 +251,14 @@ def test_the_kafka_connector_checks_its_certificate_files_naming_the_option(file
             KafkaOptions.parse({**good, key: value})
         named = "kafka.ssl.key.location" if key == "kafka.ssl.key.password" else key  # librdkafka names the file
         assert raised.value.setting == named, raised.value
+
+
+def test_acls_take_certificate_principals() -> None:
+    dn = "User:CN=reader,OU=data eng,O=acme"
+    lines = kafka_acls_commands(acl_plan("s", "ns", reader=dn))
+    assert any("--allow-principal 'User:CN=reader,OU=data eng,O=acme' --operation Write" in line for line in lines)
+    assert principal_problem("User:CN=reader,OU=eng,O=acme") is None
+    assert principal_problem("User:reader") is None
+    spaced = principal_problem("User:CN = reader, OU = eng")
+    assert spaced is not None and "RFC 2253" in spaced
+    assert principal_problem("CN=reader,OU=eng") is not None and principal_problem("User:") is not None

@@ -12,6 +12,8 @@ IdempotentWrite on the cluster). No principal may create the source's topics:
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -32,6 +34,28 @@ class AclEntry:
     operation: str  # READ, WRITE, CREATE, ALTER, DESCRIBE, DESCRIBE_CONFIGS
     why: str
     prefixed: bool = False
+
+
+_SPACED_DN = re.compile(r"\s=|=\s|,\s+[A-Za-z][\w.]*\s*=")
+"""A DN as ``openssl x509 -subject`` prints it (``CN = reader, OU = eng``): the broker's
+principal is RFC 2253 (``CN=reader,OU=eng``) and Kafka compares ACL principals exactly."""
+
+
+def principal_problem(principal: str) -> str | None:
+    """Why ``principal`` cannot name who Kafka authenticates, or None. A certificate's
+    principal is ``User:`` and its subject DN as the broker derives it (RFC 2253, most
+    specific first: ``User:CN=reader,OU=eng,O=acme``), or what the broker's
+    ``ssl.principal.mapping.rules`` make of it (``User:reader``)."""
+    kind, colon, name = principal.partition(":")
+    if not colon or not kind.strip() or not name.strip():
+        return f"must be TYPE:NAME (e.g. User:reader or User:CN=reader,OU=eng), got {principal!r}"
+    if _SPACED_DN.search(name):
+        return (
+            f"{principal!r} has spaces around its DN's '=' or ','; the broker names a certificate's "
+            "principal in RFC 2253 (User:CN=reader,OU=eng): `openssl x509 -noout -subject -nameopt RFC2253` "
+            "prints it so"
+        )
+    return None
 
 
 CLUSTER_RESOURCE_NAME = "kafka-cluster"
@@ -156,7 +180,7 @@ def kafka_acls_commands(plan: list[AclEntry], bootstrap: str = "$KAFKA_BOOTSTRAP
         lines.append(f"# {entries[0].why}")
         lines.append(
             f"kafka-acls.sh --bootstrap-server {bootstrap} --command-config admin.properties --add "
-            f"--allow-principal {principal} {ops} {_CLI_RESOURCE[resource]}"
+            f"--allow-principal {shlex.quote(principal)} {ops} {_CLI_RESOURCE[resource]}"
             f"{'' if resource == 'cluster' else ' ' + name}{pattern}"
         )
     return lines

@@ -9,7 +9,7 @@ import typer
 
 from sluicegate.api.errors import ConfigError
 from sluicegate.kafka.access import KafkaAccessError, require_access
-from sluicegate.kafka.acls import acl_plan, apply_acls, kafka_acls_commands
+from sluicegate.kafka.acls import acl_plan, apply_acls, kafka_acls_commands, principal_problem
 from sluicegate.kafka.security import current_security
 from sluicegate.protocol.names import validate_namespace, validate_source
 
@@ -22,9 +22,13 @@ def acls_command(
     app_id: Annotated[
         str | None, typer.Option(help="The coordinator's app id (its consumer group); default NS.S.coordinator")
     ] = None,
-    coordinator_principal: Annotated[str, typer.Option(help="Principal of the coordinator workers")] = (
-        "User:coordinator"
-    ),
+    coordinator_principal: Annotated[
+        str,
+        typer.Option(
+            help="Principal of the coordinator workers; with client certificates User:<subject DN, RFC 2253> "
+            "(User:CN=coordinator,OU=eng) or what ssl.principal.mapping.rules make of it"
+        ),
+    ] = "User:coordinator",
     reader_principal: Annotated[str, typer.Option(help="Principal of readers and Spark drivers")] = "User:reader",
     audit_principal: Annotated[str, typer.Option(help="Principal of `sluicegate audit`")] = "User:audit",
     apply: Annotated[
@@ -44,8 +48,9 @@ def acls_command(
             ("--reader-principal", reader_principal),
             ("--audit-principal", audit_principal),
         ):
-            if ":" not in principal:
-                raise ConfigError(flag, f"must be TYPE:NAME (e.g. User:reader), got {principal!r}")
+            problem = principal_problem(principal)
+            if problem is not None:
+                raise ConfigError(flag, problem)
     except ConfigError as exc:
         typer.echo(f"sluicegate acls: {exc}", err=True)
         raise typer.Exit(2) from None
