@@ -44,7 +44,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Sec
     base = tmp_path_factory.mktemp("secured-kafka")
     broker = LocalKafkaBroker(run_dir=base / "run", secure_dir=base / "secure", die_with_parent=True)
     bootstrap = broker.start(timeout_s=120)
-    assert broker.secure is not None
+    assert isinstance(broker.secure, SecureSetup)
     try:
         yield bootstrap, broker.secure
     finally:

@@ -67,8 +67,16 @@ def start(
     ] = None,
     user: Annotated[
         list[str] | None,
-        typer.Option(help="A SCRAM user to create in secured mode, repeatable (default: coordinator, reader, audit)"),
+        typer.Option(help="A user to create in secured mode, repeatable (default: coordinator, reader, audit)"),
     ] = None,
+    mtls: Annotated[
+        bool,
+        typer.Option(
+            "--mtls",
+            help="With --secure: an SSL listener requiring client certificates (mutual TLS) instead of SCRAM; "
+            "each user gets a certificate signed by the CA, its principal User:<name>",
+        ),
+    ] = False,
 ) -> None:
     """Start a detached broker (or find the running one); print its bootstrap address last."""
     broker = _broker(run_dir, keep=keep)
@@ -77,6 +85,10 @@ def start(
         broker.secure_dir = secure.expanduser().resolve()
         if user:
             broker.secure_users = tuple(user)
+        broker.secure_mode = "mtls" if mtls else "scram"
+    elif mtls:
+        _err.print("sluicegate broker: --mtls needs --secure DIR (where the certificates are kept)", soft_wrap=True)
+        raise typer.Exit(2)
     try:
         bootstrap = broker.start(timeout_s=timeout)
     except BrokerError as exc:
@@ -96,7 +108,7 @@ def start(
     )
     if broker.secure is not None:
         _err.print(
-            f"secured: clients log in with `set -a; . {broker.secure.directory}/users/USER.env` "
+            f"secured ({broker.secure_mode}): clients log in with `set -a; . {broker.secure.directory}/users/USER.env` "
             f"(users: {', '.join(broker.secure.users())}; admin is a super user)",
             soft_wrap=True,
             highlight=False,

@@ -37,6 +37,7 @@ from typing import Any, Self, TypeVar
 
 from sluicegate.cache_dir import cache_root
 from sluicegate.devtools.broker.maven import MavenError, is_resolved, require_executable, resolve_jars
+from sluicegate.devtools.broker.mtls import MtlsSetup
 from sluicegate.devtools.broker.secure import ADMIN_USER, DEFAULT_USERS, SecureSetup, SecureSetupError
 from sluicegate.kafka.security import KafkaSecurity
 
@@ -185,11 +186,22 @@ class ClusterMember:
         }
 
 
+SECURE_MODES = ("scram", "mtls")
+"""``scram``: a SASL_SSL listener, SCRAM users (secure.py); ``mtls``: an SSL listener that
+requires client certificates (mtls.py). Both enforce ACLs."""
+
+
+def secured_setup(directory: Path, mode: str) -> SecureSetup | MtlsSetup:
+    if mode not in SECURE_MODES:
+        raise BrokerError(f"unknown secured mode {mode!r}: one of {', '.join(SECURE_MODES)}")
+    return MtlsSetup(directory) if mode == "mtls" else SecureSetup(directory)
+
+
 def _server_properties(
     port: int,
     controller_port: int,
     data_dir: Path,
-    secure: SecureSetup | None = None,
+    secure: SecureSetup | MtlsSetup | None = None,
     member: ClusterMember | None = None,
 ) -> str:
     props = {
@@ -364,6 +376,8 @@ class LocalKafkaBroker:
     #: certificates and passwords kept in this directory (see secure.py).
     secure_dir: Path | None = None
     secure_users: tuple[str, ...] = DEFAULT_USERS
+    #: How clients authenticate in secured mode: ``scram`` or ``mtls`` (SECURE_MODES).
+    secure_mode: str = "scram"
     #: One node of a cluster (``cluster.py``); None: a cluster of its own.
     member: ClusterMember | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -376,17 +390,17 @@ class LocalKafkaBroker:
             self.secure_dir = Path(self.secure_dir).expanduser().resolve()
 
     @property
-    def secure(self) -> SecureSetup | None:
-        return SecureSetup(self.secure_dir) if self.secure_dir is not None else None
+    def secure(self) -> SecureSetup | MtlsSetup | None:
+        return secured_setup(self.secure_dir, self.secure_mode) if self.secure_dir is not None else None
 
     def _admin_security(self) -> KafkaSecurity | None:
         secure = self.secure or self._running_secure()
         return secure.security(ADMIN_USER) if secure is not None else None
 
-    def _running_secure(self) -> SecureSetup | None:
+    def _running_secure(self) -> SecureSetup | MtlsSetup | None:
         state = self._read_state()
         folder = state.get("secure_dir") if state else None
-        return SecureSetup(Path(folder)) if folder else None
+        return secured_setup(Path(folder), str(state.get("secure_mode") or "scram")) if state and folder else None
 
     # --- paths -------------------------------------------------------------------------
     @property
@@ -642,6 +656,7 @@ class LocalKafkaBroker:
             "run_dir": str(self.run_dir),
             "log_file": str(self.log_file),
             "secure_dir": str(self.secure_dir) if self.secure_dir is not None else None,
+            "secure_mode": self.secure_mode,
         }
         tmp = self.state_file.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")

@@ -18,11 +18,10 @@ therefore a super user too. Good for development and tests, not for production.
 from __future__ import annotations
 
 import secrets
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from sluicegate.devtools.broker.certificates import CertificateError, make_ca_and_broker
 from sluicegate.kafka.security import ENV_PREFIX, KafkaSecurity, Secret
 
 ADMIN_USER = "admin"
@@ -95,29 +94,10 @@ class SecureSetup:
         return (self.directory / "broker.p12.password").read_text(encoding="utf-8").strip()
 
     def _make_certificates(self) -> None:
-        openssl = shutil.which("openssl")
-        if openssl is None:
-            raise SecureSetupError("openssl is needed to create the secured broker's certificates")
-        d = self.directory
-        store_password = secrets.token_urlsafe(18)
-        (d / "broker.p12.password").write_text(store_password + "\n", encoding="utf-8")
-        (d / "san.cnf").write_text(
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n", encoding="utf-8"
-        )
-        ca_key, csr, cert = str(d / "ca.key"), str(d / "broker.csr"), str(d / "broker.pem")
-        steps = [
-            f"req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=sluicegate-dev-ca -keyout {ca_key} -out {self.ca}",
-            f"req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout {d / 'broker.key'} -out {csr}",
-            f"x509 -req -in {csr} -CA {self.ca} -CAkey {ca_key} -CAcreateserial -days 3650 "
-            f"-extfile {d / 'san.cnf'} -out {cert}",
-            f"pkcs12 -export -in {cert} -inkey {d / 'broker.key'} -name broker -out {self.keystore} "
-            f"-passout pass:{store_password}",
-        ]
-        for step in steps:
-            args = step.split()  # the paths are ours: no spaces expected
-            done = subprocess.run([openssl, *args], capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise SecureSetupError(f"openssl {args[0]} failed: {done.stderr.strip()}")
+        try:
+            make_ca_and_broker(self.directory)
+        except CertificateError as exc:
+            raise SecureSetupError(str(exc)) from None
 
     def server_properties(self, port: int) -> dict[str, str]:
         """The broker settings of the SASL_SSL listener, TLS and the authorizer."""
