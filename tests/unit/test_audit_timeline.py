@@ -185,3 +185,43 @@ def test_a_watermark_that_never_moved_is_drawn_on_a_plain_axis(tmp_path: Path, m
     watermark_axis = fig.axes[1]
     assert watermark_axis.get_ylim() == (-1.0, 1.0) and list(watermark_axis.get_yticks()) == [0.0]
     plt.close(fig)
+
+
+def test_the_time_axis_ends_at_the_last_event_not_at_the_last_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 51 item 5: the axis ran 900 s past the last event. Here the records go on to
+    960 s (heartbeats of an idle reader change nothing drawn); the last event, the split's
+    end, is at 60 s."""
+    import matplotlib.pyplot as plt
+
+    idle_at_the_end = Timeline(
+        ownerships=[Ownership("s-0", 0, 1, 0, 0, 60_000, 5, "finished")],
+        low_watermarks=[(0, 5_000), (40_000, 9_000)],
+        ts_by_position=[0, 30_000, 60_000, 960_000],
+        subtasks=[0],
+    )
+    assert idle_at_the_end.last_event_ms == 60_000
+    drawn: list[Any] = []
+    monkeypatch.setattr(plt, "close", drawn.append)  # keep the figure to look at
+    draw_timeline(idle_at_the_end, tmp_path / "idle.png")
+    monkeypatch.undo()
+    (fig,) = drawn
+    left, right = fig.axes[0].get_xlim()
+    assert left == 0 and 60 < right <= 62, (left, right)
+    plt.close(fig)
+
+
+def test_a_window_of_last_in_which_nothing_happened_spans_its_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib.pyplot as plt
+
+    quiet = Timeline(ownerships=[], ts_by_position=[0, 600_000], subtasks=[0])
+    drawn: list[Any] = []
+    monkeypatch.setattr(plt, "close", drawn.append)
+    draw_timeline(quiet, tmp_path / "quiet.png", since_ms=300_000)
+    monkeypatch.undo()
+    (fig,) = drawn
+    assert 300 < fig.axes[0].get_xlim()[1] <= 306
+    plt.close(fig)

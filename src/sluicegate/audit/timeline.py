@@ -110,6 +110,17 @@ class Timeline:
         return self.ts_by_position[-1] if self.ts_by_position else 0
 
     @property
+    def last_event_ms(self) -> int:
+        """When the last thing the picture shows happened: an ownership began or ended, a
+        mark, a rise of the low watermark. Heartbeats and acknowledgements that changed
+        nothing may go on long after it (a reader idle at the end of its input), and an axis
+        that ran to them showed minutes of nothing (issue 51 item 5)."""
+        times = [o.start_ms for o in self.ownerships]
+        times += [o.end_ms for o in self.ownerships if o.end_ms is not None]
+        times += [m.ts_ms for m in self.marks] + [ts for ts, _ in self.low_watermarks]
+        return max(times, default=self.end_ms)
+
+    @property
     def split_ids(self) -> list[str]:
         return sorted({o.split_id for o in self.ownerships})
 

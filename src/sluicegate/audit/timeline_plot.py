@@ -31,6 +31,8 @@ _LABEL_SPLITS_UP_TO = 24
 _BARS_UP_TO = 60
 """With more splits than this, a lane shows how many splits it owned over time instead of
 one bar per split (thousands of bars are neither readable nor quick to draw)."""
+_MARGIN = 0.02
+"""Room after the last event, as a share of the axis: its mark drawn whole, not on the edge."""
 _MARKERS: dict[MarkKind, tuple[str, str, float, str]] = {
     # kind: (marker, colour, size, where in the lane: top / bottom)
     MarkKind.REGISTERED: ("^", "#1a9850", 90, "bottom"),
@@ -113,7 +115,10 @@ def draw_timeline(timeline: Timeline, path: Path, *, title: str = "", since_ms: 
     t0 = timeline.start_ms
     if since_ms is not None and since_ms > t0:
         timeline, t0 = clipped(timeline, since_ms), since_ms
-    end_ms = max(timeline.end_ms, t0 + 1)
+    # The axis ends at the last event, not at the last record (issue 51 item 5); a window
+    # of ``--last`` in which nothing happened still spans the time it asked for.
+    last = timeline.last_event_ms
+    end_ms = max(last if last > t0 else timeline.end_ms, t0 + 1)
 
     def x(ms: int) -> float:
         return (ms - t0) / 1000
@@ -149,7 +154,7 @@ def draw_timeline(timeline: Timeline, path: Path, *, title: str = "", since_ms: 
     ax.set_yticks(lanes, [_lane_label(s, timeline.hosts.get(s), peaks.get(s)) for s in lanes])
     ax.set_ylim(min(lanes) - 0.6, max(lanes) + 0.75)
     ax.invert_yaxis()
-    ax.set_xlim(0, span * 1.01)
+    ax.set_xlim(0, span * (1 + _MARGIN))
     ax.set_xlabel(
         "seconds since the first control record (as the coordinator processed them)"
         if since_ms is None or t0 != since_ms
