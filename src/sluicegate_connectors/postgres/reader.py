@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -24,8 +25,9 @@ from typing import Any
 import psycopg
 
 from sluicegate.api import InputStatus, ReadResult, Record, SourceReader, SourceReaderContext
+from sluicegate.api.retries import repeated_failure_level
 
-from .catalog import TableInfo, connect, table_info
+from .catalog import DatabaseUnreachable, TableInfo, connect, table_info
 from .changes import ChangeDecoder, ChunkFilter, Transaction
 from .events import CHUNK_DONE, CHUNKS, CHUNKS_RELEASED, CHUNKS_WANTED
 from .options import PostgresOptions
@@ -36,6 +38,7 @@ from .values import record_row
 
 log = logging.getLogger("sluicegate.connectors.postgres")
 
+RETRY_S = 1.0
 POLL_MESSAGES = 5_000
 """Stream messages taken per batch at most (a batch's records are capped besides)."""
 
@@ -58,6 +61,8 @@ class PostgresReader(SourceReader[PostgresSplit]):
         self._asked = False
         self._decoder: ChangeDecoder | None = None
         self._transaction: Transaction | None = None
+        self._failures = 0
+        self._retry_at = 0.0
         self._stream_at: dict[int, tuple[int, bool]] = {}
         """Each checkpoint's stream position, and whether it still needed the chunks."""
 
@@ -128,11 +133,34 @@ class PostgresReader(SourceReader[PostgresSplit]):
             self._chunks.pop(split_id, None)
             result.finished_split_ids.append(split_id)
         self._to_finish = []
-        more = self._read_chunks(max_records, result)
-        if len(result.records) < max_records and self._stream_split is not None:
-            more = self._read_stream(max_records - len(result.records), result) or more
+        if time.monotonic() < self._retry_at:
+            return result
+        try:
+            more = self._read_chunks(max_records, result)
+            if len(result.records) < max_records and self._stream_split is not None:
+                more = self._read_stream(max_records - len(result.records), result) or more
+        except (psycopg.OperationalError, DatabaseUnreachable) as exc:
+            self._lost_connection(exc)
+            more = False
+        else:
+            self._failures = 0
         result.status = InputStatus.MORE_AVAILABLE if more else InputStatus.NOTHING_AVAILABLE
         return result
+
+    def _lost_connection(self, error: BaseException) -> None:
+        """The server went away (restarted, a network failure): what was read stays emitted
+        (the chunk's rows, the stream's position), and reading starts again from there."""
+        self._failures += 1
+        self._retry_at = time.monotonic() + RETRY_S
+        self._reading = None
+        self._close_stream()
+        log.log(
+            repeated_failure_level(self._failures),
+            "lost PostgreSQL (%d in a row), reading on in %.0f s from where this reader was: %s",
+            self._failures,
+            RETRY_S,
+            str(error).strip(),
+        )
 
     def _read_chunks(self, max_records: int, result: ReadResult) -> bool:
         """Chunk rows into ``result``; whether a chunk is left to read."""
@@ -185,17 +213,13 @@ class PostgresReader(SourceReader[PostgresSplit]):
         """The next committed transaction from the stream (None: none complete yet)."""
         split = self._stream_split
         assert split is not None
-        try:
-            stream = self._open_stream(split)
-            decoder = self._decoder
-            assert decoder is not None
-            for message in stream.poll(POLL_MESSAGES):
-                transaction = decoder.feed(message.message)
-                if transaction is not None:
-                    return transaction
-        except psycopg.OperationalError as exc:
-            log.warning("the change stream broke (%s); starting it again from %s", exc, split.lsn)
-            self._close_stream()
+        stream = self._open_stream(split)
+        decoder = self._decoder
+        assert decoder is not None
+        for message in stream.poll(POLL_MESSAGES):
+            transaction = decoder.feed(message.message)
+            if transaction is not None:
+                return transaction
         return None
 
     def _emit_transaction(self, transaction: Transaction, room: int, result: ReadResult) -> int:

@@ -20,7 +20,7 @@ from psycopg import pq
 
 from sluicegate.api.errors import SourceError
 
-from .catalog import connect
+from .catalog import DatabaseUnreachable, connect
 from .lsn import format_lsn
 from .options import PostgresOptions
 from .pgoutput import POSTGRES_EPOCH_MS, Message, decode
@@ -57,6 +57,8 @@ class ReplicationStream:
         result = self._pgconn.get_result()
         if result is None or result.status != pq.ExecStatus.COPY_BOTH:
             message = "" if result is None else (result.error_message or b"").decode(errors="replace").strip()
+            if "is active for PID" in message:  # the walsender of a broken connection, not gone yet
+                raise DatabaseUnreachable(f"slot {self._options.slot} is still held by a former stream: {message}")
             raise SourceError(
                 f"cannot stream the changes of slot {self._options.slot} (`slot`): {message}"
                 + (
@@ -106,7 +108,11 @@ class ReplicationStream:
     def _raise_end(self) -> None:
         result = self._pgconn.get_result()
         message = "" if result is None else (result.error_message or b"").decode(errors="replace").strip()
-        raise SourceError(f"the change stream of slot {self._options.slot} ended: {message or 'the server closed it'}")
+        # The server ends the stream only when it goes away (a restart, a terminated backend):
+        # one more lost connection, read on from where the stream was.
+        raise DatabaseUnreachable(
+            f"the server ended the change stream of slot {self._options.slot}: {message or 'closed'}"
+        )
 
     def fileno(self) -> int:
         return self._pgconn.socket
