@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install native jvm wheel demo test unit flaky lint kafka prometheus clean
+.PHONY: install native jvm wheel demo test unit flaky lint kafka prometheus postgres clean
 
 # sluicegate with its native Kafka reader (native/, Rust): one maturin build, as the wheel
 # users install is (docs/packaging.md), installed editable. Cargo's target dir is kept
@@ -67,6 +67,23 @@ prometheus:
 	    echo "prometheus: apt could not install it (the alert-rule tests will be skipped)"; \
 	fi
 
+# PostgreSQL's server (Debian's package: initdb, pg_ctl) for the tests of the postgres
+# connector (tests/support/postgres_server.py starts one per session on a free port):
+# installed with apt where missing, as Prometheus is; where that cannot be done those tests
+# are skipped, naming it.
+PG_INSTALL := env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql
+postgres:
+	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "postgres: not installed and no apt-get here (the postgres connector's tests will be skipped)"; \
+	else \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "postgres: installing Debian's postgresql package for the postgres connector's tests"; \
+	  $$sudo $(PG_INSTALL) >/dev/null 2>&1 || \
+	    { $$sudo apt-get update -qq >/dev/null 2>&1 && $$sudo $(PG_INSTALL) >/dev/null 2>&1; } || \
+	    echo "postgres: apt could not install it (the postgres connector's tests will be skipped)"; \
+	fi
+
 # Two lanes at once: the tests that start Spark (marked `spark`: a JVM and its Python
 # workers each) one after another in one pytest, everything else in a second pytest beside
 # it, each lane with its own broker. The suite mostly waits (on brokers, processes,
@@ -79,7 +96,7 @@ prometheus:
 # two-lane run wrote rows twice. `make test LANES=1` runs one pytest, one test at a time.
 LANES ?= 2
 SPARK_LANE_LOG := .pytest-spark-lane.log
-test: lint kafka prometheus
+test: lint kafka prometheus postgres
 ifeq ($(LANES),1)
 	$(BIN)/pytest -q --durations=10
 else
