@@ -141,8 +141,12 @@ class EmbeddedCoordinator:
         source redefine`` while this process ran): it coordinates no more, and whichever
         coordinator serves the new definition refuses the host's registrations."""
         self.source_existed: bool | None = None
-        """Whether the source's control topics were there before this process looked (a
-        source read before); None until it looked (never, with ``external``)."""
+        """Whether the source's control topics were there before this process looked; None
+        until it looked (never, with ``external``)."""
+        self.source_read_before: bool | None = None
+        """Whether a reader of the source acknowledged a checkpoint before this process
+        looked (``read_before``); None until it looked. Topics that exist say less: a
+        coordinator started first creates them, and nothing has been read."""
         self._thread = LoopThread(f"sluicegate-coordinator-{source}")
         self._watch_task: asyncio.Task[None] | None = None
         self._backoff = RestartBackoff()
@@ -219,6 +223,7 @@ class EmbeddedCoordinator:
         await apply_topics(self.bootstrap, specs, security=self.security)
         stored = await read_state(self.bootstrap, self.topics.coordinator_state, self.source)
         check_definition(self.source, stored.parts if stored else None, settings.definition(), self._who())
+        self.source_read_before = stored is not None and read_before(stored.parts)
         if stored is None:  # its first start: before its definition is committed
             await check_new_source_inputs(self.source, self.connector, self.options, self.input_wait_s)
         self.settings = settings
@@ -415,6 +420,12 @@ def nobody_serves(parts: Mapping[str, Any]) -> str | None:
     if host is not None and gone_from_here(host):
         return gone_reason(host)
     return None
+
+
+def read_before(parts: Mapping[str, Any]) -> bool:
+    """Whether the committed state ``parts`` hold a checkpoint some subtask's reader
+    acknowledged: positions it read to, where its source's next reader goes on."""
+    return any(part["slot"].get("checkpoint_id") is not None for key, part in parts.items() if key.startswith("slot/"))
 
 
 def last_host_here(parts: Mapping[str, Any]) -> HostProcess | None:

@@ -292,7 +292,7 @@ class SluicegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self._driver = driver
             assert self._coordinator is not None
             self._continues_named = (
-                restored is None and self.config.source_named and self._coordinator.source_existed is True
+                restored is None and self.config.source_named and self._coordinator.source_read_before is True
             )
         return self._driver
 
