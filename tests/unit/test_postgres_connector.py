@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import struct
 
+import orjson
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from sluicegate.api.errors import ConfigError, SourceError
 from sluicegate_connectors.postgres.changes import ChangeDecoder, ChunkFilter
+from sluicegate_connectors.postgres.chunk_book import ChunkBook
 from sluicegate_connectors.postgres.lsn import format_lsn, parse_lsn
 from sluicegate_connectors.postgres.options import PostgresOptions, conninfo_of
 from sluicegate_connectors.postgres.pgoutput import (
@@ -199,3 +201,33 @@ def test_options_take_spark_jdbc_urls_and_refuse_what_they_do_not_know() -> None
         PostgresOptions.parse({"url": "jdbc:mysql://h/d", "dbtable": "t"})
     with pytest.raises(ConfigError, match="'startup_mode'"):
         PostgresOptions.parse({"url": "jdbc:postgresql://h/d", "dbtable": "t", "startup_mode": "everything"})
+
+
+def test_the_chunk_book_keeps_bounds_once_and_chunks_as_indexes_and_comes_back_the_same() -> None:
+    book = ChunkBook()
+    chunks = book.cut("public.docs", [("10",), ("20",), ("30",)])
+    assert [(c.lo, c.hi) for c in chunks] == [(None, ("10",)), (("10",), ("20",)), (("20",), ("30",)), (("30",), None)]
+    assert book.finish(chunks[0].with_piece(("10",), 100, done=True))
+    assert not book.finish(chunks[0].with_piece(("10",), 100, done=True))  # a report sent again
+    in_pieces = chunks[1].with_piece(("15",), 200, done=False).with_piece(("20",), 300, done=True)
+    assert book.finish(in_pieces)
+    half_read = chunks[2].with_piece(("25",), 250, done=False)
+    state = book.to_json([half_read, chunks[3]])
+    assert state["pending"] == {"public.docs": [3, 4]} and len(state["pending_partial"]) == 1
+
+    again, pending = ChunkBook.from_json(orjson.loads(orjson.dumps(state)))
+    assert pending == [half_read, chunks[3]]
+    assert sorted(c.split_id for c in again.finished()) == ["public.docs#0", "public.docs#1"]
+    assert next(c for c in again.finished() if c.index == 1).pieces == in_pieces.pieces
+    assert (again.done_count, again.chunk_count, again.greatest_point()) == (2, 4, 300)
+
+
+def test_the_account_of_300000_chunks_is_small() -> None:
+    """Flink CDC's enumerator ran out of memory at about 300,000 finished chunks; written as
+    one object per chunk, the account was 47 MB of JSON at every commit."""
+    book = ChunkBook()
+    chunks = book.cut("public.big", [(str(i * 8192),) for i in range(1, 300_000)])
+    for chunk in chunks:
+        book.finish(chunk.with_piece(chunk.hi, 10_000_000 + chunk.index, done=True))
+    size = len(orjson.dumps(book.to_json([])))
+    assert size < 12_000_000, f"{size:,} bytes"

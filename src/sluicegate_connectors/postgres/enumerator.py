@@ -10,7 +10,8 @@ chunks out (``pull`` by default), and once every chunk is read, the change strea
    chunks until it passes the greatest of their points; the finished chunks are sent to
    its reader in groups when it asks, and forgotten once it says it is past them.
 
-The checkpoint holds the progress of each step, the pending chunks and the finished ones;
+The checkpoint holds the progress of each step and the account of every chunk (chunk_book.py:
+bounds once per table, pending and finished chunks as indexes, small at 300,000 chunks);
 chunks owned by readers are the coordinator's to restore.
 """
 
@@ -25,10 +26,11 @@ from sluicegate.api.errors import SourceError
 from sluicegate.api.retries import repeated_failure_level
 
 from .catalog import DatabaseUnreachable, connect, create_slot, ensure_publication, slot_position, table_info
+from .chunk_book import ChunkBook
 from .events import CHUNK_DONE, CHUNK_GROUP, CHUNKS, CHUNKS_RELEASED, CHUNKS_WANTED
 from .options import PostgresOptions
 from .snapshot import chunk_bounds
-from .split import ChunkSplit, PostgresSplit, PostgresSplitCodec, StreamSplit, chunk_from_wire, chunk_to_wire
+from .split import ChunkSplit, Key, PostgresSplit, PostgresSplitCodec, StreamSplit, chunk_from_wire, chunk_to_wire
 
 log = logging.getLogger("sluicegate.connectors.postgres")
 
@@ -40,7 +42,6 @@ class Progress:
     slot_lsn: int | None = None
     """Where the stream starts; None: the database is not prepared yet."""
     cut: bool = False
-    chunk_count: int = 0
     stream_started: bool = False
     released: bool = False
 
@@ -48,7 +49,6 @@ class Progress:
         return {
             "slot_lsn": self.slot_lsn,
             "cut": self.cut,
-            "chunk_count": self.chunk_count,
             "stream_started": self.stream_started,
             "released": self.released,
         }
@@ -59,7 +59,6 @@ class Progress:
         return cls(
             None if lsn is None else int(lsn),
             bool(data.get("cut")),
-            int(data.get("chunk_count", 0)),
             bool(data.get("stream_started")),
             bool(data.get("released")),
         )
@@ -72,12 +71,12 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit]):
         options: PostgresOptions,
         progress: Progress | None = None,
         pending: list[PostgresSplit] | None = None,
-        done: dict[str, ChunkSplit] | None = None,
+        book: ChunkBook | None = None,
     ) -> None:
         self._context = context
         self._options = options
         self._progress = progress or Progress()
-        self._done: dict[str, ChunkSplit] = done or {}
+        self._book = book or ChunkBook()
         assert options.assigner is not None
         self._distributor = SplitDistributor(context, options.assigner(), all_discovered=self._all_discovered)
         self._distributor.add_splits(pending or [])
@@ -141,30 +140,24 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit]):
     def _cut_later(self, delay_ms: int) -> None:
         self._context.call_async(self._cut, self._on_cut, initial_delay_ms=delay_ms)
 
-    def _cut(self) -> list[ChunkSplit]:
-        """Off the loop: every table's chunks."""
-        chunks: list[ChunkSplit] = []
+    def _cut(self) -> dict[str, list[Key]]:
+        """Off the loop: every table's chunk bounds."""
         with connect(self._options) as conn:
-            for table in self._options.tables:
-                info = table_info(conn, table)
-                lo = None
-                index = 0
-                for hi in chunk_bounds(conn, info, self._options.chunk_size):
-                    chunks.append(ChunkSplit(table, index, lo, hi))
-                    lo, index = hi, index + 1
-                chunks.append(ChunkSplit(table, index, lo, None))
-        return chunks
+            return {
+                table: list(chunk_bounds(conn, table_info(conn, table), self._options.chunk_size))
+                for table in self._options.tables
+            }
 
-    def _on_cut(self, chunks: list[ChunkSplit] | None, error: BaseException | None) -> None:
+    def _on_cut(self, bounds: dict[str, list[Key]] | None, error: BaseException | None) -> None:
         if self._closed:
             return
-        if error is not None or chunks is None:
+        if error is not None or bounds is None:
             self._failed("cutting the tables into chunks", error)
             self._cut_later(RETRY_MS)
             return
         self._failures = 0
+        chunks = [chunk for table, table_bounds in bounds.items() for chunk in self._book.cut(table, table_bounds)]
         self._progress.cut = True
-        self._progress.chunk_count = len(chunks)
         log.info("cut %s into %d chunks", ", ".join(self._options.tables), len(chunks))
         self._context.metrics.gauge("chunks", len(chunks))
         self._distributor.add_splits(chunks)
@@ -185,25 +178,20 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit]):
     # -- chunks finishing, then the stream ------------------------------------------------
 
     def _chunk_finished(self, chunk: ChunkSplit) -> None:
-        if chunk.split_id not in self._done:
-            self._done[chunk.split_id] = chunk
-            self._context.metrics.gauge("chunks_done", len(self._done))
+        if self._book.finish(chunk):
+            self._context.metrics.gauge("chunks_done", self._book.done_count)
         self._start_stream_if_ready()
 
     def _start_stream_if_ready(self) -> None:
         progress = self._progress
         if not self._options.streams or progress.stream_started or not progress.cut or progress.slot_lsn is None:
             return
-        if len(self._done) < progress.chunk_count:
+        done = self._book.done_count
+        if done < self._book.chunk_count:
             return
-        points = [p.point for chunk in self._done.values() for p in chunk.pieces]
-        stream = StreamSplit(
-            lsn=progress.slot_lsn,
-            filtered_until=max(points) if points else None,
-            chunk_count=len(self._done),
-        )
+        stream = StreamSplit(lsn=progress.slot_lsn, filtered_until=self._book.greatest_point(), chunk_count=done)
         progress.stream_started = True
-        log.info("every chunk is read (%d): streaming changes from %s", len(self._done), progress.slot_lsn)
+        log.info("every chunk is read (%d): streaming changes from %s", done, progress.slot_lsn)
         self._distributor.add_splits([stream])
         self._distributor.distribute()
 
@@ -230,24 +218,28 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit]):
         if kind == CHUNK_DONE:
             self._chunk_finished(chunk_from_wire(event["chunk"]))
         elif kind == CHUNKS_WANTED:
-            chunks = [chunk_to_wire(c) for c in self._done.values()]
-            for at in range(0, len(chunks), CHUNK_GROUP):
-                self._context.send_event_to_source_reader(
-                    subtask, {"type": CHUNKS, "chunks": chunks[at : at + CHUNK_GROUP]}
-                )
+            group: list[Any] = []
+            for chunk in self._book.finished():
+                group.append(chunk_to_wire(chunk))
+                if len(group) == CHUNK_GROUP:
+                    self._context.send_event_to_source_reader(subtask, {"type": CHUNKS, "chunks": group})
+                    group = []
+            if group:
+                self._context.send_event_to_source_reader(subtask, {"type": CHUNKS, "chunks": group})
         elif kind == CHUNKS_RELEASED and not self._progress.released:
             self._progress.released = True
-            log.info("the stream is past every chunk: %d finished chunks forgotten", len(self._done))
-            self._done = {}
+            log.info("the stream is past every chunk: %d finished chunks forgotten", self._book.done_count)
+            self._book.forget_finished()
 
     # -- checkpoint -----------------------------------------------------------------------
 
     def snapshot_state(self, checkpoint_id: int) -> Any:
+        pending = self._distributor.assigner.pending
         codec = PostgresSplitCodec()
         return {
             "progress": self._progress.to_json(),
-            "pending": [codec.to_wire(s) for s in self._distributor.assigner.pending],
-            "done": [chunk_to_wire(c) for c in self._done.values()],
+            "chunks": self._book.to_json(s for s in pending if isinstance(s, ChunkSplit)),
+            "pending_stream": [codec.to_wire(s) for s in pending if isinstance(s, StreamSplit)],
         }
 
     @classmethod
@@ -255,11 +247,6 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit]):
         cls, context: SplitEnumeratorContext[PostgresSplit], options: PostgresOptions, state: Any
     ) -> PostgresEnumerator:
         codec = PostgresSplitCodec()
-        done = [chunk_from_wire(c) for c in state.get("done", [])]
-        return cls(
-            context,
-            options,
-            Progress.from_json(state.get("progress", {})),
-            pending=[codec.from_wire(s) for s in state.get("pending", [])],
-            done={c.split_id: c for c in done},
-        )
+        book, chunks = ChunkBook.from_json(state.get("chunks", {}))
+        pending: list[PostgresSplit] = [*chunks, *(codec.from_wire(s) for s in state.get("pending_stream", []))]
+        return cls(context, options, Progress.from_json(state.get("progress", {})), pending=pending, book=book)
