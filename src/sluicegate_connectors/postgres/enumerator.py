@@ -89,7 +89,9 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit]):
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._progress.slot_lsn is None or (self._options.streams and not self._progress.released):
+        # a streaming source checks at every start that its slot is still there (and fails
+        # loudly if it was dropped): a source that only snapshots prepares once
+        if self._progress.slot_lsn is None or self._options.streams:
             self._context.call_async(self._prepare, self._on_prepared)
         elif not self._progress.cut:
             self._cut_later(0)

@@ -39,6 +39,7 @@ from .values import record_row
 log = logging.getLogger("sluicegate.connectors.postgres")
 
 RETRY_S = 1.0
+ASK_AGAIN_S = 10.0
 POLL_MESSAGES = 5_000
 """Stream messages taken per batch at most (a batch's records are capped besides)."""
 
@@ -58,7 +59,8 @@ class PostgresReader(SourceReader[PostgresSplit]):
         self._stream_split: StreamSplit | None = None
         self._stream: ReplicationStream | None = None
         self._filter: ChunkFilter | None = None
-        self._asked = False
+        self._asked_at: float | None = None
+        self._released = False
         self._decoder: ChangeDecoder | None = None
         self._transaction: Transaction | None = None
         self._failures = 0
@@ -74,7 +76,7 @@ class PostgresReader(SourceReader[PostgresSplit]):
                 self._chunks[split.split_id] = split.copy()
             else:
                 self._stream_split = split.copy()
-                self._asked = False
+                self._asked_at = None
 
     def remove_splits(self, split_ids: Sequence[str]) -> None:
         for split_id in split_ids:
@@ -110,8 +112,10 @@ class PostgresReader(SourceReader[PostgresSplit]):
                 del self._stream_at[c]
             if self._stream is not None:
                 self._stream.confirm(lsn)
-            if not filtering and self._filter is not None:
+            if not filtering and not self._released:
+                # also from a reader restarted past the chunks: the one before may have died first
                 self._filter = None
+                self._released = True
                 self._context.send_source_event({"type": CHUNKS_RELEASED})
 
     def handle_source_event(self, event: Any) -> None:
@@ -194,9 +198,12 @@ class PostgresReader(SourceReader[PostgresSplit]):
         split = self._stream_split
         assert split is not None
         if split.filtered_until is not None and (self._filter is None or self._filter.count < split.chunk_count):
-            if not self._asked:
+            now = time.monotonic()
+            if self._asked_at is None or now - self._asked_at >= ASK_AGAIN_S:
+                # asked again while they do not all come: an answer to a reader attempt that
+                # failed is dropped, and the enumerator's groups may be cut short by a restart
                 self._context.send_source_event({"type": CHUNKS_WANTED})
-                self._asked = True
+                self._asked_at = now
             return False
         if self._transaction is None:
             self._transaction = self._next_transaction()
