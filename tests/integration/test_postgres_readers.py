@@ -36,7 +36,9 @@ from postgres_data import (
 from postgres_server import PostgresServer, postgres
 from processes import ProcessGroup
 
-pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(300)]
+WAIT_S = 120 if ITEMS <= 100_000 else 900
+"""Each wait's bound (the proof at scale waits longer)."""
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(WAIT_S * 3)]
 __all__ = ["database", "postgres"]
 
 
@@ -53,24 +55,26 @@ def test_a_snapshot_then_changes_reach_kafka_exactly_once_through_reader_and_coo
     readers = {s: reader(procs, source, s, options, out) for s in range(READERS)}
     output = OutputReader(kafka_bootstrap, out)
     try:
-        output.wait_for(ITEMS // 4, 120, [*readers.values(), *coordinators], "before the reader kill")
+        output.wait_for(ITEMS // 4, WAIT_S, [*readers.values(), *coordinators], "before the reader kill")
         readers[1].kill()
         readers[1] = reader(procs, source, 1, options, out)
-        output.wait_for(ITEMS // 2, 120, [*readers.values(), *coordinators], "before the coordinator kill")
+        output.wait_for(ITEMS // 2, WAIT_S, [*readers.values(), *coordinators], "before the coordinator kill")
         coordinators[-1].kill()
         coordinators.append(coordinator(procs, source, options))
         snapshot_rows = ITEMS + ORDERS
-        output.wait_for(snapshot_rows, 120, [*readers.values(), coordinators[-1]], "of the snapshot")
-        output.wait_for(200, 120, [*readers.values(), coordinators[-1]], "of changes", matching=streamed)
+        output.wait_for(snapshot_rows, WAIT_S, [*readers.values(), coordinators[-1]], "of the snapshot")
+        output.wait_for(200, WAIT_S, [*readers.values(), coordinators[-1]], "of changes", matching=streamed)
         holder = next(
             s for s, r in readers.items() if any(streamed(row) and row["subtask"] == s for row in output.rows)
         )
         readers[holder].kill()
         readers[holder] = reader(procs, source, holder, options, out)
-        output.wait_for(400, 120, [*readers.values(), coordinators[-1]], "of changes after the kill", matching=streamed)
+        output.wait_for(
+            400, WAIT_S, [*readers.values(), coordinators[-1]], "of changes after the kill", matching=streamed
+        )
         writer.stop()
         expected = table_state(conninfo)
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + WAIT_S
         while problems := differences(expected, output_state(output.rows)):
             assert time.monotonic() < deadline, "OUT never showed the tables' state:\n" + "\n".join(problems)
             if not output.drain():
