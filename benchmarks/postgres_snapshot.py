@@ -15,7 +15,7 @@ repetition, in an order rotated by one at every repetition:
 
 - ``connector``: what a reader does per chunk today: ``snapshot.read_chunk`` (a temporary
   replication slot that exports a snapshot, a second connection that reads the chunk in
-  it with psycopg) for every chunk, then ``values.record_row`` for every row. One process,
+  it with psycopg) for every chunk, then the reader's ``values.RowMaker`` for every row. One process,
   sequential.
 - ``floor``: ``COPY (SELECT * FROM t) TO STDOUT (FORMAT binary)`` read through psycopg's
   ``cursor.copy`` as raw bytes, nothing decoded: what the server and the socket cost.
@@ -106,7 +106,7 @@ from sluicegate_connectors.postgres.catalog import TableInfo, connect, table_inf
 from sluicegate_connectors.postgres.options import PostgresOptions
 from sluicegate_connectors.postgres.snapshot import _chunk_query, _export_snapshot, chunk_bounds, read_chunk
 from sluicegate_connectors.postgres.split import Key
-from sluicegate_connectors.postgres.values import record_row
+from sluicegate_connectors.postgres.values import RowMaker, record_row
 
 TABLE = "public.bench"
 CREATE = """
@@ -238,7 +238,8 @@ def run_connector(bench: Bench) -> int:
         t = time.perf_counter()
         chunk = read_chunk(bench.options, bench.table, lo, hi)
         t = bench.add("read_chunk", t)
-        records = [record_row(bench.table.columns, row) for row in chunk.rows]
+        make_row = RowMaker(bench.table.columns, bench.table.type_oids)  # as the reader makes its records
+        records = [make_row(row) for row in chunk.rows]
         bench.add("record_row", t)
         rows += len(records)
     return rows

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from sluicegate.api.errors import SourceError
 
 from .pgoutput import UNCHANGED_TOAST, Begin, Commit, Delete, Insert, Message, Relation, Truncate, Update, Value
 from .split import ChunkSplit, Key
-from .values import TextValues, record_value
+from .values import TextValues
 
 log = logging.getLogger("sluicegate.connectors.postgres")
 
@@ -107,6 +107,7 @@ class ChangeDecoder:
         """Each table read and its primary key's columns (with replica identity FULL every
         column is flagged as part of the identity: the flags cannot tell the key)."""
         self._relations: dict[int, Relation] = {}
+        self._converters_of: dict[int, list[tuple[str, Callable[[str], Any]]]] = {}
         self._values = TextValues()
         self._chunks = chunks
         self._filtered_until = filtered_until
@@ -145,6 +146,14 @@ class ChangeDecoder:
                 ", ".join(c.name for c in relation.columns),
             )
         self._relations[relation.relation_id] = relation
+        self._converters_of.pop(relation.relation_id, None)
+
+    def _converters(self, relation: Relation) -> list[tuple[str, Callable[[str], Any]]]:
+        converters = self._converters_of.get(relation.relation_id)
+        if converters is None:
+            converters = [(c.name, self._values.record_converter(c.type_oid)) for c in relation.columns]
+            self._converters_of[relation.relation_id] = converters
+        return converters
 
     def _commit(self, commit: Commit) -> Transaction:
         records, self._records, self._begin = self._records, [], None
@@ -189,11 +198,10 @@ class ChangeDecoder:
             if begin.final_lsn < point:
                 return  # the chunk's snapshot holds this change already
         row: dict[str, Any] = {}
-        for column, value in zip(relation.columns, values, strict=True):
+        for (name, convert), value in zip(self._converters(relation), values, strict=True):
             if value is UNCHANGED_TOAST:
-                raise SourceError(f"{relation.qualified_name}.{column.name}: a large value the server did not send")
-            loaded = None if value is None else self._values.load(column.type_oid, str(value))
-            row[column.name] = record_value(loaded)
+                raise SourceError(f"{relation.qualified_name}.{name}: a large value the server did not send")
+            row[name] = None if value is None else convert(str(value))
         row.update(
             _change_type=change_type,
             _lsn=begin.final_lsn,

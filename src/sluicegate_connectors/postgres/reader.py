@@ -34,7 +34,7 @@ from .options import PostgresOptions
 from .snapshot import ChunkRows, read_chunk
 from .split import ChunkSplit, PostgresSplit, StreamSplit, chunk_from_wire, chunk_to_wire
 from .stream import ReplicationStream
-from .values import record_row
+from .values import RowMaker
 
 log = logging.getLogger("sluicegate.connectors.postgres")
 
@@ -49,6 +49,7 @@ class PostgresReader(SourceReader[PostgresSplit]):
         self._options = options
         self._context = context
         self._tables: dict[str, TableInfo] = {}
+        self._row_makers: dict[str, RowMaker] = {}
         self._chunks: OrderedDict[str, ChunkSplit] = OrderedDict()
         self._reading: tuple[str, ChunkRows, int] | None = None
         """The chunk being emitted: its id, its rows, how many are emitted."""
@@ -183,9 +184,10 @@ class PostgresReader(SourceReader[PostgresSplit]):
         split_id, rows, emitted = self._reading
         chunk = self._chunks[split_id]
         table = self._table(chunk.table)
+        make_row = self._row_maker(table)
         end = min(len(rows.rows), emitted + room)
         for row in rows.rows[emitted:end]:
-            value = record_row(table.columns, row)
+            value = make_row(row)
             value.update(_change_type="insert", _lsn=rows.point, _seq=0, _commit_timestamp=None, _table=table.name)
             result.records.append(Record(split_id, value))
         done = end == len(rows.rows)
@@ -259,6 +261,12 @@ class PostgresReader(SourceReader[PostgresSplit]):
         self._stream = None
         self._decoder = None
         self._transaction = None
+
+    def _row_maker(self, table: TableInfo) -> RowMaker:
+        maker = self._row_makers.get(table.name)
+        if maker is None:
+            maker = self._row_makers[table.name] = RowMaker(table.columns, table.type_oids)
+        return maker
 
     def _table(self, name: str) -> TableInfo:
         info = self._tables.get(name)

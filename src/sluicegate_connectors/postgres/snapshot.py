@@ -67,7 +67,9 @@ def read_chunk(options: PostgresOptions, table: TableInfo, lo: Key | None, hi: K
             rows: list[tuple[Any, ...]] = []
             keys: list[Key] = []
             width = len(table.columns)
-            with conn.cursor() as cursor:
+            with conn.cursor(
+                binary=True
+            ) as cursor:  # binary: an eighth less CPU a row (benchmarks/postgres_snapshot.py)
                 cursor.execute(query, params)
                 for row in cursor:
                     rows.append(tuple(row[:width]))
