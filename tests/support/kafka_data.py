@@ -46,9 +46,16 @@ def admin(bootstrap: str) -> AdminClient:
 
 def create_topic(bootstrap: str, name: str, partitions: int, **config: str) -> None:
     """Create ``name`` (auto-creation is off) and wait until its metadata shows every partition."""
+    create_replicated_topic(bootstrap, name, partitions, 1, config)
+
+
+def create_replicated_topic(
+    bootstrap: str, name: str, partitions: int, replicas: int, config: Mapping[str, str]
+) -> None:
+    """``create_topic`` with ``replicas`` replicas of each partition (a cluster's topic)."""
     client = admin(bootstrap)
     futures = client.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1, config={**KEEP_FOR_EVER, **config})]
+        [NewTopic(name, num_partitions=partitions, replication_factor=replicas, config={**KEEP_FOR_EVER, **config})]
     )
     for future in futures.values():
         future.result(30)
