@@ -43,6 +43,11 @@ FENCE_TRANSACTION_TIMEOUT_MS = 60_000
 KEY_LOOKUP_TIMEOUT_S = 5.0
 """How long ``key_written_at`` waits for the record (a fetch from a fresh consumer takes a
 few round trips)."""
+CLOSE_TIMEOUT_S = 5.0
+"""How long ``close`` waits for each client to stop. A fenced producer's stop waited on a
+dead broker's requests for as long as the broker stayed dead (27 s and more, issue 49):
+meanwhile the runner that stepped down stayed in its worker's runners, and /health listed
+the source active on two workers. A client past this is left to the garbage collector."""
 
 
 class KafkaCoordinatorLog(CoordinatorLog):
@@ -189,8 +194,8 @@ class KafkaCoordinatorLog(CoordinatorLog):
     async def close(self) -> None:
         for client in (self._consumer, self._producer, self._marker):
             if client is not None:
-                with contextlib.suppress(Exception):
-                    await client.stop()
+                with contextlib.suppress(Exception):  # a timeout among them
+                    await asyncio.wait_for(client.stop(), CLOSE_TIMEOUT_S)
 
     async def _know_partitions(self, records: Sequence[OutgoingRecord]) -> None:
         """After ``sluicegate topics scale`` the producer's metadata lags the new partitions of
