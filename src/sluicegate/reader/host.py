@@ -85,7 +85,7 @@ from sluicegate.reader.timing import CLI_NAMES, KAFKA_WAIT_S, TOPIC_WAIT_S, Read
 from sluicegate.reader.user_code import load_callable
 
 log = logging.getLogger("sluicegate.reader")
-SELF_SETUP = "let this reader set it up and coordinate it (--coordinator auto --max-parallelism N)"
+SELF_SETUP = "let this reader set it up and coordinate it (--coordinator=auto, --max-parallelism=N)"
 
 PROGRESS_INTERVAL_S = 5.0
 REGISTRATION_NOTICE_INTERVAL_S = 10.0
@@ -247,9 +247,13 @@ class ReaderHost:
         *,
         location: str | None = None,
         process: Callable[..., Any] | None = None,
+        words: Callable[[str], str] = str,
     ) -> None:
-        """``process``: the user's function (overrides ``settings.process``)."""
+        """``process``: the user's function (overrides ``settings.process``); ``words``: a
+        message that names the command line's flags, as this host's user names the settings
+        (``run_reader``: its keywords)."""
         self.settings = settings
+        self._words = words
         if process is not None:
             check_output_takes_a_function(settings.output)
         if settings.output.kind == "sink":
@@ -323,10 +327,10 @@ class ReaderHost:
         except SourceNotSetUp as exc:
             s = self.settings
             advice = exc.advice(s.source, s.namespace, CLI_NAMES.topic_wait_timeout_s, SELF_SETUP)
-            log.error("%s", advice)
+            log.error("%s", self._words(advice))
             return EXIT_CONFIG
         except OutputTopicMissing as exc:
-            log.error("%s", exc)
+            log.error("%s", self._words(str(exc)))
             return EXIT_CONFIG
         except KafkaNeverAnswered as exc:
             log.error(

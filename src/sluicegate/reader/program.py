@@ -72,7 +72,7 @@ def run_reader(
             options=dict(options or {}),
             **settings,
         )
-        host = ReaderHost(reader_settings, process=process)
+        host = ReaderHost(reader_settings, process=process, words=keywords_for_flags)
         embedded = embedded_coordinator(reader_settings, coordinator, max_parallelism)
     except ConfigError as exc:
         raise in_keywords(exc) from None
@@ -88,7 +88,10 @@ def in_keywords(error: ConfigError) -> ConfigError:
     command line's flags (``--bootstrap-servers``), the caller gave keywords
     (``bootstrap_servers=``)."""
 
-    def keyword(text: str) -> str:
-        return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), text)
+    return ConfigError(keywords_for_flags(error.setting), keywords_for_flags(error.problem))
 
-    return ConfigError(keyword(error.setting), keyword(error.problem))
+
+def keywords_for_flags(text: str) -> str:
+    """``text`` with each command-line flag (``--max-parallelism``) as ``run_reader``'s
+    keyword (``max_parallelism``)."""
+    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), text)
