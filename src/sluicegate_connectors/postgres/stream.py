@@ -44,7 +44,6 @@ class ReplicationStream:
         self._conn = connect(options, replication=True)
         self._pgconn = self._conn.pgconn
         self._confirmed = start_lsn
-        self._received = start_lsn
         self._last_status = 0.0
         self._start(start_lsn)
 
@@ -81,8 +80,7 @@ class ReplicationStream:
                 self._raise_end()
             payload = bytes(data)
             if payload[:1] == b"w":
-                wal_start, wal_end, _ = struct.unpack_from(">QQQ", payload, 1)
-                self._received = max(self._received, wal_end)
+                (wal_start,) = struct.unpack_from(">Q", payload, 1)
                 yield StreamMessage(wal_start, decode(payload[25:]))
             elif payload[:1] == b"k":
                 _, _, reply = struct.unpack_from(">QQB", payload, 1)
@@ -113,9 +111,6 @@ class ReplicationStream:
         raise DatabaseUnreachable(
             f"the server ended the change stream of slot {self._options.slot}: {message or 'closed'}"
         )
-
-    def fileno(self) -> int:
-        return self._pgconn.socket
 
     def close(self) -> None:
         with contextlib.suppress(psycopg.Error):  # a broken connection: nothing left to release
