@@ -55,7 +55,9 @@ def test_a_snapshot_is_bounded_reads_every_row_once_and_makes_no_slot(
 def test_latest_offset_reads_only_what_is_committed_after_the_slot_is_made(
     procs: ProcessGroup, unique_source: str, postgres: PostgresServer, database: str, tmp_path: Path
 ) -> None:
-    options = source_options(postgres, database, startup_mode="latest-offset")
+    options = source_options(
+        postgres, database, startup_mode="latest-offset", slot="latest_here", publication="latest_here"
+    )
     out = tmp_path / "out.jsonl"
     proc = jsonl_reader(procs, unique_source, 0, options, out, 1)
     try:
@@ -69,6 +71,22 @@ def test_latest_offset_reads_only_what_is_committed_after_the_slot_is_made(
         while len(rows_of(out)) < 6:
             assert time.monotonic() < deadline and proc.returncode is None, proc.tail()
             time.sleep(0.2)
+        with psycopg.connect(conninfo_of(postgres, database), autocommit=True) as conn:
+            # only a table the source does not read changes now: the slot still moves on, so
+            # the server need not keep that WAL for it
+            conn.execute("CREATE TABLE elsewhere (n int)")
+            conn.execute("INSERT INTO elsewhere SELECT generate_series(1, 1000)")
+            written = conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+            deadline = time.monotonic() + 60
+            while True:
+                row = conn.execute(
+                    "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                    (options["slot"],),
+                ).fetchone()
+                if row is not None and written is not None and row[0] >= written[0]:
+                    break
+                assert time.monotonic() < deadline, f"the slot stayed at {row} below {written}"
+                time.sleep(0.2)
     finally:
         procs.stop_all()
     rows = rows_of(out)

@@ -66,6 +66,8 @@ class PostgresReader(SourceReader[PostgresSplit]):
         self._transaction: Transaction | None = None
         self._failures = 0
         self._retry_at = 0.0
+        self._durable_lsn: int | None = None
+        """The stream's position in the last completed checkpoint."""
         self._stream_at: dict[int, tuple[int, bool]] = {}
         """Each checkpoint's stream position, and whether it still needed the chunks."""
 
@@ -77,6 +79,7 @@ class PostgresReader(SourceReader[PostgresSplit]):
                 self._chunks[split.split_id] = split.copy()
             else:
                 self._stream_split = split.copy()
+                self._durable_lsn = split.lsn  # a split is handed over at a durable position
                 self._asked_at = None
 
     def remove_splits(self, split_ids: Sequence[str]) -> None:
@@ -111,6 +114,7 @@ class PostgresReader(SourceReader[PostgresSplit]):
             lsn, filtering = self._stream_at[taken_streams[-1]]
             for c in taken_streams:
                 del self._stream_at[c]
+            self._durable_lsn = lsn
             if self._stream is not None:
                 self._stream.confirm(lsn)
             if not filtering and not self._released:
@@ -209,6 +213,11 @@ class PostgresReader(SourceReader[PostgresSplit]):
             return False
         if self._transaction is None:
             self._transaction = self._next_transaction()
+        idle = self._transaction is None and split.emitted_of_next == 0
+        if idle and self._stream is not None and split.lsn == self._durable_lsn:
+            # nothing emitted since the last checkpoint, which a host takes only when there is
+            # something to take: the slot may still move past what the server has sent since
+            self._stream.confirm(split.lsn)
         more = False
         while self._transaction is not None and room > 0:
             taken = self._emit_transaction(self._transaction, room, result)

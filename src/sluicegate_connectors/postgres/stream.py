@@ -23,7 +23,7 @@ from sluicegate.api.errors import SourceError
 from .catalog import DatabaseUnreachable, connect
 from .lsn import format_lsn
 from .options import PostgresOptions
-from .pgoutput import POSTGRES_EPOCH_MS, Message, decode
+from .pgoutput import POSTGRES_EPOCH_MS, Begin, Commit, Message, decode
 
 log = logging.getLogger("sluicegate.connectors.postgres")
 
@@ -44,6 +44,12 @@ class ReplicationStream:
         self._conn = connect(options, replication=True)
         self._pgconn = self._conn.pgconn
         self._confirmed = start_lsn
+        self._in_transaction = False
+        self._last_end = start_lsn
+        """The end of the last commit received."""
+        self._quiet: tuple[int, int] | None = None
+        """The last keepalive between transactions: where the server had sent everything
+        to, and the end of the last commit received before it."""
         self._last_status = 0.0
         self._start(start_lsn)
 
@@ -81,18 +87,38 @@ class ReplicationStream:
             payload = bytes(data)
             if payload[:1] == b"w":
                 (wal_start,) = struct.unpack_from(">Q", payload, 1)
-                yield StreamMessage(wal_start, decode(payload[25:]))
+                message = decode(payload[25:])
+                self._note(message)
+                yield StreamMessage(wal_start, message)
             elif payload[:1] == b"k":
-                _, _, reply = struct.unpack_from(">QQB", payload, 1)
+                sent_to, _, reply = struct.unpack_from(">QQB", payload, 1)
+                if not self._in_transaction:
+                    self._quiet = (sent_to, self._last_end)
                 if reply:
                     self._send_status()
         if time.monotonic() - self._last_status >= STATUS_INTERVAL_S:
             self._send_status()
 
+    def _note(self, message: Message) -> None:
+        if isinstance(message, Begin):
+            self._in_transaction = True
+        elif isinstance(message, Commit):
+            self._in_transaction, self._last_end = False, message.end_lsn
+
     def confirm(self, lsn: int) -> None:
-        """Everything before ``lsn`` is durably read: the server may drop the WAL before it."""
-        if lsn > self._confirmed:
-            self._confirmed = lsn
+        """Everything before ``lsn`` is durably read: the server may drop the WAL before it.
+
+        Past the last transaction, up to where the server said it had sent everything
+        (a keepalive between transactions), there is nothing to read: once ``lsn`` covers
+        every transaction received before that keepalive, the slot moves there too. Without
+        it the slot stays at the last change of the source's tables while other tables are
+        written (the WAL kept grows), and a server's fast shutdown waits for ever for the
+        stream to confirm the shutdown's own checkpoint record."""
+        target = lsn
+        if self._quiet is not None and lsn >= self._quiet[1]:
+            target = max(lsn, self._quiet[0])
+        if target > self._confirmed:
+            self._confirmed = target
             self._send_status()
 
     def _send_status(self) -> None:
