@@ -42,17 +42,13 @@ class TableInfo:
 
     @property
     def identifier(self) -> sql.Composable:
-        schema, _, table = self.name.partition(".")
-        return sql.Identifier(schema, table)
+        return table_identifier(self.name)
 
     def key_types(self) -> tuple[str, ...]:
         return tuple(self.type_names[self.columns.index(k)] for k in self.key)
 
     def key_oids(self) -> tuple[int, ...]:
         return tuple(self.type_oids[self.columns.index(k)] for k in self.key)
-
-    def key_positions(self) -> tuple[int, ...]:
-        return tuple(self.columns.index(k) for k in self.key)
 
     def key_terms(self) -> list[sql.Composable]:
         """The key's columns as chunks compare them (text in the "C" collation)."""
@@ -68,6 +64,12 @@ class TableInfo:
             collate = ' COLLATE "C"' if oid in TEXT_TYPES else ""
             terms.append(sql.SQL("%s::{}{}").format(sql.SQL(type_name), sql.SQL(collate)))
         return terms
+
+
+def table_identifier(name: str) -> sql.Identifier:
+    """``schema.table`` quoted for SQL."""
+    schema, _, table = name.partition(".")
+    return sql.Identifier(schema, table)
 
 
 def connect(options: PostgresOptions, replication: bool = False) -> psycopg.Connection[tuple[object, ...]]:
@@ -136,7 +138,7 @@ def _check_table(info: TableInfo, identity: str) -> None:
 def ensure_publication(conn: psycopg.Connection[tuple[object, ...]], options: PostgresOptions) -> None:
     """The publication, created for the tables if missing; one that exists must publish them."""
     exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (options.publication,)).fetchone()
-    tables = [TableInfo(t, (), (), (), ()).identifier for t in options.tables]
+    tables = [table_identifier(t) for t in options.tables]
     if exists is None:
         conn.execute(
             sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
