@@ -11,16 +11,12 @@ of the table, no change is in OUT twice, and the audit of the control topics is 
 
 from __future__ import annotations
 
-import time
-from collections import Counter
-
 import pytest
 from kafka_data import OutputReader, audit_ok, create_topic
 from postgres_data import (
     ITEMS,
     ORDERS,
     READERS,
-    TABLES,
     Writer,
     conninfo_of,
     coordinator,
@@ -31,7 +27,8 @@ from postgres_data import (
     reader,
     source_options,
     streamed,
-    table_state,
+    wait_for_table_state,
+    written_twice,
 )
 from postgres_server import PostgresServer, postgres
 from processes import ProcessGroup
@@ -73,28 +70,13 @@ def test_a_snapshot_then_changes_reach_kafka_exactly_once_through_reader_and_coo
             400, WAIT_S, [*readers.values(), coordinators[-1]], "of changes after the kill", matching=streamed
         )
         writer.stop()
-        expected = table_state(conninfo)
-        deadline = time.monotonic() + WAIT_S
-        while problems := differences(expected, output_state(output.rows)):
-            assert time.monotonic() < deadline, "OUT never showed the tables' state:\n" + "\n".join(problems)
-            if not output.drain():
-                time.sleep(0.3)
+        expected = wait_for_table_state(output, conninfo, WAIT_S)
         output.read_all()
     finally:
         output.close()
         procs.stop_all()
     assert not differences(expected, output_state(output.rows))
-    changes = Counter(
-        (
-            r["value"]["_table"],
-            *(r["value"][k] for k in TABLES[r["value"]["_table"]]),
-            r["value"]["_lsn"],
-            r["value"]["_seq"],
-            r["value"]["_change_type"],
-        )
-        for r in output.rows
-    )
-    twice = [c for c, n in changes.items() if n > 1]
+    twice = written_twice(output.rows)
     assert not twice, f"{len(twice)} changes in OUT twice, e.g. {twice[:3]}"
     held = held_twice(output.rows)
     assert not held, f"{len(held)} changes streamed that their chunk's snapshot held already, e.g. {held[:3]}"

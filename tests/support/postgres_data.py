@@ -14,12 +14,13 @@ import os
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from kafka_data import COORDINATOR_TIMEOUTS, READER_TIMING, option_args
+from kafka_data import COORDINATOR_TIMEOUTS, READER_TIMING, OutputReader, option_args
 from postgres_server import PostgresServer
 from processes import Proc, ProcessGroup
 
@@ -190,6 +191,26 @@ def held_twice(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         if row["split_id"] == "changes" and key in points and value["_lsn"] < points[key]:
             held.append((*key, value["_lsn"], points[key]))
     return held
+
+
+def wait_for_table_state(output: OutputReader, conninfo: str, timeout_s: float) -> dict[Any, Any]:
+    """The tables' state now (the writer stopped), once OUT shows it; fails naming what differs."""
+    expected = table_state(conninfo)
+    deadline = time.monotonic() + timeout_s
+    while problems := differences(expected, output_state(output.rows)):
+        assert time.monotonic() < deadline, "OUT never showed the tables' state:\n" + "\n".join(problems)
+        if not output.drain():
+            time.sleep(0.3)
+    return expected
+
+
+def written_twice(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Changes (a key's change type at one ``_lsn`` and ``_seq``) in OUT more than once."""
+    changes = Counter(
+        (v["_table"], *(v[k] for k in TABLES[v["_table"]]), v["_lsn"], v["_seq"], v["_change_type"])
+        for v in (r["value"] for r in rows)
+    )
+    return [c for c, n in changes.items() if n > 1]
 
 
 def differences(expected: dict[Any, Any], found: dict[Any, Any]) -> list[str]:
